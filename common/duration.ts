@@ -1,0 +1,30 @@
+/**
+ * Durations as operators write them: `500ms`, `15s`, `10m`, `1h30m`.
+ * A bare number is refused on purpose: `15` could mean seconds or milliseconds,
+ * and guessing wrong turns a 15 s timeout into 15 ms.
+ */
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const PART = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/y;
+
+export function parseDuration(text: string): number {
+  const s = text.trim();
+  if (s === "0") return 0;
+  if (s.length === 0) throw new Error("empty duration");
+  let total = 0;
+  PART.lastIndex = 0;
+  while (PART.lastIndex < s.length) {
+    const at = PART.lastIndex;
+    const m = PART.exec(s);
+    if (!m) throw new Error(`invalid duration "${text}" at "${s.slice(at)}" (use e.g. 500ms, 15s, 10m, 1h)`);
+    total += Number(m[1]) * UNIT_MS[m[2]!]!;
+  }
+  return Math.round(total);
+}
+
+export function formatDuration(ms: number): string {
+  if (ms === 0) return "0s";
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
+  if (ms % 1_000 === 0) return `${ms / 1_000}s`;
+  return `${ms}ms`;
+}

@@ -1,0 +1,111 @@
+import { readFileSync } from "node:fs";
+import { parseDocument, parse as parseYaml } from "yaml";
+import type { z } from "zod";
+import { type Config, configSchema } from "./schema.ts";
+
+/** A configuration that failed validation; each issue names its path. */
+export class ConfigError extends Error {
+  constructor(
+    readonly source: string,
+    readonly issues: string[],
+  ) {
+    super(`${source}: invalid configuration:\n${issues.map((i) => `  - ${i}`).join("\n")}`);
+  }
+}
+
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const p of path) {
+    if (typeof p === "number") out += `[${p}]`;
+    else out += out ? `.${String(p)}` : String(p);
+  }
+  return out || "(root)";
+}
+
+export function formatIssues(error: z.ZodError): string[] {
+  return error.issues.map((issue) => {
+    if (issue.code === "unrecognized_keys") {
+      const base = formatPath(issue.path);
+      return issue.keys.map((k) => `${base === "(root)" ? k : `${base}.${k}`}: unknown key`).join("; ");
+    }
+    return `${formatPath(issue.path)}: ${issue.message}`;
+  });
+}
+
+const ENV_PREFIX = "LLMGW_";
+
+/**
+ * `LLMGW_CONTROL__LOST_AFTER=8s` sets `control.lost_after`. Values are read
+ * as YAML scalars so numbers, booleans and `[20000, 20999]` keep their types.
+ * Only variables with a double underscore or a known top-level key are taken,
+ * so unrelated LLMGW_ settings (LLMGW_EDGE_TOKEN, LLMGW_LOG_LEVEL) are not
+ * mistaken for configuration.
+ */
+export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.ProcessEnv): string[] {
+  const applied: string[] = [];
+  const topKeys = new Set(Object.keys(configSchema.shape));
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith(ENV_PREFIX) || value === undefined) continue;
+    const path = name.slice(ENV_PREFIX.length).toLowerCase().split("__");
+    if (!topKeys.has(path[0]!)) continue;
+    let node: Record<string, unknown> = raw;
+    for (const key of path.slice(0, -1)) {
+      const next = node[key];
+      if (typeof next !== "object" || next === null || Array.isArray(next)) node[key] = {};
+      node = node[key] as Record<string, unknown>;
+    }
+    let parsed: unknown;
+    try {
+      parsed = parseYaml(value);
+    } catch {
+      parsed = value;
+    }
+    node[path.at(-1)!] = parsed;
+    applied.push(path.join("."));
+  }
+  return applied;
+}
+
+export interface LoadedConfig {
+  config: Config;
+  source: string;
+  envOverrides: string[];
+}
+
+/** Parses YAML text, overlays it on the defaults, then applies LLMGW_ overrides. */
+export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = {}): LoadedConfig {
+  let raw: unknown = {};
+  if (text.trim() !== "") {
+    const doc = parseDocument(text);
+    if (doc.errors.length > 0) {
+      throw new ConfigError(
+        source,
+        doc.errors.map((e) => `YAML: ${e.message.split("\n")[0]}`),
+      );
+    }
+    raw = doc.toJS() ?? {};
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new ConfigError(source, ["(root): must be a mapping of keys to values"]);
+  }
+  const envOverrides = applyEnvOverrides(raw as Record<string, unknown>, env);
+  const result = configSchema.safeParse(raw);
+  if (!result.success) throw new ConfigError(source, formatIssues(result.error));
+  return { config: result.data, source, envOverrides };
+}
+
+/** An empty or missing path runs on the defaults. */
+export function loadConfig(path: string | undefined, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
+  if (!path) return parseConfig("", "(defaults)", env);
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError(path, [`cannot read file: ${(err as Error).message}`]);
+  }
+  return parseConfig(text, path, env);
+}
+
+export function startupGraceMs(config: Config): number {
+  return config.control.startup_grace ?? config.control.lost_after;
+}

@@ -1,0 +1,193 @@
+import { z } from "zod";
+import { parseDuration } from "../../common/duration.ts";
+
+/**
+ * The configuration file's shape. Snake_case keys, as operators write YAML;
+ * durations are strings such as `15s` and arrive here as milliseconds.
+ * Every object is strict: a misspelt key is an error, not a silently ignored
+ * setting.
+ */
+export const duration = z.string().transform((s, ctx) => {
+  try {
+    return parseDuration(s);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+    return z.NEVER;
+  }
+});
+
+const listenAddress = z
+  .string()
+  .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]*):\d{1,5}$/, "must be HOST:PORT or :PORT");
+
+export const controlSchema = z.strictObject({
+  interval: duration.prefault("5s"),
+  base_backoff: duration.prefault("10s"),
+  max_backoff: duration.prefault("10m"),
+  // Deliberately far apart: a network blip must not tear down replicas that
+  // still serve, and rebuilding a multi-node replica costs many minutes.
+  unreachable_after: duration.prefault("15s"),
+  lost_after: duration.prefault("60s"),
+  // Nodes cannot become lost until this long after the control plane starts:
+  // agents need time to reconnect after a control plane restart. Defaults to
+  // lost_after.
+  startup_grace: duration.optional(),
+  // When more than this fraction of the fleet is unreachable at once, nodes
+  // are not declared lost: the fault is more likely the control plane's own
+  // network than half the fleet dying together.
+  lost_freeze_fraction: z.number().min(0).max(1).default(0.5),
+  heartbeat_interval: duration.prefault("5s"),
+  // Kept outside the kernel's ephemeral range (32768-60999 on Linux) so
+  // engine ports never collide with outgoing connections.
+  port_range: z
+    .tuple([z.number().int().min(1).max(65535), z.number().int().min(1).max(65535)])
+    .default([20000, 20999])
+    .refine(([lo, hi]) => lo <= hi, "first port must not exceed the last"),
+  mgmt_interface: z.string().min(1).default("eth0"),
+  // Refuse stream messages larger than this: a broken agent must not be able
+  // to make the control plane buffer without bound.
+  max_message_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(4 * 1024 * 1024),
+});
+
+const timeoutsSchema = z.strictObject({
+  dial: duration.prefault("5s"),
+  response_header: duration.prefault("60s"),
+  first_token: duration.prefault("120s"),
+  idle: duration.prefault("60s"),
+  total: duration.prefault("30m"),
+});
+
+const scoringSchema = z.strictObject({
+  target_waiting: z.number().positive().default(4),
+  target_inflight: z.number().positive().default(8),
+  kv_ceiling: z.number().gt(0).max(1).default(0.9),
+  session_load_factor: z.number().min(1).default(1.25),
+});
+
+const bandSchema = z.strictObject({
+  name: z.string().regex(/^[a-z][a-z0-9_-]*$/, "must be lower-case letters, digits, - or _"),
+  priority: z.number().int(),
+  saturation_ceiling: z.number().gt(0).max(1),
+});
+
+export const DEFAULT_BANDS = [
+  { name: "platinum", priority: 400, saturation_ceiling: 1.0 },
+  { name: "gold", priority: 300, saturation_ceiling: 0.85 },
+  { name: "silver", priority: 200, saturation_ceiling: 0.6 },
+  { name: "bronze", priority: 100, saturation_ceiling: 0.3 },
+];
+
+const admissionSchema = z.strictObject({
+  enabled: z.boolean().default(true),
+  bands: z.array(bandSchema).min(1).default(DEFAULT_BANDS),
+  default_band: z.string().default("gold"),
+  band_header: z.string().default("x-llmgw-band"),
+  queue_ttl: duration.prefault("30s"),
+  queue_capacity_per_band: z.number().int().positive().default(2000),
+});
+
+export const routerSchema = z.strictObject({
+  scrape_interval: duration.prefault("2s"),
+  scrape_timeout: duration.prefault("1s"),
+  stale_after: duration.prefault("10s"),
+  retries: z.number().int().min(0).max(10).default(2),
+  cooldown: duration.prefault("15s"),
+  failure_threshold: z.number().int().min(1).default(3),
+  default_routing: z.string().default("chat"),
+  session_header: z.string().default("x-session-id"),
+  inject_usage: z.boolean().default(true),
+  max_body_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(32 * 1024 * 1024),
+  timeouts: timeoutsSchema.prefault({}),
+  scoring: scoringSchema.prefault({}),
+  admission: admissionSchema.prefault({}),
+});
+
+export const engineKind = z.enum(["vllm", "sglang", "sim"]);
+
+export const profileSchema = z.strictObject({
+  name: z.string().min(1),
+  engine: engineKind,
+  // What the engine loads: a Hugging Face id or a local path.
+  source: z.string().min(1),
+  tensor_parallel: z.number().int().min(1).default(1),
+  pipeline_parallel: z.number().int().min(1).default(1),
+  data_parallel: z.number().int().min(1).default(1),
+  // Derived from the parallel sizes when omitted.
+  gpus_per_node: z.number().int().min(1).optional(),
+  nodes: z.number().int().min(1).default(1),
+  gpu: z
+    .strictObject({
+      // Substring match against the GPU's reported name, e.g. "H100".
+      model: z.string().optional(),
+      min_memory_gib: z.number().positive().optional(),
+    })
+    .default({}),
+  // The fabric label key whose value must be shared by every node of a
+  // multi-node replica (e.g. "ib" for one InfiniBand island).
+  fabric: z.string().optional(),
+  engine_args: z.array(z.string()).default([]),
+  env: z.record(z.string(), z.string()).default({}),
+  gpu_memory_utilization: z.number().gt(0).max(1).default(0.9),
+  replicas: z
+    .strictObject({
+      min: z.number().int().min(0).default(1),
+      max: z.number().int().min(0).optional(),
+    })
+    .default({ min: 1 }),
+  startup_deadline: duration.prefault("20m"),
+  stop_grace: duration.prefault("30s"),
+  spread: z.boolean().default(false),
+});
+
+export const modelSchema = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, "must be letters, digits and . _ : / -"),
+  aliases: z.array(z.string().min(1)).default([]),
+  fallbacks: z.array(z.string().min(1)).default([]),
+  routing: z.string().optional(),
+  profiles: z.array(profileSchema).default([]),
+});
+
+export const endpointSchema = z.strictObject({
+  id: z.string().min(1),
+  url: z.url({ protocol: /^https?$/ }),
+  models: z.array(z.string().min(1)).min(1),
+  pool: z.string().default("default"),
+  weight: z.number().positive().default(1),
+  priority: z.number().int().default(0),
+});
+
+export const configSchema = z.strictObject({
+  // Separate from the agents' port so diagnostics and the operator API can be
+  // firewalled apart from the fleet-facing surface.
+  admin_listen: listenAddress.default(":9090"),
+  agent_listen: listenAddress.default(":7443"),
+  data_dir: z.string().default(".data"),
+  edge: z
+    .strictObject({
+      url: z.string().optional(),
+      // The bearer secret is read from this environment variable, never from
+      // the file, so the file can be committed.
+      token_env: z.string().default("LLMGW_EDGE_TOKEN"),
+    })
+    .default({ token_env: "LLMGW_EDGE_TOKEN" }),
+  control: controlSchema.prefault({}),
+  router: routerSchema.prefault({}),
+  models: z.array(modelSchema).default([]),
+  endpoints: z.array(endpointSchema).default([]),
+});
+
+export type Config = z.output<typeof configSchema>;
+export type ControlConfig = Config["control"];
+export type RouterConfig = Config["router"];
+export type ModelConfig = z.output<typeof modelSchema>;
+export type ProfileConfig = z.output<typeof profileSchema>;
+export type EndpointConfig = z.output<typeof endpointSchema>;
+export type EngineKind = z.output<typeof engineKind>;
