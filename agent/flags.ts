@@ -1,0 +1,120 @@
+import { hostname, networkInterfaces } from "node:os";
+import { parseArgs } from "node:util";
+import { parseDuration } from "../common/duration.ts";
+
+export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [flags]
+
+  --control-plane URL     control plane agent listener (default http://127.0.0.1:7443)
+  --node NAME             this node's name (default: the hostname)
+  --simulate-gpus SPEC    play a GPU node: 8xH100-80GB, or 4xH100-80GB,4xA100-40GB
+  --simulate-foreign I=MIB  simulated VRAM held by a foreign process on GPU I (repeatable)
+  --fabric KEY=VALUE      operator-given fabric label, e.g. ib=island-a (repeatable);
+                          multi-node replicas are placed only on nodes sharing one
+  --advertise-address H   address engines on this node are reached at (default: first non-loopback IPv4)
+  --state-dir DIR         where the agent keeps engine state across restarts (default .state/agent-NODE)
+  --nvidia-smi PATH       nvidia-smi binary (default nvidia-smi)
+  --vllm-bin PATH         vLLM launcher (default vllm)
+  --sglang-bin PATH       Python used for SGLang (default python)
+  --ping-interval DUR     HTTP/2 ping interval (default 10s)
+  --ping-timeout DUR      HTTP/2 ping timeout (default 5s)
+  --stable-after DUR      a session this long resets the reconnect backoff (default 10s)
+  --scrape-interval DUR   engine /metrics scrape interval (default 2s)
+`;
+
+export interface AgentFlags {
+  controlPlane: string;
+  node: string;
+  simulateGpus: string | undefined;
+  simulateForeign: Map<number, number>;
+  fabric: Record<string, string>;
+  advertiseAddress: string;
+  stateDir: string;
+  nvidiaSmi: string;
+  vllmBin: string;
+  sglangBin: string;
+  pingIntervalMs: number;
+  pingTimeoutMs: number;
+  stableAfterMs: number;
+  scrapeIntervalMs: number;
+}
+
+function defaultAddress(): string {
+  for (const addrs of Object.values(networkInterfaces())) {
+    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  }
+  return "127.0.0.1";
+}
+
+function pairs(values: string[] | undefined, flag: string): [string, string][] {
+  return (values ?? []).map((v) => {
+    const i = v.indexOf("=");
+    if (i <= 0) throw new Error(`${flag}: "${v}" is not KEY=VALUE`);
+    return [v.slice(0, i), v.slice(i + 1)];
+  });
+}
+
+function dur(v: string | undefined, flag: string, fallback: number): number {
+  if (v === undefined) return fallback;
+  try {
+    return parseDuration(v);
+  } catch (err) {
+    throw new Error(`${flag}: ${(err as Error).message}`);
+  }
+}
+
+export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      "control-plane": { type: "string" },
+      node: { type: "string" },
+      "simulate-gpus": { type: "string" },
+      "simulate-foreign": { type: "string", multiple: true },
+      fabric: { type: "string", multiple: true },
+      "advertise-address": { type: "string" },
+      "state-dir": { type: "string" },
+      "nvidia-smi": { type: "string" },
+      "vllm-bin": { type: "string" },
+      "sglang-bin": { type: "string" },
+      "ping-interval": { type: "string" },
+      "ping-timeout": { type: "string" },
+      "stable-after": { type: "string" },
+      "scrape-interval": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) return "help";
+  const node = values.node ?? hostname();
+  const fabric: Record<string, string> = {};
+  for (const [k, v] of pairs(values.fabric, "--fabric")) {
+    if (!/^[A-Za-z0-9._/-]{1,63}$/.test(k))
+      throw new Error(`--fabric: label key "${k}" must be 1-63 of A-Z a-z 0-9 . _ / -`);
+    fabric[k] = v;
+  }
+  const simulateForeign = new Map<number, number>();
+  for (const [k, v] of pairs(values["simulate-foreign"], "--simulate-foreign")) {
+    if (!/^\d+$/.test(k) || !/^\d+$/.test(v))
+      throw new Error(`--simulate-foreign: "${k}=${v}" is not GPU_INDEX=MIB`);
+    simulateForeign.set(Number(k), Number(v));
+  }
+  const controlPlane = values["control-plane"] ?? "http://127.0.0.1:7443";
+  if (!/^https?:\/\/[^/]+/.test(controlPlane))
+    throw new Error(`--control-plane: "${controlPlane}" is not an http(s) URL`);
+  return {
+    controlPlane,
+    node,
+    simulateGpus: values["simulate-gpus"],
+    simulateForeign,
+    fabric,
+    advertiseAddress: values["advertise-address"] ?? defaultAddress(),
+    stateDir: values["state-dir"] ?? `.state/agent-${node}`,
+    nvidiaSmi: values["nvidia-smi"] ?? "nvidia-smi",
+    vllmBin: values["vllm-bin"] ?? "vllm",
+    sglangBin: values["sglang-bin"] ?? "python",
+    pingIntervalMs: dur(values["ping-interval"], "--ping-interval", 10_000),
+    pingTimeoutMs: dur(values["ping-timeout"], "--ping-timeout", 5_000),
+    stableAfterMs: dur(values["stable-after"], "--stable-after", 10_000),
+    scrapeIntervalMs: dur(values["scrape-interval"], "--scrape-interval", 2_000),
+  };
+}

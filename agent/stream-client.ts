@@ -1,0 +1,189 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { AsyncQueue } from "../common/async-queue.ts";
+import { Backoff } from "../common/backoff.ts";
+import { errorMessage, type Logger } from "../common/log.ts";
+import {
+  type AgentMessage,
+  AgentMessageSchema,
+  AgentService,
+  type ControlMessage,
+  type Register,
+} from "../proto/gen/agent/v1/agent_pb.ts";
+
+/**
+ * The agent's half of the one stream to the control plane. It dials out and
+ * never gives up: a control plane restart must not need anyone to touch a
+ * GPU node. Reconnects use full-jitter backoff, spread at least as widely as
+ * the control plane asked (it knows the fleet size), so a fleet does not
+ * reconnect in lockstep.
+ */
+export interface StreamClientOptions {
+  url: string;
+  log: Logger;
+  /** Builds a fresh Register (whole inventory, running shards) per connection. */
+  register: () => Promise<Register>;
+  onCommand: (msg: ControlMessage) => void;
+  onConnected?: (ack: { controlPlaneId: string; epoch: bigint }) => void;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** A session that lasted this long resets the backoff. */
+  stableAfterMs?: number;
+  pingIntervalMs?: number;
+  pingTimeoutMs?: number;
+  random?: () => number;
+}
+
+export type StreamState = "connecting" | "connected" | "backoff" | "stopped";
+
+export class StreamClient {
+  private readonly backoff: Backoff;
+  private outbox: AsyncQueue<AgentMessage> | undefined;
+  private abort: AbortController | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly stopCtl = new AbortController();
+  private spreadMs = 0;
+  private loop: Promise<void> | undefined;
+  state: StreamState = "connecting";
+  /** Completed registrations over this client's life (1 + reconnects). */
+  sessions = 0;
+  lastAckEpoch: bigint | undefined;
+
+  constructor(private readonly opts: StreamClientOptions) {
+    this.backoff = new Backoff({
+      baseMs: opts.backoffBaseMs ?? 1_000,
+      maxMs: opts.backoffMaxMs ?? 60_000,
+      ...(opts.random ? { random: opts.random } : {}),
+    });
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.state = "stopped";
+    this.stopCtl.abort();
+    this.abort?.abort();
+    this.outbox?.close();
+    await this.loop;
+  }
+
+  /** Queues a message on the live stream; false (dropped) while disconnected. */
+  send(msg: AgentMessage): boolean {
+    if (this.state !== "connected") return false;
+    return this.outbox?.push(msg) ?? false;
+  }
+
+  private async run(): Promise<void> {
+    const transport = createConnectTransport({
+      baseUrl: this.opts.url,
+      httpVersion: "2",
+      // The server sends no pings, so the client must: a half-dead peer (NAT
+      // drop, power loss) is otherwise only noticed when TCP gives up.
+      pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
+      pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
+      pingIdleConnection: true,
+    });
+    const client = createClient(AgentService, transport);
+    const log = this.opts.log;
+    while (!this.stopped) {
+      this.state = "connecting";
+      const started = Date.now();
+      let acked = false;
+      try {
+        const register = await this.opts.register();
+        const outbox = new AsyncQueue<AgentMessage>();
+        outbox.push(create(AgentMessageSchema, { msg: { case: "register", value: register } }));
+        this.outbox = outbox;
+        this.abort = new AbortController();
+        for await (const msg of client.connect(outbox, { signal: this.abort.signal })) {
+          if (msg.msg.case === "registerAck") {
+            acked = true;
+            this.sessions++;
+            this.state = "connected";
+            this.lastAckEpoch = msg.msg.value.epoch;
+            this.spreadMs = msg.msg.value.reconnectSpreadMs;
+            this.startHeartbeat(msg.msg.value.heartbeatIntervalMs);
+            log.info("registered with control plane", {
+              controlPlane: msg.msg.value.controlPlaneId,
+              epoch: String(msg.msg.value.epoch),
+              heartbeatMs: msg.msg.value.heartbeatIntervalMs,
+            });
+            this.opts.onConnected?.({
+              controlPlaneId: msg.msg.value.controlPlaneId,
+              epoch: msg.msg.value.epoch,
+            });
+          } else if (msg.msg.case === "reject") {
+            log.error("control plane refused this agent", {
+              code: msg.msg.value.code,
+              reason: msg.msg.value.message,
+            });
+          } else {
+            this.opts.onCommand(msg);
+          }
+        }
+        if (!this.stopped) log.warn("control plane closed the stream");
+      } catch (err) {
+        if (this.stopped) break;
+        const code = err instanceof ConnectError ? Code[err.code] : undefined;
+        log.warn("control plane stream failed", { error: errorMessage(err), code });
+      } finally {
+        this.stopHeartbeat();
+        this.outbox?.close();
+        this.outbox = undefined;
+      }
+      if (this.stopped) break;
+      if (acked && Date.now() - started >= (this.opts.stableAfterMs ?? 10_000)) this.backoff.reset();
+      const delay = this.nextDelay();
+      this.state = "backoff";
+      log.info("reconnecting", { inMs: delay, attempt: this.backoff.attempts });
+      await sleep(delay, this.stopCtl.signal);
+    }
+  }
+
+  private nextDelay(): number {
+    const jittered = this.backoff.next();
+    // Full jitter over at least the control plane's requested spread: with a
+    // short backoff ceiling alone, a thousand agents would all land in the
+    // first second after a restart.
+    if (this.spreadMs > this.backoff.ceiling()) {
+      return Math.floor((this.opts.random ?? Math.random)() * this.spreadMs);
+    }
+    return jittered;
+  }
+
+  private startHeartbeat(intervalMs: number): void {
+    this.stopHeartbeat();
+    const every = Math.max(100, intervalMs || 5_000);
+    this.heartbeat = setInterval(() => {
+      this.send(
+        create(AgentMessageSchema, {
+          msg: { case: "heartbeat", value: { sentAtUnixMs: BigInt(Date.now()) } },
+        }),
+      );
+    }, every);
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}

@@ -1,0 +1,99 @@
+import { z } from "zod";
+import type { Register } from "../../proto/gen/agent/v1/agent_pb.ts";
+import type { RegistrationInfo } from "../registry.ts";
+
+/**
+ * A Register message is the agent's word about its node. It is bounded and
+ * checked field by field, so a broken agent gets a precise rejection and
+ * cannot make the control plane hold unbounded or nonsensical state.
+ */
+const label = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[A-Za-z0-9._/-]+$/, "letters, digits and . _ / - only");
+
+export const NODE_NAME = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$/;
+
+const registerSchema = z.object({
+  nodeName: z
+    .string()
+    .regex(NODE_NAME, "node name must be 1-63 letters, digits, . _ -, starting alphanumeric"),
+  agentVersion: z.string().max(64),
+  agentInstance: z.string().min(1, "agent instance id is required").max(64),
+  advertiseAddress: z.string().max(255),
+  fabric: z
+    .record(label, z.string().max(63))
+    .refine((f) => Object.keys(f).length <= 32, "at most 32 fabric labels"),
+  inventory: z.object({
+    gpus: z
+      .array(
+        z.object({
+          index: z.number().int().min(0).max(1023),
+          uuid: z.string().min(1).max(128),
+          name: z.string().max(128),
+          memoryTotalMib: z.bigint(),
+          memoryFreeMib: z.bigint(),
+          memoryUsedMib: z.bigint(),
+          pciBusId: z.string().max(64),
+          driverVersion: z.string().max(64),
+          computeCapability: z.string().max(16),
+          foreign: z.array(z.object({ pid: z.number(), usedMib: z.bigint() })).max(256),
+        }),
+      )
+      .max(256),
+    cpuCores: z.number().int().min(0),
+    ramTotalMib: z.bigint(),
+    hostname: z.string().max(255),
+    simulated: z.boolean(),
+  }),
+  shards: z.array(z.unknown()).max(1024),
+});
+
+export type RegisterCheck = { ok: true; info: RegistrationInfo } | { ok: false; reason: string };
+
+export function checkRegister(msg: Register): RegisterCheck {
+  if (!msg.inventory) return { ok: false, reason: "register.inventory: missing" };
+  const parsed = registerSchema.safeParse(msg);
+  if (!parsed.success) {
+    const i = parsed.error.issues[0]!;
+    return { ok: false, reason: `register.${i.path.join(".")}: ${i.message}` };
+  }
+  const inv = msg.inventory;
+  const indices = new Set(inv.gpus.map((g) => g.index));
+  if (indices.size !== inv.gpus.length)
+    return { ok: false, reason: "register.inventory.gpus: duplicate GPU index" };
+  for (const g of inv.gpus) {
+    if (g.memoryFreeMib > g.memoryTotalMib) {
+      return { ok: false, reason: `register.inventory.gpus[${g.index}]: free memory exceeds total` };
+    }
+  }
+  return {
+    ok: true,
+    info: {
+      name: msg.nodeName,
+      agentVersion: msg.agentVersion,
+      agentInstance: msg.agentInstance,
+      advertiseAddress: msg.advertiseAddress,
+      fabric: { ...msg.fabric },
+      inventory: {
+        gpus: inv.gpus.map((g) => ({
+          index: g.index,
+          uuid: g.uuid,
+          name: g.name,
+          memoryTotalMiB: Number(g.memoryTotalMib),
+          memoryFreeMiB: Number(g.memoryFreeMib),
+          memoryUsedMiB: Number(g.memoryUsedMib),
+          pciBusId: g.pciBusId,
+          driverVersion: g.driverVersion,
+          computeCapability: g.computeCapability,
+          foreign: g.foreign.map((f) => ({ pid: f.pid, usedMiB: Number(f.usedMib) })),
+        })),
+        cpuCores: inv.cpuCores,
+        ramTotalMiB: Number(inv.ramTotalMib),
+        hostname: inv.hostname,
+        simulated: inv.simulated,
+      },
+    },
+  };
+}

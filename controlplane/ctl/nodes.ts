@@ -1,0 +1,107 @@
+import type { Client } from "@connectrpc/connect";
+import { type ControlService, type Node, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
+import { ago, renderTable } from "./table.ts";
+
+/** The shape `llmgw ctl nodes --json` promises scripts; keep it stable. */
+export interface NodeJson {
+  name: string;
+  state: "ready" | "unreachable" | "lost" | "unknown";
+  since: string;
+  lastSeen: string;
+  registeredAt: string;
+  connected: boolean;
+  cordoned: boolean;
+  draining: boolean;
+  agentVersion: string;
+  agentInstance: string;
+  advertiseAddress: string;
+  fabric: Record<string, string>;
+  simulated: boolean;
+  cpuCores: number;
+  ramTotalMiB: number;
+  gpus: {
+    index: number;
+    uuid: string;
+    name: string;
+    memoryTotalMiB: number;
+    memoryFreeMiB: number;
+    memoryUsedMiB: number;
+    pciBusId: string;
+    driverVersion: string;
+    computeCapability: string;
+    foreign: { pid: number; usedMiB: number }[];
+  }[];
+}
+
+const STATE_NAME: Record<number, NodeJson["state"]> = {
+  [NodeState.READY]: "ready",
+  [NodeState.UNREACHABLE]: "unreachable",
+  [NodeState.LOST]: "lost",
+};
+
+const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : "");
+
+export function nodeJson(n: Node): NodeJson {
+  const inv = n.inventory;
+  return {
+    name: n.name,
+    state: STATE_NAME[n.state] ?? "unknown",
+    since: iso(n.stateSinceUnixMs),
+    lastSeen: iso(n.lastSeenUnixMs),
+    registeredAt: iso(n.registeredAtUnixMs),
+    connected: n.connected,
+    cordoned: n.cordoned,
+    draining: n.draining,
+    agentVersion: n.agentVersion,
+    agentInstance: n.agentInstance,
+    advertiseAddress: n.advertiseAddress,
+    fabric: { ...n.fabric },
+    simulated: inv?.simulated ?? false,
+    cpuCores: inv?.cpuCores ?? 0,
+    ramTotalMiB: Number(inv?.ramTotalMib ?? 0n),
+    gpus: (inv?.gpus ?? []).map((g) => ({
+      index: g.index,
+      uuid: g.uuid,
+      name: g.name,
+      memoryTotalMiB: Number(g.memoryTotalMib),
+      memoryFreeMiB: Number(g.memoryFreeMib),
+      memoryUsedMiB: Number(g.memoryUsedMib),
+      pciBusId: g.pciBusId,
+      driverVersion: g.driverVersion,
+      computeCapability: g.computeCapability,
+      foreign: g.foreign.map((f) => ({ pid: f.pid, usedMiB: Number(f.usedMib) })),
+    })),
+  };
+}
+
+/** `8 × H100 80GB (612 GiB free)`; mixed nodes list each model. */
+export function gpuSummary(n: NodeJson): string {
+  if (n.gpus.length === 0) return "none";
+  const byName = new Map<string, number>();
+  for (const g of n.gpus) byName.set(g.name, (byName.get(g.name) ?? 0) + 1);
+  const free = n.gpus.reduce((s, g) => s + g.memoryFreeMiB, 0) / 1024;
+  const models = [...byName].map(([name, count]) => `${count}×${name.replace(/^NVIDIA /, "")}`).join(", ");
+  return `${models}, ${Math.round(free)} GiB free`;
+}
+
+export async function nodesCommand(client: Client<typeof ControlService>, json: boolean): Promise<string> {
+  const { nodes } = await client.listNodes({});
+  const rows = nodes.map(nodeJson);
+  if (json) return `${JSON.stringify(rows, null, 2)}\n`;
+  if (rows.length === 0) return "no nodes have registered\n";
+  const now = Date.now();
+  return renderTable(
+    ["NODE", "STATE", "SINCE", "GPUS", "FABRIC", "AGENT", "LAST SEEN"],
+    rows.map((n) => [
+      n.name + (n.cordoned ? " (cordoned)" : "") + (n.draining ? " (draining)" : ""),
+      n.state,
+      ago(Date.parse(n.since), now),
+      gpuSummary(n),
+      Object.entries(n.fabric)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(",") || "-",
+      n.agentVersion,
+      `${ago(Date.parse(n.lastSeen), now)} ago`,
+    ]),
+  );
+}

@@ -1,0 +1,6 @@
+/** `:9090`, `127.0.0.1:9090` or `[::1]:9090` → what `server.listen` takes. */
+export function parseListen(addr: string): { host: string | undefined; port: number } {
+  const i = addr.lastIndexOf(":");
+  const host = addr.slice(0, i).replace(/^\[(.*)\]$/, "$1");
+  return { host: host === "" ? undefined : host, port: Number(addr.slice(i + 1)) };
+}

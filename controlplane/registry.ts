@@ -1,0 +1,163 @@
+/**
+ * The node registry: which nodes exist, what they have, and whether they are
+ * ready, unreachable or lost. Pure and clock-driven (`now` is passed in), so
+ * the lifecycle rules are unit-testable without timers or sockets.
+ *
+ * Only `lost` frees a node's GPUs for re-placement. The gap between
+ * unreachable and lost is deliberate: a network blip must not tear down
+ * replicas that still serve, and rebuilding a multi-node replica costs many
+ * minutes of weight loading.
+ */
+import type { NodeInventory } from "../common/inventory.ts";
+
+export type { GpuInfo, NodeInventory } from "../common/inventory.ts";
+
+export type NodeState = "ready" | "unreachable" | "lost";
+
+export interface NodeRecord {
+  name: string;
+  state: NodeState;
+  stateSince: number;
+  lastSeen: number;
+  registeredAt: number;
+  agentVersion: string;
+  agentInstance: string;
+  advertiseAddress: string;
+  fabric: Record<string, string>;
+  inventory: NodeInventory;
+  connected: boolean;
+}
+
+export interface RegistrationInfo {
+  name: string;
+  agentVersion: string;
+  agentInstance: string;
+  advertiseAddress: string;
+  fabric: Record<string, string>;
+  inventory: NodeInventory;
+}
+
+export interface LifecycleTimers {
+  unreachableAfterMs: number;
+  lostAfterMs: number;
+  /** No node may become lost until this long after `startedAt`. */
+  startupGraceMs: number;
+  /** Above this fraction of non-lost nodes unreachable at once, `lost` is frozen. */
+  lostFreezeFraction: number;
+}
+
+export interface Transition {
+  node: string;
+  from: NodeState | "new";
+  to: NodeState;
+  at: number;
+  reason: string;
+}
+
+export class Registry {
+  private readonly nodes = new Map<string, NodeRecord>();
+  private frozen = false;
+
+  constructor(
+    private readonly timers: LifecycleTimers,
+    readonly startedAt: number,
+  ) {}
+
+  get(name: string): NodeRecord | undefined {
+    return this.nodes.get(name);
+  }
+
+  list(): NodeRecord[] {
+    return [...this.nodes.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  get size(): number {
+    return this.nodes.size;
+  }
+
+  /** True while the mass-unreachable guard holds `lost` back. */
+  get lostFrozen(): boolean {
+    return this.frozen;
+  }
+
+  counts(): Record<NodeState, number> {
+    const c: Record<NodeState, number> = { ready: 0, unreachable: 0, lost: 0 };
+    for (const n of this.nodes.values()) c[n.state]++;
+    return c;
+  }
+
+  /** A (re)registering agent: the node is ready with a refreshed inventory. */
+  register(info: RegistrationInfo, now: number): Transition | undefined {
+    const prev = this.nodes.get(info.name);
+    const record: NodeRecord = {
+      ...info,
+      state: "ready",
+      stateSince: prev && prev.state === "ready" ? prev.stateSince : now,
+      lastSeen: now,
+      registeredAt: now,
+      connected: true,
+    };
+    this.nodes.set(info.name, record);
+    if (prev?.state === "ready") return undefined;
+    return {
+      node: info.name,
+      from: prev ? prev.state : "new",
+      to: "ready",
+      at: now,
+      reason: prev ? "agent registered again" : "agent registered",
+    };
+  }
+
+  /** Any message from the node's agent proves it alive. */
+  seen(name: string, now: number): Transition | undefined {
+    const n = this.nodes.get(name);
+    if (!n) return undefined;
+    n.lastSeen = now;
+    if (n.state === "ready") return undefined;
+    const from = n.state;
+    n.state = "ready";
+    n.stateSince = now;
+    return { node: name, from, to: "ready", at: now, reason: "agent heard from again" };
+  }
+
+  disconnected(name: string): void {
+    const n = this.nodes.get(name);
+    if (n) n.connected = false;
+  }
+
+  /**
+   * Advances every node's lifecycle to `now`. Called on a timer; returns the
+   * transitions so the caller can log them and wake the reconciler.
+   */
+  tick(now: number): Transition[] {
+    const out: Transition[] = [];
+    for (const n of this.nodes.values()) {
+      const silent = now - n.lastSeen;
+      if (n.state === "ready" && silent >= this.timers.unreachableAfterMs) {
+        out.push(this.move(n, "unreachable", now, `no message for ${Math.round(silent / 1000)}s`));
+      }
+    }
+    const live = [...this.nodes.values()].filter((n) => n.state !== "lost");
+    const unreachable = live.filter((n) => n.state === "unreachable").length;
+    // The fault is far more likely the control plane's own network than half
+    // the fleet failing together; declaring them lost would reshuffle
+    // everything for nothing.
+    this.frozen = live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
+    const inGrace = now - this.startedAt < this.timers.startupGraceMs;
+    if (this.frozen || inGrace) return out;
+    for (const n of this.nodes.values()) {
+      const silent = now - n.lastSeen;
+      if (n.state === "unreachable" && silent >= this.timers.lostAfterMs) {
+        out.push(this.move(n, "lost", now, `no message for ${Math.round(silent / 1000)}s`));
+      }
+    }
+    return out;
+  }
+
+  private move(n: NodeRecord, to: NodeState, now: number, reason: string): Transition {
+    const t: Transition = { node: n.name, from: n.state, to, at: now, reason };
+    n.state = to;
+    n.stateSince = now;
+    return t;
+  }
+}

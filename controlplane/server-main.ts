@@ -1,0 +1,47 @@
+import { parseArgs } from "node:util";
+import { createLogger } from "../common/log.ts";
+import { ConfigError, loadConfig } from "./config/load.ts";
+import { startControlPlane } from "./server.ts";
+
+const HELP = `usage: llmgw server [--config FILE]
+
+Runs the control plane: agents connect on agent_listen (HTTP/2), operators
+and the dashboard on admin_listen (ControlService, /healthz, /metrics).
+An empty or missing --config runs on the defaults; LLMGW_ environment
+variables override the file (LLMGW_CONTROL__LOST_AFTER=8s).
+`;
+
+export async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } },
+  });
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const log = createLogger({ component: "server" });
+  let loaded: ReturnType<typeof loadConfig>;
+  try {
+    loaded = loadConfig(values.config);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+  if (loaded.envOverrides.length > 0)
+    log.info("environment overrides applied", { keys: loaded.envOverrides });
+  const cp = await startControlPlane({ loaded, log });
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info("shutting down", { signal });
+      resolve();
+    };
+    process.once("SIGINT", () => stop("SIGINT"));
+    process.once("SIGTERM", () => stop("SIGTERM"));
+  });
+  await cp.close();
+  return 0;
+}

@@ -1,0 +1,159 @@
+import { randomUUID } from "node:crypto";
+import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
+import { createServer as createHttp2Server, type Http2Server } from "node:http2";
+import type { AddressInfo } from "node:net";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "../common/log.ts";
+import { MetricsRegistry } from "../common/prometheus.ts";
+import { controlRoutes } from "./admin/control-service.ts";
+import { AgentStreams } from "./agentsvc/service.ts";
+import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { parseListen } from "./listen.ts";
+import { Registry } from "./registry.ts";
+
+export interface ControlPlane {
+  readonly agentPort: number;
+  readonly adminPort: number;
+  readonly registry: Registry;
+  readonly streams: AgentStreams;
+  close(): Promise<void>;
+}
+
+export interface ControlPlaneOptions {
+  loaded: LoadedConfig;
+  log: Logger;
+  now?: () => number;
+}
+
+export async function startControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
+  const { config } = opts.loaded;
+  const log = opts.log;
+  const now = opts.now ?? Date.now;
+  const startedAt = now();
+  const c = config.control;
+  const registry = new Registry(
+    {
+      unreachableAfterMs: c.unreachable_after,
+      lostAfterMs: c.lost_after,
+      startupGraceMs: startupGraceMs(config),
+      lostFreezeFraction: c.lost_freeze_fraction,
+    },
+    startedAt,
+  );
+  let frozenLogged = false;
+  const streams = new AgentStreams({
+    registry,
+    log: log.child({ component: "agentsvc" }),
+    controlPlaneId: randomUUID(),
+    epoch: BigInt(startedAt),
+    heartbeatIntervalMs: c.heartbeat_interval,
+    now,
+    hooks: {
+      onTransition: (t) => log.info("node state changed", { ...t }),
+    },
+  });
+
+  // Lifecycle resolution well under a second keeps the observed transition
+  // times close to the configured ones without a timer per node.
+  const tickEvery = Math.max(100, Math.min(1_000, Math.floor(c.unreachable_after / 10)));
+  const ticker = setInterval(() => {
+    for (const t of registry.tick(now())) log.info("node state changed", { ...t });
+    if (registry.lostFrozen !== frozenLogged) {
+      frozenLogged = registry.lostFrozen;
+      if (frozenLogged) {
+        log.warn(
+          "more than half of the fleet is unreachable: not declaring any node lost",
+          registry.counts(),
+        );
+      } else log.info("lost-freeze lifted", registry.counts());
+    }
+  }, tickEvery);
+
+  const metrics = new MetricsRegistry();
+  metrics.gauge("llmgw_nodes", "Nodes by lifecycle state.", () =>
+    Object.entries(registry.counts()).map(([state, value]) => ({ labels: { state }, value })),
+  );
+  metrics.gauge("llmgw_agent_streams", "Open agent streams.", () => streams.connected);
+  metrics.gauge("llmgw_lost_frozen", "1 while the mass-unreachable guard holds lost back.", () =>
+    registry.lostFrozen ? 1 : 0,
+  );
+  metrics.counter(
+    "llmgw_agent_registrations_total",
+    "Accepted agent registrations.",
+    () => streams.stats.registrations,
+  );
+  metrics.counter(
+    "llmgw_agent_messages_total",
+    "Messages received on agent streams.",
+    () => streams.stats.messages,
+  );
+  metrics.counter("llmgw_agent_rejections_total", "Agent streams or messages refused, by reason.", () =>
+    Object.entries(streams.stats.rejected).map(([reason, value]) => ({ labels: { reason }, value })),
+  );
+
+  const agentServer: Http2Server = createHttp2Server(
+    // Without server-side pings a vanished agent is noticed only through its
+    // silence; the registry's clock handles that, so no keepalive here.
+    { maxSessionMemory: 4 },
+    connectNodeAdapter({
+      routes: (router: ConnectRouter) => streams.routes(router),
+      readMaxBytes: c.max_message_bytes,
+    }),
+  );
+  const adminServer: HttpServer = createHttpServer(
+    connectNodeAdapter({
+      routes: controlRoutes({ registry }),
+      fallback: (req, res) => {
+        if (req.url === "/healthz") {
+          res.writeHead(200, { "content-type": "text/plain" });
+          res.end("ok\n");
+        } else if (req.url === "/metrics") {
+          res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
+          res.end(metrics.render());
+        } else {
+          res.writeHead(404, { "content-type": "text/plain" });
+          res.end("not found\n");
+        }
+      },
+    }),
+  );
+
+  const agentPort = await listen(agentServer, config.agent_listen);
+  const adminPort = await listen(adminServer, config.admin_listen);
+  log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
+    agent_listen: config.agent_listen,
+  });
+  log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
+
+  return {
+    agentPort,
+    adminPort,
+    registry,
+    streams,
+    async close() {
+      clearInterval(ticker);
+      streams.closeAll("control plane shutting down");
+      await Promise.all([closeServer(agentServer), closeServer(adminServer)]);
+    },
+  };
+}
+
+function listen(server: HttpServer | Http2Server, addr: string): Promise<number> {
+  const { host, port } = parseListen(addr);
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
+
+function closeServer(server: HttpServer | Http2Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    setTimeout(resolve, 2_000).unref();
+    if ("closeAllConnections" in server) server.closeAllConnections();
+  });
+}
