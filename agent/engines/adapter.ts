@@ -1,0 +1,130 @@
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
+
+/**
+ * An engine adapter turns a shard spec into the exact process to run. It is a
+ * pure function of the spec and the node it runs on, so the command line an
+ * operator will see in `ps` is pinned by unit tests, and the same
+ * construction runs in tests against the sim engine standing in for the real
+ * binary.
+ */
+
+/** What the agent knows about the node that the spec does not say. */
+export interface NodeContext {
+  /** The address other nodes and the edge reach this node on. */
+  advertiseAddress: string;
+  /** Interface NCCL/Gloo bootstrap over when the spec names none (`control.mgmt_interface`). */
+  mgmtInterface?: string;
+  /** The engine executable (`--vllm-bin`, `--sglang-bin`); each adapter has its own default. */
+  bin?: string;
+  /**
+   * Address the engine's HTTP server binds. Defaults to the advertise
+   * address, so the engine is reachable exactly where the edge was told to
+   * look and nowhere else.
+   */
+  listenHost?: string;
+}
+
+/** Where the scraper finds load in this engine's Prometheus output. */
+export interface MetricNames {
+  waiting: string;
+  running: string;
+  /** A 0..1 gauge of KV-cache use. */
+  kvUsage: string;
+  /**
+   * vLLM exports prefix-cache counters (the hit rate is a ratio of deltas
+   * between scrapes); SGLang exports the rate itself as a gauge.
+   */
+  prefixHitRate: { kind: "counters"; queries: string; hits: string } | { kind: "gauge"; name: string };
+}
+
+export interface EngineLaunch {
+  /** argv[0] is the executable (looked up on PATH when it has no slash). */
+  argv: string[];
+  /** Added to (and overriding) the agent's own environment. */
+  env: Record<string, string>;
+  /** Host to probe health and metrics on (a wildcard listen address becomes loopback). */
+  probeHost: string;
+  port: number;
+  /**
+   * Null for ranks that serve no HTTP (vLLM `--headless`, SGLang non-zero
+   * ranks): such a rank is ready once it runs, and the replica's readiness is
+   * its rank 0's.
+   */
+  healthPath: string | null;
+  metricsPath: string | null;
+  metricNames: MetricNames;
+}
+
+export interface EngineAdapter {
+  readonly engine: string;
+  readonly defaultBin: string;
+  build(spec: StartShard, node: NodeContext): EngineLaunch;
+}
+
+export const VLLM_METRICS: MetricNames = {
+  waiting: "vllm:num_requests_waiting",
+  running: "vllm:num_requests_running",
+  kvUsage: "vllm:kv_cache_usage_perc",
+  prefixHitRate: { kind: "counters", queries: "vllm:prefix_cache_queries", hits: "vllm:prefix_cache_hits" },
+};
+
+export const SGLANG_METRICS: MetricNames = {
+  waiting: "sglang:num_queue_reqs",
+  running: "sglang:num_running_reqs",
+  kvUsage: "sglang:token_usage",
+  prefixHitRate: { kind: "gauge", name: "sglang:cache_hit_rate" },
+};
+
+/** The rank-0 peer's address and first dist-init port: the rendezvous every rank dials. */
+export function rendezvous(spec: StartShard, node: NodeContext): { host: string; port: number | undefined } {
+  if (spec.rank === 0) return { host: node.advertiseAddress, port: spec.ports?.distInit[0] };
+  const head = spec.peers.find((p) => p.rank === 0);
+  return {
+    host: head?.address ?? node.advertiseAddress,
+    port: head?.ports?.distInit[0] ?? spec.ports?.distInit[0],
+  };
+}
+
+export function listenHost(node: NodeContext): string {
+  return node.listenHost ?? node.advertiseAddress;
+}
+
+export function probeHostFor(host: string): string {
+  if (host === "0.0.0.0" || host === "") return "127.0.0.1";
+  if (host === "::") return "::1";
+  return host;
+}
+
+/**
+ * Environment shared by every GPU engine. The interface variables are only
+ * set for multi-node shards: NCCL refuses to bootstrap at all when the named
+ * interface does not exist, and a single-node shard needs no network between
+ * ranks, so a wrong `mgmt_interface` must not break every single-node
+ * replica on a host whose NIC is called ens5.
+ */
+export function gpuEnv(spec: StartShard, node: NodeContext): Record<string, string> {
+  const env: Record<string, string> = {
+    // Index order must match nvidia-smi's, which is PCI bus order; CUDA's
+    // default "fastest first" order would make our indices point at other GPUs.
+    CUDA_DEVICE_ORDER: "PCI_BUS_ID",
+    CUDA_VISIBLE_DEVICES: spec.gpuIndices.join(","),
+  };
+  const ifname = spec.mgmtInterface || node.mgmtInterface || "";
+  if (spec.worldNodes > 1 && ifname) {
+    // "=" makes NCCL match the name exactly instead of as a prefix (eth0
+    // would otherwise also match eth01); Gloo takes a plain name only.
+    env.NCCL_SOCKET_IFNAME = `=${ifname}`;
+    env.GLOO_SOCKET_IFNAME = ifname;
+  }
+  return env;
+}
+
+/** Operator-given env wins over everything the adapter chose. */
+export function withSpecEnv(env: Record<string, string>, spec: StartShard): Record<string, string> {
+  return { ...env, ...spec.env };
+}
+
+export function fraction(n: number): string {
+  // Proto doubles arrive as 0.9000000000000001 often enough to be ugly in `ps`.
+  return String(Math.round(n * 10_000) / 10_000);
+}

@@ -1,0 +1,63 @@
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
+import {
+  type EngineAdapter,
+  type EngineLaunch,
+  fraction,
+  gpuEnv,
+  listenHost,
+  type NodeContext,
+  probeHostFor,
+  rendezvous,
+  SGLANG_METRICS,
+  withSpecEnv,
+} from "./adapter.ts";
+
+export function sglangArgs(spec: StartShard, node: NodeContext): string[] {
+  const args = [
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    spec.model,
+    "--host",
+    listenHost(node),
+    "--port",
+    String(spec.ports?.http ?? 0),
+    // SGLang's --tp counts every GPU of the replica across all nodes; the
+    // spec's tensor_parallel is that same replica-wide size.
+    "--tp",
+    String(spec.tensorParallel || 1),
+  ];
+  if (spec.pipelineParallel > 1) args.push("--pp-size", String(spec.pipelineParallel));
+  if (spec.dataParallel > 1) args.push("--dp-size", String(spec.dataParallel));
+  if (spec.worldNodes > 1) {
+    args.push("--nnodes", String(spec.worldNodes), "--node-rank", String(spec.rank));
+  }
+  const head = rendezvous(spec, node);
+  // Passed whenever a port was assigned, single node included: unset, SGLang
+  // picks port+233 and the ports after it, outside what placement reserved.
+  if (head.port !== undefined) args.push("--dist-init-addr", `${head.host}:${head.port}`);
+  args.push("--served-model-name", spec.servedModelName || spec.model);
+  if (spec.gpuMemoryUtilization > 0) {
+    args.push("--mem-fraction-static", fraction(spec.gpuMemoryUtilization));
+  }
+  args.push("--enable-metrics", ...spec.args);
+  return args;
+}
+
+export const sglangAdapter: EngineAdapter = {
+  engine: "sglang",
+  defaultBin: "python",
+  build(spec, node): EngineLaunch {
+    // Non-zero ranks run schedulers only; the HTTP server is rank 0's.
+    const follower = spec.worldNodes > 1 && spec.rank > 0;
+    return {
+      argv: [node.bin || this.defaultBin, ...sglangArgs(spec, node)],
+      env: withSpecEnv(gpuEnv(spec, node), spec),
+      probeHost: probeHostFor(listenHost(node)),
+      port: spec.ports?.http ?? 0,
+      healthPath: follower ? null : "/health",
+      metricsPath: follower ? null : "/metrics",
+      metricNames: SGLANG_METRICS,
+    };
+  },
+};

@@ -1,0 +1,83 @@
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
+import {
+  type EngineAdapter,
+  type EngineLaunch,
+  fraction,
+  gpuEnv,
+  listenHost,
+  type NodeContext,
+  probeHostFor,
+  rendezvous,
+  VLLM_METRICS,
+  withSpecEnv,
+} from "./adapter.ts";
+
+/**
+ * The flags after `serve`: shared with the sim engine, which takes vLLM's
+ * command line so the same construction is exercised without a GPU.
+ */
+export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
+  const host = listenHost(node);
+  const args = [
+    spec.model,
+    "--host",
+    host,
+    "--port",
+    String(spec.ports?.http ?? 0),
+    "--served-model-name",
+    spec.servedModelName || spec.model,
+    "--tensor-parallel-size",
+    String(spec.tensorParallel || 1),
+    "--pipeline-parallel-size",
+    String(spec.pipelineParallel || 1),
+  ];
+  if (spec.dataParallel > 1) args.push("--data-parallel-size", String(spec.dataParallel));
+  if (spec.worldNodes > 1) {
+    const head = rendezvous(spec, node);
+    args.push(
+      "--nnodes",
+      String(spec.worldNodes),
+      "--node-rank",
+      String(spec.rank),
+      "--master-addr",
+      head.host,
+    );
+    if (head.port !== undefined) args.push("--master-port", String(head.port));
+    // Followers run only workers; the API server lives on rank 0.
+    if (spec.rank > 0) args.push("--headless");
+  }
+  if (spec.gpuMemoryUtilization > 0) {
+    args.push("--gpu-memory-utilization", fraction(spec.gpuMemoryUtilization));
+  }
+  args.push(...spec.args);
+  return args;
+}
+
+export function isHeadless(spec: StartShard): boolean {
+  return spec.worldNodes > 1 && spec.rank > 0;
+}
+
+export const vllmAdapter: EngineAdapter = {
+  engine: "vllm",
+  defaultBin: "vllm",
+  build(spec, node): EngineLaunch {
+    const env = gpuEnv(spec, node);
+    if (spec.worldNodes > 1) {
+      // With several addresses per host vLLM may pick the wrong one for the
+      // workers to meet on; name it explicitly per node.
+      env.VLLM_HOST_IP = node.advertiseAddress;
+    }
+    const headless = isHeadless(spec);
+    return {
+      argv: [node.bin || this.defaultBin, "serve", ...vllmServeArgs(spec, node)],
+      env: withSpecEnv(env, spec),
+      probeHost: probeHostFor(listenHost(node)),
+      port: spec.ports?.http ?? 0,
+      // vLLM's /health is 200 when serving, 503 once the engine core died,
+      // connection refused while loading.
+      healthPath: headless ? null : "/health",
+      metricsPath: headless ? null : "/metrics",
+      metricNames: VLLM_METRICS,
+    };
+  },
+};

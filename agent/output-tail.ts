@@ -1,0 +1,39 @@
+import { open } from "node:fs/promises";
+
+/**
+ * The last lines an engine wrote, read back from its log file rather than
+ * kept from a pipe: the engine writes straight into the file so its output
+ * survives an agent restart, and an adopted engine's tail is read the same
+ * way as a child's.
+ */
+export const TAIL_LINES = 50;
+const MAX_TAIL_BYTES = 64 * 1024;
+// A tail is sent upstream on every failure; one runaway line (a tensor dump)
+// must not make it megabytes.
+const MAX_LINE_CHARS = 2_000;
+
+export async function readTail(path: string, lines = TAIL_LINES, fromOffset = 0): Promise<string[]> {
+  let fh: Awaited<ReturnType<typeof open>> | undefined;
+  try {
+    fh = await open(path, "r");
+    const { size } = await fh.stat();
+    const start = Math.max(fromOffset, size - MAX_TAIL_BYTES, 0);
+    const buf = Buffer.alloc(Math.max(0, size - start));
+    if (buf.length > 0) await fh.read(buf, 0, buf.length, start);
+    return lastLines(buf.toString("utf8"), lines, start > fromOffset);
+  } catch {
+    return [];
+  } finally {
+    await fh?.close();
+  }
+}
+
+/** Pure: the last `n` non-empty lines of `text`; `cut` drops a first line that began before the window. */
+export function lastLines(text: string, n: number, cut = false): string[] {
+  let parts = text.split(/\r?\n/);
+  if (cut) parts = parts.slice(1);
+  return parts
+    .filter((l) => l.trim().length > 0)
+    .slice(-n)
+    .map((l) => (l.length > MAX_LINE_CHARS ? `${l.slice(0, MAX_LINE_CHARS)}…` : l));
+}

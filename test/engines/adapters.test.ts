@@ -1,0 +1,227 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { sglangAdapter } from "../../agent/engines/sglang.ts";
+import { LLMGW_ENTRY, simAdapter } from "../../agent/engines/sim.ts";
+import { vllmAdapter } from "../../agent/engines/vllm.ts";
+import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+
+type Init = Parameters<typeof create<typeof StartShardSchema>>[1];
+
+function spec(over: Init = {}): StartShard {
+  return create(StartShardSchema, {
+    replicaId: "llama-8b-0",
+    rank: 0,
+    worldNodes: 1,
+    engine: "vllm",
+    model: "meta-llama/Llama-3.1-8B-Instruct",
+    servedModelName: "llama-8b",
+    gpuIndices: [0],
+    ports: { http: 20000, distInit: [20001] },
+    tensorParallel: 1,
+    pipelineParallel: 1,
+    dataParallel: 1,
+    gpuMemoryUtilization: 0.9,
+    ...over,
+  });
+}
+
+const node = { advertiseAddress: "10.0.0.5", mgmtInterface: "eth0" };
+
+// Two nodes, 8 GPUs each: tensor parallel 8 within a node, pipeline across.
+function twoNodeSpec(rank: number, engine = "vllm"): StartShard {
+  return spec({
+    replicaId: "llama-405b-0",
+    engine,
+    model: "meta-llama/Llama-3.1-405B-Instruct",
+    servedModelName: "llama-405b",
+    rank,
+    worldNodes: 2,
+    gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7],
+    tensorParallel: 8,
+    pipelineParallel: 2,
+    ports: rank === 0 ? { http: 20010, distInit: [20011] } : { http: 20020, distInit: [20021] },
+    peers: [
+      { rank: 0, nodeName: "gpu-a", address: "10.0.0.5", ports: { http: 20010, distInit: [20011] } },
+      { rank: 1, nodeName: "gpu-b", address: "10.0.0.6", ports: { http: 20020, distInit: [20021] } },
+    ],
+    mgmtInterface: "ib0",
+  });
+}
+
+describe("vllm adapter", () => {
+  it("one GPU", () => {
+    const l = vllmAdapter.build(spec({ args: ["--max-model-len", "8192"] }), node);
+    expect(l.argv.join(" ")).toBe(
+      "vllm serve meta-llama/Llama-3.1-8B-Instruct --host 10.0.0.5 --port 20000 --served-model-name llama-8b " +
+        "--tensor-parallel-size 1 --pipeline-parallel-size 1 --gpu-memory-utilization 0.9 --max-model-len 8192",
+    );
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "0", CUDA_DEVICE_ORDER: "PCI_BUS_ID" });
+    expect([l.probeHost, l.port, l.healthPath, l.metricsPath]).toEqual([
+      "10.0.0.5",
+      20000,
+      "/health",
+      "/metrics",
+    ]);
+    expect(l.metricNames.waiting).toBe("vllm:num_requests_waiting");
+  });
+
+  it("tensor parallel 8, data parallel when > 1, configured binary, spec env wins", () => {
+    const l = vllmAdapter.build(
+      spec({
+        gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7],
+        tensorParallel: 4,
+        dataParallel: 2,
+        gpuMemoryUtilization: 0.85,
+        env: { HF_HUB_OFFLINE: "1", CUDA_DEVICE_ORDER: "FASTEST_FIRST" },
+      }),
+      { ...node, bin: "/opt/vllm/bin/vllm", listenHost: "0.0.0.0" },
+    );
+    expect(l.argv).toEqual([
+      "/opt/vllm/bin/vllm",
+      "serve",
+      "meta-llama/Llama-3.1-8B-Instruct",
+      "--host",
+      "0.0.0.0",
+      "--port",
+      "20000",
+      "--served-model-name",
+      "llama-8b",
+      "--tensor-parallel-size",
+      "4",
+      "--pipeline-parallel-size",
+      "1",
+      "--data-parallel-size",
+      "2",
+      "--gpu-memory-utilization",
+      "0.85",
+    ]);
+    expect(l.env).toEqual({
+      CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7",
+      CUDA_DEVICE_ORDER: "FASTEST_FIRST",
+      HF_HUB_OFFLINE: "1",
+    });
+    expect(l.probeHost).toBe("127.0.0.1");
+  });
+
+  it("tensor parallel 8", () => {
+    const l = vllmAdapter.build(spec({ gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7], tensorParallel: 8 }), node);
+    expect(l.argv.slice(9, 13)).toEqual(["--tensor-parallel-size", "8", "--pipeline-parallel-size", "1"]);
+    expect(l.argv).not.toContain("--data-parallel-size");
+    expect(l.argv).not.toContain("--nnodes");
+  });
+
+  it("pipeline parallel 2 across two nodes: rank 0 is the head", () => {
+    const l = vllmAdapter.build(twoNodeSpec(0), node);
+    expect(l.argv.join(" ")).toBe(
+      "vllm serve meta-llama/Llama-3.1-405B-Instruct --host 10.0.0.5 --port 20010 --served-model-name llama-405b " +
+        "--tensor-parallel-size 8 --pipeline-parallel-size 2 --nnodes 2 --node-rank 0 " +
+        "--master-addr 10.0.0.5 --master-port 20011 --gpu-memory-utilization 0.9",
+    );
+    expect(l.env).toEqual({
+      CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7",
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID",
+      NCCL_SOCKET_IFNAME: "=ib0",
+      GLOO_SOCKET_IFNAME: "ib0",
+      VLLM_HOST_IP: "10.0.0.5",
+    });
+    expect(l.healthPath).toBe("/health");
+  });
+
+  it("pipeline parallel 2 across two nodes: rank 1 is headless and dials the head", () => {
+    const l = vllmAdapter.build(twoNodeSpec(1), { advertiseAddress: "10.0.0.6", mgmtInterface: "eth0" });
+    expect(l.argv.join(" ")).toBe(
+      "vllm serve meta-llama/Llama-3.1-405B-Instruct --host 10.0.0.6 --port 20020 --served-model-name llama-405b " +
+        "--tensor-parallel-size 8 --pipeline-parallel-size 2 --nnodes 2 --node-rank 1 " +
+        "--master-addr 10.0.0.5 --master-port 20011 --headless --gpu-memory-utilization 0.9",
+    );
+    // The spec's interface wins over the node default.
+    expect(l.env.NCCL_SOCKET_IFNAME).toBe("=ib0");
+    expect(l.env.VLLM_HOST_IP).toBe("10.0.0.6");
+    expect([l.healthPath, l.metricsPath]).toEqual([null, null]);
+  });
+
+  it("single node sets no socket interface (NCCL would refuse a missing one)", () => {
+    const l = vllmAdapter.build(spec({ mgmtInterface: "eth9" }), node);
+    expect(l.env.NCCL_SOCKET_IFNAME).toBeUndefined();
+    expect(l.env.GLOO_SOCKET_IFNAME).toBeUndefined();
+  });
+});
+
+describe("sglang adapter", () => {
+  it("multi-node with --dist-init-addr", () => {
+    const s = twoNodeSpec(0, "sglang");
+    s.tensorParallel = 16;
+    s.pipelineParallel = 1;
+    const l = sglangAdapter.build(s, node);
+    expect(l.argv.join(" ")).toBe(
+      "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-405B-Instruct --host 10.0.0.5 --port 20010 " +
+        "--tp 16 --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.5:20011 --served-model-name llama-405b " +
+        "--mem-fraction-static 0.9 --enable-metrics",
+    );
+    expect(l.env).toEqual({
+      CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7",
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID",
+      NCCL_SOCKET_IFNAME: "=ib0",
+      GLOO_SOCKET_IFNAME: "ib0",
+    });
+    expect(l.metricNames.kvUsage).toBe("sglang:token_usage");
+
+    const r1 = sglangAdapter.build(twoNodeSpec(1, "sglang"), {
+      advertiseAddress: "10.0.0.6",
+      bin: "/venv/bin/python",
+    });
+    expect(r1.argv[0]).toBe("/venv/bin/python");
+    expect(r1.argv.join(" ")).toContain("--nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.5:20011");
+    expect(r1.healthPath).toBeNull();
+  });
+
+  it("single node keeps dist-init inside the assigned ports, pp/dp when > 1, extra args last", () => {
+    const l = sglangAdapter.build(
+      spec({
+        engine: "sglang",
+        gpuIndices: [2, 3, 4, 5],
+        tensorParallel: 2,
+        pipelineParallel: 2,
+        dataParallel: 1,
+        args: ["--trust-remote-code"],
+      }),
+      node,
+    );
+    expect(l.argv.join(" ")).toBe(
+      "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --host 10.0.0.5 --port 20000 " +
+        "--tp 2 --pp-size 2 --dist-init-addr 10.0.0.5:20001 --served-model-name llama-8b " +
+        "--mem-fraction-static 0.9 --enable-metrics --trust-remote-code",
+    );
+    expect(l.env.CUDA_VISIBLE_DEVICES).toBe("2,3,4,5");
+  });
+});
+
+describe("sim adapter", () => {
+  it("runs llmgw sim-engine serve on the agent's Node with vLLM's flags and no CUDA env", () => {
+    const l = simAdapter.build(
+      spec({ engine: "sim", gpuIndices: [], gpuMemoryUtilization: 0, env: { SIM_SPEED: "10" } }),
+      {
+        advertiseAddress: "127.0.0.1",
+      },
+    );
+    expect(l.argv).toEqual([
+      process.execPath,
+      LLMGW_ENTRY,
+      "sim-engine",
+      "serve",
+      "meta-llama/Llama-3.1-8B-Instruct",
+      "--host",
+      "127.0.0.1",
+      "--port",
+      "20000",
+      "--served-model-name",
+      "llama-8b",
+      "--tensor-parallel-size",
+      "1",
+      "--pipeline-parallel-size",
+      "1",
+    ]);
+    expect(LLMGW_ENTRY.endsWith("bin/llmgw.mjs")).toBe(true);
+    expect(l.env).toEqual({ SIM_SPEED: "10" });
+  });
+});
