@@ -112,56 +112,111 @@ export const routerSchema = z.strictObject({
 
 export const engineKind = z.enum(["vllm", "sglang", "sim"]);
 
+// The model/profile/endpoint part below is the catalog's input. Rules that
+// span fields or models (parallelism arithmetic, alias uniqueness, fallback
+// cycles) live in controlplane/catalog.ts, so there is one place they are
+// enforced; this schema only types each field. The descriptions surface in
+// `llmgw config schema` for editors.
 export const profileSchema = z.strictObject({
-  name: z.string().min(1),
-  engine: engineKind,
+  name: z
+    .string()
+    .min(1)
+    .describe("Profile name, unique within the model; part of replica ids <model>/<profile>/<n>"),
+  engine: engineKind.describe("Engine adapter: vllm, sglang, or sim (the CPU stand-in for vLLM)"),
   // What the engine loads: a Hugging Face id or a local path.
-  source: z.string().min(1),
-  tensor_parallel: z.number().int().min(1).default(1),
-  pipeline_parallel: z.number().int().min(1).default(1),
-  data_parallel: z.number().int().min(1).default(1),
+  source: z.string().min(1).describe("What the engine loads: a Hugging Face id or a local path"),
+  tensor_parallel: z
+    .number()
+    .int()
+    .min(1)
+    .default(1)
+    .describe("Tensor parallel size; must divide the GPUs per node"),
+  pipeline_parallel: z
+    .number()
+    .int()
+    .min(1)
+    .default(1)
+    .describe("Pipeline parallel size; stages may span nodes"),
+  data_parallel: z.number().int().min(1).default(1).describe("Data parallel size inside one replica"),
   // Derived from the parallel sizes when omitted.
-  gpus_per_node: z.number().int().min(1).optional(),
-  nodes: z.number().int().min(1).default(1),
+  gpus_per_node: z
+    .number()
+    .int()
+    .min(1)
+    .optional()
+    .describe(
+      "GPUs per node; defaults to tp × pp × dp / nodes and must satisfy gpus_per_node × nodes = tp × pp × dp",
+    ),
+  nodes: z.number().int().min(1).default(1).describe("Nodes per replica (one shard per node)"),
   gpu: z
     .strictObject({
       // Substring match against the GPU's reported name, e.g. "H100".
-      model: z.string().optional(),
-      min_memory_gib: z.number().positive().optional(),
+      model: z.string().optional().describe('Case-insensitive substring of the GPU name, e.g. "H100"'),
+      min_memory_gib: z.number().positive().optional().describe("Minimum total VRAM per GPU, GiB"),
     })
     .default({}),
   // The fabric label key whose value must be shared by every node of a
   // multi-node replica (e.g. "ib" for one InfiniBand island).
-  fabric: z.string().optional(),
-  engine_args: z.array(z.string()).default([]),
-  env: z.record(z.string(), z.string()).default({}),
-  gpu_memory_utilization: z.number().gt(0).max(1).default(0.9),
+  fabric: z
+    .string()
+    .optional()
+    .describe(
+      "Fabric label key all nodes of a multi-node replica must share a value of (required when nodes > 1)",
+    ),
+  engine_args: z.array(z.string()).default([]).describe("Extra engine arguments, appended as given"),
+  env: z.record(z.string(), z.string()).default({}).describe("Extra environment for the engine process"),
+  gpu_memory_utilization: z
+    .number()
+    .gt(0)
+    .max(1)
+    .default(0.9)
+    .describe(
+      "Fraction of each GPU's total VRAM the engine claims; that much must be free of other processes",
+    ),
   replicas: z
     .strictObject({
-      min: z.number().int().min(0).default(1),
-      max: z.number().int().min(0).optional(),
+      min: z.number().int().min(0).default(1).describe("Replicas kept running"),
+      max: z.number().int().min(0).optional().describe("Upper bound for scaling; defaults to min"),
     })
     .default({ min: 1 }),
-  startup_deadline: duration.prefault("20m"),
-  stop_grace: duration.prefault("30s"),
-  spread: z.boolean().default(false),
+  startup_deadline: duration
+    .prefault("20m")
+    .describe("Time a shard may take to become ready before it counts as failed"),
+  stop_grace: duration.prefault("30s").describe("SIGTERM to SIGKILL grace when stopping a shard"),
+  spread: z.boolean().default(false).describe("Place on the emptiest nodes instead of bin-packing"),
 });
 
 export const modelSchema = z.strictObject({
-  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, "must be letters, digits and . _ : / -"),
-  aliases: z.array(z.string().min(1)).default([]),
-  fallbacks: z.array(z.string().min(1)).default([]),
-  routing: z.string().optional(),
-  profiles: z.array(profileSchema).default([]),
+  name: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, "must be letters, digits and . _ : / -")
+    .describe("The model name clients request"),
+  aliases: z
+    .array(z.string().min(1))
+    .default([])
+    .describe("Other names clients may use; unique across all models"),
+  fallbacks: z
+    .array(z.string().min(1))
+    .default([])
+    .describe("Models (names or aliases) tried in order when this one cannot serve; no cycles"),
+  routing: z.string().optional().describe("Routing policy; defaults to router.default_routing"),
+  profiles: z
+    .array(profileSchema)
+    .default([])
+    .describe("Deployment profiles placed by the control plane; none = router-only (static endpoints)"),
 });
 
 export const endpointSchema = z.strictObject({
-  id: z.string().min(1),
-  url: z.url({ protocol: /^https?$/ }),
-  models: z.array(z.string().min(1)).min(1),
+  id: z.string().min(1).describe("Unique endpoint id"),
+  url: z.url({ protocol: /^https?$/ }).describe("Base URL of an OpenAI-compatible engine"),
+  models: z.array(z.string().min(1)).min(1).describe("Models (names or aliases) this endpoint serves"),
   pool: z.string().default("default"),
-  weight: z.number().positive().default(1),
-  priority: z.number().int().default(0),
+  weight: z.number().positive().default(1).describe("Relative share of traffic (heterogeneous GPUs)"),
+  priority: z
+    .number()
+    .int()
+    .default(0)
+    .describe("Spill-over priority of the endpoint (see the routing docs)"),
 });
 
 export const configSchema = z.strictObject({
