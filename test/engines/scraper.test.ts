@@ -1,0 +1,130 @@
+import { readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { SGLANG_METRICS, VLLM_METRICS } from "../../agent/engines/adapter.ts";
+import { LoadScraper, loadFromSamples, parsePrometheusText } from "../../agent/scraper.ts";
+import { REPO } from "../harness/process.ts";
+
+const fixture = (name: string) => readFileSync(join(REPO, "test/fixtures/metrics", name), "utf8");
+
+describe("parsePrometheusText", () => {
+  it("reads a real vLLM scrape: labels, exponents, histograms, comments", () => {
+    const { samples, errors } = parsePrometheusText(fixture("vllm.prom"));
+    expect(errors).toEqual([]);
+    expect(samples).toHaveLength(19);
+    expect(samples.find((s) => s.name === "process_resident_memory_bytes")?.value).toBe(3.120771072e9);
+    const inf = samples.find((s) => s.labels.le === "+Inf");
+    expect(inf).toEqual({
+      name: "vllm:time_to_first_token_seconds_bucket",
+      labels: { engine: "0", le: "+Inf", model_name: "llama-8b" },
+      value: 1503,
+    });
+  });
+
+  it("skips malformed lines, says which, and keeps the rest", () => {
+    const { samples, errors } = parsePrometheusText(fixture("malformed.prom"));
+    expect(samples.map((s) => s.name)).toEqual([
+      "vllm:num_requests_running",
+      "vllm:kv_cache_usage_perc",
+      "vllm:prefix_cache_queries_total",
+      "process_start_time_seconds",
+    ]);
+    expect(samples[1]?.labels.model_name).toBe('a "quoted" name, with {braces}');
+    expect(Number.isNaN(samples[2]?.value)).toBe(true);
+    expect(errors).toEqual([
+      "line 4: expected , or } after label",
+      'line 5: bad value "twelve"',
+      "line 6: label model_name has no quoted value",
+      "line 7: no metric name",
+      "line 9: expected a space before the value",
+      "line 11: expected a value and an optional timestamp",
+      "line 12: expected a value and an optional timestamp",
+    ]);
+    const load = loadFromSamples(samples, VLLM_METRICS);
+    expect(load).toMatchObject({ running: 4, waiting: 0, kvUsage: 1, prefixCacheHitRate: 0 });
+    expect(load.missing).toEqual([
+      "vllm:num_requests_waiting",
+      "vllm:prefix_cache_queries",
+      "vllm:prefix_cache_hits",
+    ]);
+  });
+
+  it("can keep only the metrics it is asked for", () => {
+    const { samples } = parsePrometheusText(fixture("vllm.prom"), (n) => n.startsWith("vllm:num_"));
+    expect(samples.map((s) => s.name)).toEqual(["vllm:num_requests_running", "vllm:num_requests_waiting"]);
+  });
+});
+
+describe("loadFromSamples", () => {
+  it("vLLM: gauges, and the hit rate from _total counters (lifetime on the first scrape)", () => {
+    const r = loadFromSamples(parsePrometheusText(fixture("vllm.prom")).samples, VLLM_METRICS);
+    expect(r).toMatchObject({
+      waiting: 3,
+      running: 7,
+      kvUsage: 0.4172,
+      prefixCacheHitRate: 0.25,
+      missing: [],
+    });
+    expect(r.counters).toEqual({ queries: 120_000, hits: 30_000 });
+  });
+
+  it("vLLM: a rate between scrapes, the old rate over an idle interval, fresh counts after a reset", () => {
+    const names = VLLM_METRICS;
+    const at = (q: number, h: number) =>
+      parsePrometheusText(
+        `vllm:prefix_cache_queries_total ${q}\nvllm:prefix_cache_hits_total ${h}\n` +
+          "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n",
+      ).samples;
+    const a = loadFromSamples(at(1000, 100), names);
+    const b = loadFromSamples(at(2000, 1000), names, a);
+    expect(b.prefixCacheHitRate).toBe(0.9);
+    const idle = loadFromSamples(at(2000, 1000), names, b);
+    expect(idle.prefixCacheHitRate).toBe(0.9);
+    const reset = loadFromSamples(at(100, 50), names, idle);
+    expect(reset.prefixCacheHitRate).toBe(0.5);
+  });
+
+  it("vLLM data parallel: counts add up, KV use averages, counters without _total", () => {
+    const r = loadFromSamples(parsePrometheusText(fixture("vllm-dp2.prom")).samples, VLLM_METRICS);
+    expect(r).toMatchObject({ running: 22, waiting: 1, prefixCacheHitRate: 0.5, missing: [] });
+    expect(r.kvUsage).toBeCloseTo(0.7);
+  });
+
+  it("SGLang: queue, running, token usage and the hit-rate gauge", () => {
+    const r = loadFromSamples(parsePrometheusText(fixture("sglang.prom")).samples, SGLANG_METRICS);
+    expect(r).toMatchObject({
+      waiting: 5,
+      running: 24,
+      kvUsage: 0.73,
+      prefixCacheHitRate: 0.512,
+      missing: [],
+    });
+  });
+});
+
+describe("LoadScraper", () => {
+  it("fetches, parses into a ShardLoad, and times out on a hung engine", async () => {
+    const body = fixture("vllm.prom");
+    let hang = false;
+    const srv = createServer((req, res) => {
+      if (hang) return; // never answers
+      res.end(req.url === "/metrics" ? body : "");
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    const port = (srv.address() as { port: number }).port;
+    try {
+      const s = new LoadScraper("127.0.0.1", port, "/metrics", VLLM_METRICS, 300, () => 1234);
+      const { load } = await s.scrape();
+      expect(load).toMatchObject({ waiting: 3, running: 7, kvUsage: 0.4172, prefixCacheHitRate: 0.25 });
+      expect(load.scrapedAtUnixMs).toBe(1234n);
+      hang = true;
+      const t0 = Date.now();
+      await expect(s.scrape()).rejects.toThrow();
+      expect(Date.now() - t0).toBeLessThan(2000);
+    } finally {
+      srv.closeAllConnections();
+      srv.close();
+    }
+  });
+});
