@@ -1,0 +1,181 @@
+/**
+ * `llmgw sim-engine serve MODEL ...`: a CPU stand-in for `vllm serve`.
+ * See docs/sim-engine.md for flags, the performance model and the faults.
+ */
+import { createLogger, errorMessage } from "../../common/log.ts";
+import { EngineCore } from "./engine-core.ts";
+import { FaultPlan } from "./faults.ts";
+import { FlagError, parseServeArgs, type SimEngineFlags, USAGE } from "./flags.ts";
+import {
+  H100_80GB_LLAMA_3_1_8B_MEMORY,
+  H100_LLAMA_3_1_8B,
+  kvBlocksFor,
+  type LatencyParams,
+  scaleForParallelism,
+} from "./latency-model.ts";
+import { Runner } from "./runner.ts";
+import { SimServer } from "./server.ts";
+
+const log = createLogger({ component: "sim-engine" });
+
+export interface EngineSetup {
+  numBlocks: number;
+  maxModelLen: number;
+  latency: LatencyParams;
+  gpus: number;
+}
+
+/** Sizes the simulated GPU(s) like vLLM's startup profiling would. */
+export function engineSetup(f: SimEngineFlags): EngineSetup {
+  const gpus = f.tensorParallelSize * f.pipelineParallelSize;
+  const memory = { ...H100_80GB_LLAMA_3_1_8B_MEMORY, gpuMemoryGiB: f.sim.gpuMemoryGiB };
+  const numBlocks = f.sim.kvBlocks ?? kvBlocksFor(memory, f.gpuMemoryUtilization, gpus, f.blockSize);
+  if (numBlocks < 1) {
+    throw new FlagError(
+      `no memory left for the KV cache: ${f.sim.gpuMemoryGiB} GiB × ${f.gpuMemoryUtilization} × ${gpus} GPU(s) does not hold the weights; raise --gpu-memory-utilization or --sim-gpu-memory-gib`,
+    );
+  }
+  const capacity = numBlocks * f.blockSize;
+  let maxModelLen = f.maxModelLen ?? 131_072;
+  if (maxModelLen > capacity) {
+    if (f.maxModelLen !== undefined) {
+      // vLLM refuses to start here too: one sequence of max length must fit.
+      throw new FlagError(
+        `--max-model-len ${maxModelLen} is larger than the KV cache can hold (${capacity} tokens = ${numBlocks} blocks × ${f.blockSize}); lower it or add KV blocks`,
+      );
+    }
+    maxModelLen = capacity;
+  }
+  const base: LatencyParams = {
+    ...H100_LLAMA_3_1_8B,
+    ...(f.sim.weightsReadMs !== undefined ? { weightsReadMs: f.sim.weightsReadMs } : {}),
+    ...(f.sim.prefillUsPerToken !== undefined ? { computeUsPerToken: f.sim.prefillUsPerToken } : {}),
+    ...(f.sim.perSeqUs !== undefined ? { perSequenceUs: f.sim.perSeqUs } : {}),
+  };
+  return {
+    numBlocks,
+    maxModelLen,
+    latency: scaleForParallelism(base, f.tensorParallelSize, f.pipelineParallelSize),
+    gpus,
+  };
+}
+
+export async function main(argv: string[]): Promise<number | undefined> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || sub === "--help" || sub === "-h" || sub === "help") {
+    process.stdout.write(USAGE);
+    return sub === undefined ? 2 : 0;
+  }
+  if (sub !== "serve") {
+    process.stderr.write(`sim-engine: unknown subcommand "${sub}"\n\n${USAGE}`);
+    return 2;
+  }
+  if (rest.includes("--help") || rest.includes("-h")) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  let flags: SimEngineFlags;
+  let setup: EngineSetup;
+  try {
+    flags = parseServeArgs(rest);
+    setup = engineSetup(flags);
+  } catch (err) {
+    if (!(err instanceof FlagError)) throw err;
+    process.stderr.write(`sim-engine: ${err.message}\n\n${USAGE}`);
+    return 2;
+  }
+  for (const flag of flags.ignored) log.warn("flag accepted but not simulated", { flag });
+
+  if (flags.headless || flags.nodeRank > 0) return headless(flags);
+
+  const cores = Array.from(
+    { length: flags.dataParallelSize },
+    () =>
+      new EngineCore({
+        maxNumSeqs: flags.maxNumSeqs,
+        maxNumBatchedTokens: flags.maxNumBatchedTokens,
+        numBlocks: setup.numBlocks,
+        blockSize: flags.blockSize,
+        prefixCaching: flags.enablePrefixCaching,
+        latency: setup.latency,
+      }),
+  );
+  const runner = new Runner(cores, flags.sim.speed, flags.sim.slowTokenMs);
+  const server = new SimServer({
+    rootModel: flags.model,
+    servedModelNames: flags.servedModelNames,
+    maxModelLen: setup.maxModelLen,
+    seed: flags.seed,
+    outputLen: flags.sim.outputLen,
+    promptTokensDetails: flags.enablePromptTokensDetails,
+    faults: new FaultPlan({
+      seed: flags.seed,
+      failRate: flags.sim.failRate,
+      hangPhase: flags.sim.hangPhase,
+      ...(flags.sim.crashAfter !== undefined ? { crashAfter: flags.sim.crashAfter } : {}),
+      ...(flags.sim.hangAfter !== undefined ? { hangAfter: flags.sim.hangAfter } : {}),
+    }),
+    runner,
+    log,
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.http.once("error", reject);
+    server.http.listen(flags.port, flags.host, () => resolve());
+  }).catch((err) => {
+    throw new Error(`cannot listen on ${flags.host}:${flags.port}: ${errorMessage(err)}`);
+  });
+  const addr = server.http.address();
+  const port = typeof addr === "object" && addr ? addr.port : flags.port;
+  log.info("sim engine listening", {
+    host: flags.host,
+    port,
+    model: flags.model,
+    served_model_names: flags.servedModelNames,
+    kv_blocks: setup.numBlocks,
+    block_size: flags.blockSize,
+    max_model_len: setup.maxModelLen,
+    max_num_seqs: flags.maxNumSeqs,
+    data_parallel_size: flags.dataParallelSize,
+    gpus_per_replica: setup.gpus,
+    speed: flags.sim.speed,
+    startup_seconds: flags.sim.startupSeconds,
+  });
+  const readyTimer = setTimeout(() => {
+    server.markReady();
+    log.info("sim engine ready", { port });
+  }, flags.sim.startupSeconds * 1000);
+
+  return new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      log.info("sim engine stopping", { signal });
+      clearTimeout(readyTimer);
+      runner.stop();
+      server.http.close();
+      server.http.closeAllConnections();
+      resolve(0);
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+}
+
+/** A non-zero rank of a multi-node replica: vLLM's headless worker serves no API and just lives. */
+function headless(f: SimEngineFlags): Promise<number> {
+  log.info("sim engine headless worker", {
+    node_rank: f.nodeRank,
+    nnodes: f.nnodes,
+    master_addr: f.masterAddr,
+    master_port: f.masterPort,
+  });
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  return new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      log.info("sim engine headless worker stopping", { signal });
+      clearInterval(keepAlive);
+      resolve(0);
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+}

@@ -1,0 +1,392 @@
+/**
+ * The sim engine's HTTP surface, shaped like vLLM's OpenAI server:
+ * /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics
+ * (+ /ping, /version). Plain node:http: an engine streams one small write per
+ * token per request, and every layer in between would be paid per token.
+ */
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Logger } from "../../common/log.ts";
+import type { EngineCore } from "./engine-core.ts";
+import type { FaultPlan } from "./faults.ts";
+import { renderMetrics } from "./metrics.ts";
+import {
+  ApiError,
+  ChatRequest,
+  type ChunkWriter,
+  CompletionRequest,
+  chatChunks,
+  chatCompletionBody,
+  completionBody,
+  completionChunks,
+  errorBody,
+  messageText,
+  modelsBody,
+  type UsageMode,
+  usageJson,
+  usageMode,
+  zodToApiError,
+} from "./protocol.ts";
+import type { Runner } from "./runner.ts";
+import type { SeqEvent } from "./scheduler.ts";
+import { chatPromptTokens, completionPromptTokens, fnv1a, outputTokenText, planOutput } from "./text.ts";
+
+export const MAX_BODY_BYTES = 32 * 1024 * 1024;
+export const CRASH_EXIT_CODE = 70;
+
+export interface ServerOptions {
+  rootModel: string;
+  servedModelNames: string[];
+  maxModelLen: number;
+  seed: number;
+  outputLen: number;
+  promptTokensDetails: boolean;
+  faults: FaultPlan;
+  runner: Runner;
+  log: Logger;
+  /** Exits the process; replaceable so a crash is observable without dying in unit tests. */
+  crash?: () => void;
+}
+
+export class SimServer {
+  private readonly opts: ServerOptions;
+  readonly http: Server;
+  private ready = false;
+  private readonly created = Math.floor(Date.now() / 1000);
+  private readonly startTime = Date.now() / 1000;
+  /** Hung requests are kept here so nothing collects their sockets. */
+  private readonly hung = new Set<ServerResponse>();
+
+  constructor(opts: ServerOptions) {
+    this.opts = opts;
+    this.http = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
+      this.route(req, res).catch((err) => this.fail(res, err));
+    });
+  }
+
+  markReady(): void {
+    this.ready = true;
+  }
+
+  get isReady(): boolean {
+    return this.ready;
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const method = req.method ?? "GET";
+    if (path === "/health") {
+      req.resume();
+      res.writeHead(this.ready ? 200 : 503, { "content-length": "0" }).end();
+      return;
+    }
+    if (path === "/metrics" && method === "GET") {
+      req.resume();
+      return this.sendText(res, 200, this.metricsText(), "text/plain; version=0.0.4; charset=utf-8");
+    }
+    if (path === "/ping" && (method === "GET" || method === "POST")) {
+      req.resume();
+      res.writeHead(this.ready ? 200 : 503, { "content-length": "0" }).end();
+      return;
+    }
+    if (path === "/version" && method === "GET") {
+      req.resume();
+      return this.sendText(res, 200, '{"version":"0.0.0+llmgw-sim"}', "application/json");
+    }
+    const generation = path === "/v1/chat/completions" || path === "/v1/completions";
+    if (!generation && path !== "/v1/models") {
+      req.resume();
+      throw new ApiError(404, `Not Found: ${method} ${path}`);
+    }
+    if (!this.ready) {
+      req.resume();
+      throw new ApiError(503, "The server is starting up; retry shortly.");
+    }
+    if (path === "/v1/models") {
+      req.resume();
+      if (method !== "GET") throw new ApiError(405, "Method Not Allowed");
+      const o = this.opts;
+      return this.sendText(
+        res,
+        200,
+        modelsBody(o.servedModelNames, o.rootModel, o.maxModelLen, this.created),
+        "application/json",
+      );
+    }
+    if (method !== "POST") {
+      req.resume();
+      throw new ApiError(405, "Method Not Allowed");
+    }
+    const body = await readJson(req);
+    if (path === "/v1/chat/completions") return this.chat(body, res);
+    return this.completions(body, res);
+  }
+
+  private chat(body: unknown, res: ServerResponse): void {
+    const parsed = ChatRequest.safeParse(body);
+    if (!parsed.success) throw zodToApiError(parsed.error);
+    const r = parsed.data;
+    const model = this.checkModel(r.model);
+    if ((r.n ?? 1) > 1) throw new ApiError(400, "n > 1 is not supported by this engine", "n");
+    const promptIds = chatPromptTokens(
+      r.messages.map((m, i) => ({ role: m.role, content: messageText(m.content, i) })),
+    );
+    const maxTokens = r.max_completion_tokens ?? r.max_tokens ?? undefined;
+    this.generate("chat", model, promptIds, maxTokens, r, res);
+  }
+
+  private completions(body: unknown, res: ServerResponse): void {
+    const parsed = CompletionRequest.safeParse(body);
+    if (!parsed.success) throw zodToApiError(parsed.error);
+    const r = parsed.data;
+    const model = this.checkModel(r.model);
+    if ((r.n ?? 1) > 1) throw new ApiError(400, "n > 1 is not supported by this engine", "n");
+    let prompt: string | number[];
+    const p = r.prompt;
+    if (typeof p === "string") prompt = p;
+    else if (typeof p[0] === "string" || Array.isArray(p[0])) {
+      if (p.length > 1) throw new ApiError(400, "batched prompts are not supported by this engine", "prompt");
+      prompt = p[0] as string | number[];
+    } else prompt = p as number[];
+    this.generate("completion", model, completionPromptTokens(prompt), r.max_tokens ?? undefined, r, res);
+  }
+
+  private checkModel(model: string | null | undefined): string {
+    const names = this.opts.servedModelNames;
+    if (model === undefined || model === null || model === "") return names[0]!;
+    if (!names.includes(model)) throw new ApiError(404, `The model \`${model}\` does not exist.`, "model");
+    return model;
+  }
+
+  private generate(
+    kind: "chat" | "completion",
+    model: string,
+    promptIds: number[],
+    maxTokensAsked: number | undefined,
+    r: ChatRequest | CompletionRequest,
+    res: ServerResponse,
+  ): void {
+    const o = this.opts;
+    const limit = o.maxModelLen;
+    if (
+      promptIds.length >= limit ||
+      (maxTokensAsked !== undefined && promptIds.length + maxTokensAsked > limit)
+    ) {
+      const asked = maxTokensAsked ?? 1;
+      throw new ApiError(
+        400,
+        `This model's maximum context length is ${limit} tokens. However, you requested ${promptIds.length + asked} tokens (${promptIds.length} in the messages, ${asked} in the completion). Please reduce the length of the messages or completion.`,
+        maxTokensAsked !== undefined && promptIds.length < limit ? "max_tokens" : "messages",
+      );
+    }
+    const fate = o.faults.next();
+    if (fate === "fail") throw new ApiError(500, "Simulated engine failure (--sim-fail-rate)");
+
+    const stream = r.stream === true;
+    if (fate === "hang-first-token") {
+      if (stream) {
+        res.writeHead(200, SSE_HEADERS);
+        res.flushHeaders();
+      }
+      this.hang(res);
+      return;
+    }
+
+    const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`;
+    const created = Math.floor(Date.now() / 1000);
+    const plan = planOutput(r.seed ?? o.seed, promptIds, o.outputLen);
+    const stops =
+      r.stop === undefined || r.stop === null
+        ? []
+        : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== "");
+    const mode: UsageMode = stream ? usageMode(r.stream_options) : "none";
+    const writer: ChunkWriter = (kind === "chat" ? chatChunks : completionChunks)(id, created, model, mode);
+    const runner = o.runner;
+    const details = o.promptTokensDetails;
+    let text = "";
+    let done = false;
+    let cached = 0;
+
+    if (stream || fate === "crash") {
+      res.writeHead(200, stream ? SSE_HEADERS : JSON_HEADERS);
+      res.flushHeaders();
+    }
+    res.on("close", () => {
+      if (!done) {
+        done = true;
+        runner.cancel(id, "abort");
+      }
+    });
+
+    const finish = (reason: string, completion: number) => {
+      done = true;
+      const usage = usageJson({ prompt: promptIds.length, completion, cached }, details);
+      if (stream) {
+        let tail = "";
+        if (mode !== "none") tail += writer.usage(usage);
+        res.end(`${tail}data: [DONE]\n\n`);
+      } else {
+        const json = (kind === "chat" ? chatCompletionBody : completionBody)(
+          id,
+          created,
+          model,
+          text,
+          reason,
+          usage,
+        );
+        res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json) });
+        res.end(json);
+      }
+    };
+
+    const onEvent = (ev: SeqEvent) => {
+      if (done || ev.kind !== "token") return;
+      const first = ev.index === 0;
+      if (first) cached = ev.seq.cachedPromptTokens;
+      let piece = outputTokenText(ev.token);
+      let reason: string | null = ev.finished ?? null;
+      if (stops.length > 0) {
+        const before = text.length;
+        const joined = text + piece;
+        let cut = -1;
+        for (const s of stops) {
+          const at = joined.indexOf(s, Math.max(0, before - s.length + 1));
+          if (at >= 0 && (cut < 0 || at < cut)) cut = at;
+        }
+        if (cut >= 0) {
+          piece = joined.slice(before, Math.max(before, cut));
+          text = joined.slice(0, cut);
+          if (!ev.finished) runner.cancel(id, "stop");
+          reason = "stop";
+        } else text = joined;
+      } else text += piece;
+      const completion = ev.index + 1;
+      if (stream) {
+        const usage =
+          mode === "continuous" ? usageJson({ prompt: promptIds.length, completion, cached }, details) : null;
+        const roleUsage =
+          first && mode === "continuous"
+            ? usageJson({ prompt: promptIds.length, completion: 0, cached }, details)
+            : null;
+        const chunk = writer.token(piece, first && kind === "chat", reason, usage, roleUsage);
+        if (fate === "crash" || fate === "hang-mid-stream") {
+          done = true;
+          runner.cancel(id, "abort");
+          if (fate === "crash") res.write(chunk, () => this.crash());
+          else {
+            res.write(chunk);
+            this.hang(res);
+          }
+          return;
+        }
+        if (reason === null) {
+          res.write(chunk);
+          return;
+        }
+        res.write(chunk);
+        finish(reason, completion);
+        return;
+      }
+      if (fate === "crash") {
+        done = true;
+        runner.cancel(id, "abort");
+        this.crash();
+        return;
+      }
+      if (fate === "hang-mid-stream") {
+        done = true;
+        runner.cancel(id, "abort");
+        this.hang(res);
+        return;
+      }
+      if (reason !== null) finish(reason, completion);
+    };
+
+    runner.submit(
+      {
+        id,
+        promptIds,
+        maxTokens: maxTokensAsked ?? limit - promptIds.length,
+        naturalLength: r.ignore_eos ? Number.POSITIVE_INFINITY : plan.naturalLength,
+        nextToken: plan.tokenAt,
+        ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
+      },
+      { onEvent },
+    );
+  }
+
+  private crash(): void {
+    this.opts.log.error("simulated crash (--sim-crash-after): exiting", { code: CRASH_EXIT_CODE });
+    if (this.opts.crash) this.opts.crash();
+    else process.exit(CRASH_EXIT_CODE);
+  }
+
+  private hang(res: ServerResponse): void {
+    this.hung.add(res);
+    res.on("close", () => this.hung.delete(res));
+  }
+
+  private metricsText(): string {
+    const cores: EngineCore[] = this.opts.runner.cores;
+    const cpu = process.cpuUsage();
+    return renderMetrics(
+      this.opts.servedModelNames[0]!,
+      cores.map((c) => ({ metrics: c.metrics, gauges: c.gauges() })),
+      {
+        cpuSeconds: (cpu.user + cpu.system) / 1e6,
+        residentBytes: process.memoryUsage.rss(),
+        startTimeSeconds: this.startTime,
+        simLagSeconds: this.opts.runner.lagSeconds,
+      },
+    );
+  }
+
+  private sendText(res: ServerResponse, status: number, body: string, type: string): void {
+    res.writeHead(status, { "content-type": type, "content-length": Buffer.byteLength(body) });
+    res.end(body);
+  }
+
+  private fail(res: ServerResponse, err: unknown): void {
+    const e =
+      err instanceof ApiError
+        ? err
+        : new ApiError(500, `internal error: ${err instanceof Error ? err.message : String(err)}`);
+    if (e.status >= 500 && !(err instanceof ApiError))
+      this.opts.log.error("request failed", { err: e.message });
+    if (res.headersSent) {
+      // Headers are gone: say it the way vLLM does mid-stream, then close.
+      if (!res.writableEnded) res.end(`data: ${errorBody(e)}\n\ndata: [DONE]\n\n`);
+      return;
+    }
+    const body = errorBody(e);
+    res.writeHead(e.status, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+    });
+    res.end(body);
+  }
+}
+
+const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" };
+const JSON_HEADERS = { "content-type": "application/json" };
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const declared = Number(req.headers["content-length"] ?? 0);
+  if (declared > MAX_BODY_BYTES) {
+    req.resume();
+    throw new ApiError(413, `request body over ${MAX_BODY_BYTES} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req as AsyncIterable<Buffer>) {
+    size += c.length;
+    if (size > MAX_BODY_BYTES) throw new ApiError(413, `request body over ${MAX_BODY_BYTES} bytes`);
+    chunks.push(c);
+  }
+  const text = Buffer.concat(chunks).toString("utf8");
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, `invalid JSON body: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
