@@ -1,0 +1,179 @@
+import { type Context, Hono } from "hono";
+import type { z } from "zod";
+import type { RouterConfig } from "../controlplane/config/schema.ts";
+import { authenticate } from "./auth.ts";
+import { Breakers } from "./breaker.ts";
+import { routingTable } from "./config-store.ts";
+import { EDGESYNC_PREFIX, handleEdgeSync } from "./edgesync.ts";
+import type { Env } from "./env.ts";
+import { limitsOf, modelAllowed, resolveBand } from "./key-rules.ts";
+import { ApiError, errors } from "./openai-errors.ts";
+import { Picker } from "./picker.ts";
+import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
+import {
+  chatRequest,
+  completionRequest,
+  embeddingRequest,
+  parseJsonBody,
+  readBodyLimited,
+  validate,
+} from "./request-schema.ts";
+import { routerSettings } from "./settings.ts";
+import { upstreamFor } from "./upstream.ts";
+
+/**
+ * The OpenAI surface. Order of checks, each with its own status: key (401)
+ * → body size (413) → JSON and types (400) → model known (404) → model and
+ * band allowed for the key (403) → the key's ledger: revoked (401), RPM/TPM
+ * (429), budget (429 insufficient_quota) → engines (503/504, or theirs).
+ * Nothing reaches an engine before all of these pass.
+ */
+
+// Isolate-wide, so what one request learns about a dead endpoint protects
+// the next. Per isolate only: each isolate (and edge location) learns on
+// its own until the ModelPool Durable Object holds shared breakers.
+const breakers = new Breakers(3, 15_000);
+const picker = new Picker();
+
+type AppEnv = { Bindings: Env };
+
+function settingsOf(env: Env): RouterConfig {
+  const s = routerSettings(env.LLMGW_ROUTER);
+  breakers.configure(s.failure_threshold, s.cooldown);
+  return s;
+}
+
+function newRequestId(): string {
+  const b = new Uint8Array(12);
+  crypto.getRandomValues(b);
+  let hex = "";
+  for (const x of b) hex += x.toString(16).padStart(2, "0");
+  return `req_${hex}`;
+}
+
+function ledgerOf(env: Env, keyId: string) {
+  return env.KEY_LEDGER.get(env.KEY_LEDGER.idFromName(keyId));
+}
+
+export const app = new Hono<AppEnv>();
+
+app.onError((err) => {
+  if (err instanceof ApiError) return err.toResponse();
+  console.error("unhandled error", err);
+  return errors.internal(`Internal error: ${err instanceof Error ? err.message : String(err)}`).toResponse();
+});
+
+app.notFound(() =>
+  errors
+    .notFound(
+      "Unknown path. This gateway serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models.",
+    )
+    .toResponse(),
+);
+
+app.get("/healthz", (c) => c.json({ status: "ok" }));
+
+app.all(`${EDGESYNC_PREFIX}*`, (c) => handleEdgeSync(c.req.raw, c.env, settingsOf(c.env)));
+
+app.get("/v1/models", async (c) => {
+  const key = await authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
+  const table = await routingTable(c.env.LLMGW_KV);
+  const data = table
+    .modelNames()
+    .filter((m) => modelAllowed(key, m, m))
+    .map((id) => ({ id, object: "model", created: 0, owned_by: "llmgw" }));
+  return c.json({ object: "list", data });
+});
+
+function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> & { model: string }>) {
+  return async (c: Context<AppEnv>) => {
+    const requestId = newRequestId();
+    try {
+      const env = c.env;
+      const settings = settingsOf(env);
+      const key = await authenticate(c.req.header("authorization") ?? null, env.LLMGW_KV);
+      const bytes = await readBodyLimited(c.req.raw, settings.max_body_bytes);
+      const body = validate(schema, parseJsonBody(bytes));
+      const table = await routingTable(env.LLMGW_KV);
+      const model = table.resolve(body.model);
+      if (!model) throw errors.modelNotFound(body.model);
+      if (!modelAllowed(key, model, body.model)) {
+        throw errors.forbidden(
+          `This key may not use the model \`${body.model}\`.`,
+          "model_not_allowed",
+          "model",
+        );
+      }
+      const band = resolveBand(
+        key,
+        c.req.header(settings.admission.band_header) ?? null,
+        settings.admission.bands,
+        settings.admission.default_band,
+      );
+      const ledger = ledgerOf(env, key.id);
+      const adm = await ledger.admit(limitsOf(key));
+      if (!adm.ok) {
+        if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
+        if (adm.reason === "budget") {
+          throw errors.quotaExhausted(
+            `You exceeded this key's token budget (${adm.limit} tokens per period).`,
+            adm.retryAfterMs,
+          );
+        }
+        throw errors.rateLimited(
+          `Rate limit reached: ${adm.limit} ${adm.reason === "rpm" ? "requests" : "tokens"} per minute.`,
+          "rate_limit_exceeded",
+          adm.retryAfterMs,
+        );
+      }
+      const stream = body.stream === true && apiPath !== "/v1/embeddings";
+      const run = proxy({
+        requestId,
+        apiPath,
+        body,
+        stream,
+        chain: table.chain(model),
+        table,
+        settings,
+        band: band.name,
+        clientSignal: c.req.raw.signal,
+        upstream: (ep) => upstreamFor(ep, env),
+        breakers,
+        picker,
+      });
+      // Registered before the first await on the engine: if the client
+      // leaves, the runtime keeps this work alive (up to 30 s) so the
+      // request is still charged, once, with what the engine produced.
+      const charged = run
+        .then((r) => r.outcome)
+        .then((o: Outcome) =>
+          ledger.charge(
+            {
+              requestId,
+              model: o.model ?? model,
+              prompt_tokens: o.usage?.prompt_tokens ?? 0,
+              completion_tokens: o.usage?.completion_tokens ?? 0,
+              partial: !o.completed && o.status < 400,
+            },
+            key.budget_period_ms,
+          ),
+        )
+        .catch((err) => console.error("charging failed", requestId, err));
+      c.executionCtx.waitUntil(charged);
+      return (await run).response;
+    } catch (err) {
+      if (err instanceof ApiError) return err.toResponse({ "x-request-id": requestId });
+      throw err;
+    }
+  };
+}
+
+app.post("/v1/chat/completions", inference("/v1/chat/completions", chatRequest));
+app.post("/v1/completions", inference("/v1/completions", completionRequest));
+app.post("/v1/embeddings", inference("/v1/embeddings", embeddingRequest));
+for (const path of ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]) {
+  app.all(path, () => errors.methodNotAllowed(`${path} accepts POST only.`).toResponse({ allow: "POST" }));
+}
+app.all("/v1/models", () =>
+  errors.methodNotAllowed("/v1/models accepts GET only.").toResponse({ allow: "GET" }),
+);

@@ -1,0 +1,106 @@
+import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
+import { errors } from "./openai-errors.ts";
+
+/**
+ * API-key authentication. Keys look like `sk-<base64url>`; the edge stores
+ * and looks up only their SHA-256. A brief per-isolate cache saves a KV read
+ * per request; it is not what makes revocation fast — every request is also
+ * admitted by the key's KeyLedger Durable Object, which holds the revoked
+ * flag with strong consistency (see key-ledger.ts).
+ */
+const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
+const POSITIVE_TTL_MS = 10_000;
+// Short so a key created through another isolate works within seconds,
+// long enough that a flood of bad keys costs one KV read per key per second.
+const NEGATIVE_TTL_MS = 2_000;
+const MAX_ENTRIES = 10_000;
+
+export function bearerSecret(header: string | null): string {
+  if (header === null || header.trim() === "") {
+    throw errors.unauthorized(
+      "You didn't provide an API key. Send it as an `Authorization: Bearer sk-...` header.",
+    );
+  }
+  const m = /^Bearer ([^\s,]+)$/i.exec(header.trim());
+  if (!m) throw errors.unauthorized("Malformed Authorization header; expected `Bearer sk-...`.");
+  const secret = m[1]!;
+  if (!KEY_FORMAT.test(secret)) throw errors.unauthorized("Incorrect API key provided (malformed key).");
+  return secret;
+}
+
+const encoder = new TextEncoder();
+
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
+  let hex = "";
+  for (const b of digest) hex += b.toString(16).padStart(2, "0");
+  return hex;
+}
+
+/**
+ * Compares two secrets in time independent of where they differ: both are
+ * hashed first, so lengths leak nothing either, then every byte is visited.
+ */
+export async function secretsEqual(a: string, b: string): Promise<boolean> {
+  const [da, db] = await Promise.all([
+    crypto.subtle.digest("SHA-256", encoder.encode(a)),
+    crypto.subtle.digest("SHA-256", encoder.encode(b)),
+  ]);
+  const x = new Uint8Array(da);
+  const y = new Uint8Array(db);
+  let diff = 0;
+  for (let i = 0; i < x.length; i++) diff |= x[i]! ^ y[i]!;
+  return diff === 0;
+}
+
+interface Entry {
+  key: KeyRecord | null;
+  until: number;
+}
+
+export class KeyCache {
+  private readonly entries = new Map<string, Entry>();
+  constructor(private readonly now: () => number = Date.now) {}
+
+  get(hash: string): KeyRecord | null | undefined {
+    const e = this.entries.get(hash);
+    if (!e) return undefined;
+    if (e.until < this.now()) {
+      this.entries.delete(hash);
+      return undefined;
+    }
+    return e.key;
+  }
+
+  set(hash: string, key: KeyRecord | null): void {
+    if (this.entries.size >= MAX_ENTRIES) {
+      const oldest = this.entries.keys().next().value;
+      if (oldest !== undefined) this.entries.delete(oldest);
+    }
+    this.entries.set(hash, { key, until: this.now() + (key ? POSITIVE_TTL_MS : NEGATIVE_TTL_MS) });
+  }
+
+  invalidate(hash: string): void {
+    this.entries.delete(hash);
+  }
+}
+
+export const keyCache = new KeyCache();
+
+export function keyKvName(hash: string): string {
+  return `keys/${hash}`;
+}
+
+export async function authenticate(header: string | null, kv: KVNamespace): Promise<KeyRecord> {
+  const secret = bearerSecret(header);
+  const hash = await sha256Hex(secret);
+  let key = keyCache.get(hash);
+  if (key === undefined) {
+    const raw = await kv.get(keyKvName(hash), "json");
+    const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
+    key = parsed?.success ? parsed.data : null;
+    keyCache.set(hash, key);
+  }
+  if (!key || key.revoked) throw errors.unauthorized("Incorrect API key provided.");
+  return key;
+}

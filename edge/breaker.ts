@@ -1,0 +1,71 @@
+/**
+ * A circuit breaker per endpoint. `threshold` consecutive failures open it
+ * for `cooldownMs`; then one request is let through as a probe (half-open):
+ * success closes the breaker, failure opens it for another cooldown. Only
+ * one probe at a time, so a dead engine costs one failed attempt per
+ * cooldown rather than a burst.
+ *
+ * Pure (clock injected). The edge keeps one instance per isolate, so each
+ * isolate learns about a dead endpoint on its own; the ModelPool Durable
+ * Object is meant to hold the shared one.
+ */
+export type BreakerState = "closed" | "open" | "half-open";
+
+interface Entry {
+  failures: number;
+  openUntil: number;
+  probing: boolean;
+}
+
+export class Breakers {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    public threshold: number,
+    public cooldownMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Changes limits in place (settings can differ per deployment), keeping state. */
+  configure(threshold: number, cooldownMs: number): void {
+    this.threshold = threshold;
+    this.cooldownMs = cooldownMs;
+  }
+
+  state(id: string): BreakerState {
+    const e = this.entries.get(id);
+    if (!e || e.failures < this.threshold) return "closed";
+    return this.now() < e.openUntil ? "open" : "half-open";
+  }
+
+  /** Whether a request may go to this endpoint now. */
+  canTry(id: string): boolean {
+    const s = this.state(id);
+    if (s === "closed") return true;
+    if (s === "open") return false;
+    return !this.entries.get(id)!.probing;
+  }
+
+  /** Call when an attempt starts; a half-open endpoint's attempt becomes the probe. */
+  onAttempt(id: string): void {
+    if (this.state(id) === "half-open") this.entries.get(id)!.probing = true;
+  }
+
+  onSuccess(id: string): void {
+    this.entries.delete(id);
+  }
+
+  onFailure(id: string): void {
+    const e = this.entries.get(id) ?? { failures: 0, openUntil: 0, probing: false };
+    e.failures++;
+    e.probing = false;
+    if (e.failures >= this.threshold) e.openUntil = this.now() + this.cooldownMs;
+    this.entries.set(id, e);
+  }
+
+  /** The probe ended without a verdict (e.g. the client left): let another probe through. */
+  onAbandon(id: string): void {
+    const e = this.entries.get(id);
+    if (e) e.probing = false;
+  }
+}

@@ -1,0 +1,93 @@
+import { z } from "zod";
+
+/**
+ * What the edge knows about models and engines: the catalog (names,
+ * aliases, fallbacks, routing) and the endpoint set, each a versioned
+ * document written by EdgeSync. Pure: built from the two documents, queried
+ * per request.
+ */
+export const endpointRecordSchema = z.object({
+  id: z.string().min(1).max(128),
+  url: z.url({ protocol: /^https?$/ }),
+  models: z.array(z.string().min(1)).min(1),
+  pool: z.string().default("default"),
+  weight: z.number().positive().default(1),
+  priority: z.number().int().default(0),
+  via: z.enum(["direct", "vpc", "tunnel"]).default("direct"),
+});
+export type EndpointRecord = z.output<typeof endpointRecordSchema>;
+
+export const catalogModelSchema = z.object({
+  name: z.string().min(1),
+  aliases: z.array(z.string()).default([]),
+  fallbacks: z.array(z.string()).default([]),
+  routing: z.string().default(""),
+});
+export type CatalogModel = z.output<typeof catalogModelSchema>;
+
+export const catalogDocSchema = z.object({
+  version: z.number().int().min(0),
+  models: z.array(catalogModelSchema),
+});
+export const endpointsDocSchema = z.object({
+  version: z.number().int().min(0),
+  endpoints: z.array(endpointRecordSchema),
+});
+export type CatalogDoc = z.output<typeof catalogDocSchema>;
+export type EndpointsDoc = z.output<typeof endpointsDocSchema>;
+
+export const EMPTY_CATALOG: CatalogDoc = { version: 0, models: [] };
+export const EMPTY_ENDPOINTS: EndpointsDoc = { version: 0, endpoints: [] };
+
+export class RoutingTable {
+  private readonly canonical = new Map<string, string>();
+  private readonly byModel = new Map<string, EndpointRecord[]>();
+  private readonly models = new Map<string, CatalogModel>();
+
+  constructor(
+    readonly catalog: CatalogDoc,
+    readonly endpoints: EndpointsDoc,
+  ) {
+    for (const m of catalog.models) {
+      this.models.set(m.name, m);
+      this.canonical.set(m.name, m.name);
+    }
+    // Aliases after names, so an alias can never shadow a real model name.
+    for (const m of catalog.models) {
+      for (const a of m.aliases) if (!this.canonical.has(a)) this.canonical.set(a, m.name);
+    }
+    for (const e of endpoints.endpoints) {
+      for (const name of e.models) {
+        // Router-only mode: a model named only by an endpoint is known too.
+        if (!this.canonical.has(name)) this.canonical.set(name, name);
+        const list = this.byModel.get(name) ?? [];
+        list.push(e);
+        this.byModel.set(name, list);
+      }
+    }
+  }
+
+  /** The canonical model for a requested name or alias, or undefined if unknown. */
+  resolve(name: string): string | undefined {
+    return this.canonical.get(name);
+  }
+
+  endpointsFor(model: string): readonly EndpointRecord[] {
+    return this.byModel.get(model) ?? [];
+  }
+
+  /** The model followed by its fallbacks, each resolved, without repeats. */
+  chain(model: string): string[] {
+    const out = [model];
+    for (const f of this.models.get(model)?.fallbacks ?? []) {
+      const c = this.resolve(f);
+      if (c && !out.includes(c)) out.push(c);
+    }
+    return out;
+  }
+
+  /** Every canonical model name, sorted. */
+  modelNames(): string[] {
+    return [...new Set(this.canonical.values())].sort();
+  }
+}

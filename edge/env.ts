@@ -1,0 +1,16 @@
+import type { KeyLedger } from "./key-ledger.ts";
+
+/** The Worker's bindings, as wrangler.toml declares them. */
+export interface Env {
+  LLMGW_KV: KVNamespace;
+  KEY_LEDGER: DurableObjectNamespace<KeyLedger>;
+  /** Bearer secret for EdgeSync (a Worker secret; locally `--var`). */
+  EDGE_SYNC_TOKEN?: string;
+  /** Router settings as JSON, parsed with routerSchema; absent means defaults. */
+  LLMGW_ROUTER?: string;
+  /** Name of the Workers VPC network binding used by `via: vpc` endpoints. */
+  LLMGW_VPC_BINDING?: string;
+  /** Access service token added to requests for `via: tunnel` endpoints. */
+  CF_ACCESS_CLIENT_ID?: string;
+  CF_ACCESS_CLIENT_SECRET?: string;
+}

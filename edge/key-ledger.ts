@@ -1,0 +1,146 @@
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "./env.ts";
+import type { KeyLimits } from "./key-rules.ts";
+import {
+  type AdmitResult,
+  admit,
+  type BudgetState,
+  budgetPeriodStart,
+  SlidingWindow,
+} from "./rate-window.ts";
+
+/**
+ * One per API key (named by the key id): the strongly consistent place for
+ * what must not drift between edge locations — the revoked flag, RPM/TPM
+ * windows, the budget, and durable usage totals.
+ *
+ * A thin shell: the rules are in rate-window.ts. Windows live in memory
+ * (if the object is evicted they restart empty, which only ever errs toward
+ * admitting); totals, budget use, the revoked flag and the set of charged
+ * request ids are in SQLite.
+ */
+export interface ChargeInput {
+  requestId: string;
+  model: string;
+  prompt_tokens: number;
+  completion_tokens: number;
+  /** The answer was cut short (client disconnect, engine failure). */
+  partial: boolean;
+}
+
+export interface UsageTotals {
+  requests: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  partial_requests: number;
+  budget_used: number;
+  budget_period_start: number;
+  revoked: boolean;
+}
+
+// Ids are kept this long to make charging idempotent across retries of the
+// charge call itself; a request cannot be charged later than this anyway.
+const CHARGE_ID_RETENTION_MS = 24 * 3_600_000;
+
+export class KeyLedger extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private readonly requests = new SlidingWindow();
+  private readonly tokens = new SlidingWindow();
+  private charges = 0;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(`
+      CREATE TABLE IF NOT EXISTS charges (request_id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS totals (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        partial_requests INTEGER NOT NULL, budget_period_start INTEGER NOT NULL, budget_used INTEGER NOT NULL,
+        revoked INTEGER NOT NULL
+      );
+      INSERT OR IGNORE INTO totals VALUES (1, 0, 0, 0, 0, 0, 0, 0);
+    `);
+  }
+
+  private row(): Record<string, number> {
+    return this.sql.exec("SELECT * FROM totals WHERE id = 1").one() as Record<string, number>;
+  }
+
+  private budget(): BudgetState {
+    const r = this.row();
+    return { periodStart: r.budget_period_start!, used: r.budget_used! };
+  }
+
+  /** Called before a request is sent anywhere; counts it against RPM when admitted. */
+  async admit(limits: KeyLimits): Promise<AdmitResult> {
+    const now = Date.now();
+    if (this.row().revoked) return { ok: false, reason: "revoked" };
+    const r = admit(limits, this.requests, this.tokens, this.budget(), now);
+    if (r.ok) this.requests.add(now, 1);
+    return r;
+  }
+
+  /**
+   * Charges one finished request, once: a second charge with the same id is
+   * a no-op, so the caller may retry the call safely.
+   */
+  async charge(c: ChargeInput, budgetPeriodMs: number): Promise<{ charged: boolean }> {
+    const now = Date.now();
+    const inserted = this.sql
+      .exec(
+        "INSERT INTO charges (request_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING request_id",
+        c.requestId,
+        now,
+      )
+      .toArray();
+    if (inserted.length === 0) return { charged: false };
+    const prompt = Math.max(0, Math.floor(c.prompt_tokens));
+    const completion = Math.max(0, Math.floor(c.completion_tokens));
+    const tokens = prompt + completion;
+    const start = budgetPeriodStart(now, budgetPeriodMs);
+    this.sql.exec(
+      `UPDATE totals SET requests = requests + 1, prompt_tokens = prompt_tokens + ?,
+         completion_tokens = completion_tokens + ?, partial_requests = partial_requests + ?,
+         budget_used = CASE WHEN budget_period_start = ? THEN budget_used + ? ELSE ? END,
+         budget_period_start = ?
+       WHERE id = 1`,
+      prompt,
+      completion,
+      c.partial ? 1 : 0,
+      start,
+      tokens,
+      tokens,
+      start,
+    );
+    this.tokens.add(now, tokens);
+    if (++this.charges % 1000 === 0) {
+      this.sql.exec("DELETE FROM charges WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
+    }
+    return { charged: true };
+  }
+
+  async usage(): Promise<UsageTotals> {
+    const r = this.row();
+    return {
+      requests: r.requests!,
+      prompt_tokens: r.prompt_tokens!,
+      completion_tokens: r.completion_tokens!,
+      total_tokens: r.prompt_tokens! + r.completion_tokens!,
+      partial_requests: r.partial_requests!,
+      budget_used: r.budget_used!,
+      budget_period_start: r.budget_period_start!,
+      revoked: r.revoked === 1,
+    };
+  }
+
+  /** Takes effect for the very next admission, wherever it comes from. */
+  async revoke(): Promise<void> {
+    this.sql.exec("UPDATE totals SET revoked = 1 WHERE id = 1");
+  }
+
+  async unrevoke(): Promise<void> {
+    this.sql.exec("UPDATE totals SET revoked = 0 WHERE id = 1");
+  }
+}

@@ -1,0 +1,476 @@
+import type { RouterConfig } from "../controlplane/config/schema.ts";
+import type { Breakers } from "./breaker.ts";
+import type { EndpointRecord, RoutingTable } from "./catalog.ts";
+import {
+  ApiError,
+  errors,
+  normaliseEngineError,
+  type OpenAIErrorBody,
+  sseErrorEvent,
+} from "./openai-errors.ts";
+import type { Picker } from "./picker.ts";
+import { readUsage, SseSplitter, StreamUsage, type Usage, usageModeOf } from "./sse-usage.ts";
+import { PhaseTimeout, tighter, withTimeout } from "./timeouts.ts";
+import { engineUrl, type UpstreamFetch } from "./upstream.ts";
+
+/**
+ * Sends one OpenAI request to an engine and streams the answer back.
+ *
+ * Attempts: the picker chooses among the model's endpoints whose breaker
+ * allows a try, excluding those already tried; up to 1 + `retries` attempts
+ * per model, then the same for each fallback model. A failed attempt is
+ * retried only while nothing has been sent to the client: for a stream the
+ * client's response starts with the first data event, so a dead, erroring
+ * or silent engine before the first token is still retried (or answered
+ * with a proper status); after it, failures become an SSE error event and a
+ * clean close.
+ */
+export type ApiPath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+
+export interface ProxyInput {
+  requestId: string;
+  apiPath: ApiPath;
+  body: Record<string, unknown>;
+  stream: boolean;
+  /** The canonical model followed by its fallbacks. */
+  chain: string[];
+  table: RoutingTable;
+  settings: RouterConfig;
+  band: string;
+  /** Fires when the client goes away (enable_request_signal). */
+  clientSignal?: AbortSignal | undefined;
+  upstream: (e: EndpointRecord) => UpstreamFetch;
+  breakers: Breakers;
+  picker: Picker;
+  now?: () => number;
+}
+
+export interface Outcome {
+  status: number;
+  usage: Usage | undefined;
+  endpointId: string | undefined;
+  model: string | undefined;
+  attempts: number;
+  /** The engine finished the answer (stream saw [DONE] / body complete). */
+  completed: boolean;
+  /** The client went away before the answer ended. */
+  disconnected: boolean;
+}
+
+export interface ProxyResult {
+  response: Response;
+  /** Resolves when the last byte has been relayed (or the stream was cut off). */
+  outcome: Promise<Outcome>;
+}
+
+type Attempt =
+  | { kind: "committed"; response: Response; outcome: Promise<Outcome> }
+  | { kind: "failed"; error: ApiError; retryable: boolean };
+
+const RETRYABLE_STATUS = new Set([408, 429, 500, 502, 503, 504]);
+const MAX_ERROR_BODY = 64 * 1024;
+const MAX_RESPONSE_BODY = 32 * 1024 * 1024;
+const encoder = new TextEncoder();
+
+export async function proxy(input: ProxyInput): Promise<ProxyResult> {
+  const now = input.now ?? Date.now;
+  const started = now();
+  const tried = new Set<string>();
+  let attempts = 0;
+  let last: ApiError | undefined;
+  const baseHeaders = { "x-request-id": input.requestId, "x-llmgw-band": input.band };
+
+  for (const model of input.chain) {
+    const all = input.table.endpointsFor(model);
+    for (let i = 0; i <= input.settings.retries; i++) {
+      const candidates = all.filter((e) => !tried.has(e.id) && input.breakers.canTry(e.id));
+      const ep = input.picker.pick(candidates, tried);
+      if (!ep) break;
+      tried.add(ep.id);
+      attempts++;
+      const headers = {
+        ...baseHeaders,
+        "x-llmgw-endpoint": ep.id,
+        "x-llmgw-attempts": String(attempts),
+      };
+      const r = await attempt(input, ep, model, started, headers, attempts);
+      if (r.kind === "committed") return { response: r.response, outcome: r.outcome };
+      last = r.error;
+      if (!r.retryable) {
+        return failure(r.error, { ...headers }, attempts);
+      }
+    }
+  }
+  if (!last) {
+    const n = input.chain.reduce((s, m) => s + input.table.endpointsFor(m).length, 0);
+    last =
+      n === 0
+        ? errors.noCapacity(`No endpoint serves model ${input.chain[0]} right now.`, "no_endpoints")
+        : errors.noCapacity(
+            `No endpoint for model ${input.chain[0]} can take requests now (${n} known, all circuit breakers open).`,
+            "no_capacity",
+          );
+  }
+  return failure(last, { ...baseHeaders, "x-llmgw-attempts": String(attempts) }, attempts);
+
+  function failure(err: ApiError, headers: Record<string, string>, n: number): ProxyResult {
+    return {
+      response: err.toResponse(headers),
+      outcome: Promise.resolve({
+        status: err.status,
+        usage: undefined,
+        endpointId: headers["x-llmgw-endpoint"],
+        model: undefined,
+        attempts: n,
+        completed: false,
+        disconnected: false,
+      }),
+    };
+  }
+}
+
+function upstreamBody(input: ProxyInput, model: string): string {
+  const body: Record<string, unknown> = { ...input.body, model };
+  if (input.stream && input.settings.inject_usage && input.apiPath !== "/v1/embeddings") {
+    const asked = (input.body.stream_options ?? {}) as Record<string, unknown>;
+    body.stream_options = { ...asked, include_usage: true, continuous_usage_stats: true };
+  }
+  return JSON.stringify(body);
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+function timeoutError(t: PhaseTimeout, ep: EndpointRecord): ApiError {
+  if (t.phase === "first_token") {
+    return errors.timeout(
+      `The engine (${ep.id}) sent no token within ${t.ms} ms (first_token timeout).`,
+      "first_token_timeout",
+    );
+  }
+  return errors.timeout(
+    `The engine (${ep.id}) timed out (${t.phase} after ${t.ms} ms).`,
+    `${t.phase}_timeout`,
+  );
+}
+
+async function readLimited(
+  res: Response,
+  limit: number,
+  idleMs: number,
+  totalDeadline: number,
+  abort: () => void,
+): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  let size = 0;
+  for (;;) {
+    const [ms, phase] = tighter("idle", idleMs, totalDeadline, Date.now());
+    const { done, value } = await withTimeout(reader.read(), ms, phase, abort);
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      abort();
+      throw new Error(`engine response larger than ${limit} bytes`);
+    }
+    text += decoder.decode(value, { stream: true });
+  }
+  return text + decoder.decode();
+}
+
+async function attempt(
+  input: ProxyInput,
+  ep: EndpointRecord,
+  model: string,
+  started: number,
+  headers: Record<string, string>,
+  attempts: number,
+): Promise<Attempt> {
+  const t = input.settings.timeouts;
+  const totalDeadline = started + t.total;
+  const ctrl = new AbortController();
+  const abort = () => ctrl.abort();
+  const fetchUp = input.upstream(ep);
+  const { breakers, picker } = input;
+  breakers.onAttempt(ep.id);
+  picker.begin(ep.id);
+  let settled = false;
+  const fail = (error: ApiError, retryable: boolean, breakerFailure: boolean): Attempt => {
+    if (!settled) {
+      settled = true;
+      picker.end(ep.id);
+      if (breakerFailure) breakers.onFailure(ep.id);
+      else breakers.onSuccess(ep.id);
+    }
+    abort();
+    return {
+      kind: "failed",
+      error: new ApiError(error.status, error.message, error.type, error.code, error.param, {
+        ...error.headers,
+        ...headers,
+      }),
+      retryable,
+    };
+  };
+
+  const attemptStart = Date.now();
+  let res: Response;
+  try {
+    // Non-streamed answers come back whole, headers and all, so the header
+    // wait of a non-streamed request is the generation itself: bounded by
+    // `total` only. Streams get headers as soon as the engine accepts.
+    const [ms, phase] = input.stream
+      ? tighter("response_header", t.response_header, totalDeadline, attemptStart)
+      : tighter("total", t.total, totalDeadline, attemptStart);
+    res = await withTimeout(
+      fetchUp(engineUrl(ep.url, input.apiPath), {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          accept: input.stream ? "text/event-stream" : "application/json",
+          "x-request-id": input.requestId,
+        },
+        body: upstreamBody(input, model),
+        signal: ctrl.signal,
+      }),
+      ms,
+      phase,
+      abort,
+    );
+  } catch (err) {
+    if (err instanceof PhaseTimeout) return fail(timeoutError(err, ep), true, true);
+    return fail(
+      errors.noCapacity(`Could not reach the engine (${ep.id}): ${describe(err)}`, "upstream_unreachable"),
+      true,
+      true,
+    );
+  }
+
+  if (res.status >= 400) {
+    let text = "";
+    try {
+      text = await readLimited(res, MAX_ERROR_BODY, t.idle, totalDeadline, abort);
+    } catch {
+      // The status is what matters; a truncated body just gets a generic message.
+    }
+    const body = normaliseEngineError(res.status, text);
+    const err = new ApiError(res.status, body.message, body.type, body.code, body.param);
+    return fail(err, RETRYABLE_STATUS.has(res.status), res.status >= 500);
+  }
+
+  if (!input.stream) {
+    let text: string;
+    try {
+      text = await readLimited(res, MAX_RESPONSE_BODY, t.idle, totalDeadline, abort);
+    } catch (err) {
+      if (err instanceof PhaseTimeout) return fail(timeoutError(err, ep), true, true);
+      return fail(
+        errors.noCapacity(`The engine (${ep.id}) failed while answering: ${describe(err)}`, "upstream_error"),
+        true,
+        true,
+      );
+    }
+    let usage: Usage | undefined;
+    try {
+      usage = readUsage((JSON.parse(text) as Record<string, unknown>).usage);
+    } catch {
+      usage = undefined;
+    }
+    settled = true;
+    picker.end(ep.id);
+    breakers.onSuccess(ep.id);
+    return {
+      kind: "committed",
+      response: new Response(text, {
+        status: res.status,
+        headers: { "content-type": res.headers.get("content-type") ?? "application/json", ...headers },
+      }),
+      outcome: Promise.resolve({
+        status: res.status,
+        usage,
+        endpointId: ep.id,
+        model,
+        attempts,
+        completed: true,
+        disconnected: false,
+      }),
+    };
+  }
+
+  // Streaming: hold the client's response until the first data event.
+  if (!res.body)
+    return fail(errors.noCapacity(`The engine (${ep.id}) sent no body.`, "upstream_error"), true, true);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const splitter = new SseSplitter();
+  const tracker = new StreamUsage(usageModeOf(input.body.stream_options as never));
+  let head = "";
+  const firstDeadline = attemptStart + t.first_token;
+  try {
+    while (tracker.dataEvents === 0 && !tracker.done && !tracker.error) {
+      const n = Date.now();
+      const [ms, phase] = tighter("first_token", firstDeadline - n, totalDeadline, n);
+      const r = await withTimeout(reader.read(), ms, phase === "first_token" ? "first_token" : phase, abort);
+      if (r.done) break;
+      for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) head += tracker.event(ev);
+    }
+  } catch (err) {
+    if (err instanceof PhaseTimeout) {
+      const e = err.phase === "first_token" ? new PhaseTimeout("first_token", t.first_token) : err;
+      return fail(timeoutError(e, ep), true, true);
+    }
+    return fail(
+      errors.noCapacity(
+        `The engine (${ep.id}) failed before the first token: ${describe(err)}`,
+        "upstream_error",
+      ),
+      true,
+      true,
+    );
+  }
+  if (tracker.error && tracker.dataEvents === 0) {
+    const e = tracker.error;
+    const status = 500;
+    return fail(new ApiError(status, e.message, e.type, e.code, e.param), true, true);
+  }
+  if (tracker.dataEvents === 0 && !tracker.done) {
+    return fail(
+      errors.noCapacity(`The engine (${ep.id}) closed the stream before the first token.`, "upstream_error"),
+      true,
+      true,
+    );
+  }
+
+  // Committed: from here on the client has bytes, so no more retries.
+  let cancelled = false;
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let finish!: (o: Outcome) => void;
+  const outcome = new Promise<Outcome>((r) => {
+    finish = r;
+  });
+  const onClientGone = () => {
+    if (cancelled) return;
+    cancelled = true;
+    abort();
+  };
+  input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+      if (head) c.enqueue(encoder.encode(head));
+    },
+    cancel() {
+      onClientGone();
+    },
+  });
+  const send = (text: string) => {
+    if (cancelled || !text) return;
+    try {
+      controller.enqueue(encoder.encode(text));
+    } catch {
+      cancelled = true;
+    }
+  };
+  const endWith = (err: OpenAIErrorBody | undefined) => {
+    if (cancelled) return;
+    if (err) send(sseErrorEvent(err));
+    try {
+      controller.close();
+    } catch {
+      // already closed by a cancel racing us
+    }
+  };
+
+  // Read eagerly rather than when the client pulls: every chunk the engine
+  // sends is parsed for usage at once, so on a disconnect the last usage
+  // seen is as close as possible to what the engine generated.
+  const pump = async (): Promise<Outcome> => {
+    let verdict: "ok" | "fail" | "abandon" = "ok";
+    try {
+      while (!tracker.done && !tracker.error) {
+        const [ms, phase] = tighter("idle", t.idle, totalDeadline, Date.now());
+        const r = await withTimeout(reader.read(), ms, phase, abort);
+        if (r.done) break;
+        let out = "";
+        for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) out += tracker.event(ev);
+        send(out);
+      }
+      if (cancelled) verdict = "abandon";
+      else if (tracker.error) {
+        verdict = "fail";
+        endWith(undefined);
+      } else if (!tracker.done) {
+        verdict = "fail";
+        endWith({
+          message: `The engine (${ep.id}) closed the stream before finishing the answer.`,
+          type: "server_error",
+          param: null,
+          code: "upstream_disconnected",
+        });
+      } else endWith(undefined);
+    } catch (err) {
+      abort();
+      if (cancelled) verdict = "abandon";
+      else {
+        verdict = "fail";
+        const e =
+          err instanceof PhaseTimeout
+            ? timeoutError(err, ep).body()
+            : {
+                message: `The engine (${ep.id}) failed mid-stream: ${describe(err)}`,
+                type: "server_error",
+                param: null,
+                code: "upstream_error",
+              };
+        endWith(e);
+      }
+    } finally {
+      input.clientSignal?.removeEventListener("abort", onClientGone);
+      settled = true;
+      picker.end(ep.id);
+      if (verdict === "ok") breakers.onSuccess(ep.id);
+      else if (verdict === "fail") breakers.onFailure(ep.id);
+      else breakers.onAbandon(ep.id);
+    }
+    return {
+      status: 200,
+      usage: tracker.usage,
+      endpointId: ep.id,
+      model,
+      attempts,
+      completed: tracker.done,
+      disconnected: cancelled,
+    };
+  };
+  pump().then(finish, () =>
+    finish({
+      status: 200,
+      usage: tracker.usage,
+      endpointId: ep.id,
+      model,
+      attempts,
+      completed: false,
+      disconnected: cancelled,
+    }),
+  );
+
+  return {
+    kind: "committed",
+    response: new Response(body, {
+      status: 200,
+      headers: {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache",
+        // Cloudflare does not compress event streams by default; say so
+        // explicitly so nothing in between buffers for a compressor.
+        "content-encoding": "identity",
+        ...headers,
+      },
+    }),
+    outcome,
+  };
+}

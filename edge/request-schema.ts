@@ -1,0 +1,151 @@
+import { z } from "zod";
+import { ApiError, errors } from "./openai-errors.ts";
+
+/**
+ * What the edge must understand of a request to route and account for it,
+ * and nothing more: every object is loose, so vendor extensions (`top_k`,
+ * `chat_template_kwargs`, `guided_json`, ...) reach the engine untouched.
+ * Types are checked where a wrong one would otherwise reach an engine and
+ * come back as a 500 instead of the caller's 400.
+ */
+const modelName = z.string().min(1, "must not be empty").max(256, "must be at most 256 characters");
+const nonNegInt = z.number().int().min(0);
+
+const streamOptions = z
+  .looseObject({
+    include_usage: z.boolean().optional(),
+    continuous_usage_stats: z.boolean().optional(),
+  })
+  .nullish();
+
+const stop = z.union([z.string(), z.array(z.string()).max(16)]).nullish();
+
+const sampling = {
+  stream: z.boolean().nullish(),
+  stream_options: streamOptions,
+  max_tokens: nonNegInt.nullish(),
+  n: z.number().int().min(1).max(128).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  seed: z.number().int().nullish(),
+  stop,
+  user: z.string().max(256).nullish(),
+};
+
+const contentPart = z.looseObject({ type: z.string().min(1) });
+
+const message = z.looseObject({
+  role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
+  content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+  name: z.string().optional(),
+});
+
+export const chatRequest = z.looseObject({
+  model: modelName,
+  messages: z.array(message).min(1, "must contain at least one message"),
+  max_completion_tokens: nonNegInt.nullish(),
+  ...sampling,
+});
+
+const tokenIds = z.array(z.number().int().min(0));
+export const completionRequest = z.looseObject({
+  model: modelName,
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  echo: z.boolean().nullish(),
+  ...sampling,
+});
+
+export const embeddingRequest = z.looseObject({
+  model: modelName,
+  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  encoding_format: z.enum(["float", "base64"]).nullish(),
+  dimensions: z.number().int().min(1).nullish(),
+});
+
+export type ChatRequest = z.output<typeof chatRequest>;
+export type CompletionRequest = z.output<typeof completionRequest>;
+export type EmbeddingRequest = z.output<typeof embeddingRequest>;
+export type ProxiedRequest = (ChatRequest | CompletionRequest | EmbeddingRequest) & {
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean; continuous_usage_stats?: boolean } | null;
+};
+
+function pathOf(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out;
+}
+
+/** A zod result as the 400 a client can act on: the first issue, named by its path. */
+export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw errors.invalid("The request body must be a JSON object.");
+  }
+  const r = schema.safeParse(body);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const param = pathOf(issue.path);
+  const missing = issue.code === "invalid_type" && (body as Record<string, unknown>)[param] === undefined;
+  const what = missing ? "is required" : issue.message;
+  throw errors.invalid(`${param || "body"}: ${what}`, param || null);
+}
+
+/**
+ * Reads at most `limit` bytes. Content-Length is checked first so a large
+ * upload is refused before a byte is read; a chunked body (no length) is
+ * counted as it arrives and cut off at the limit.
+ */
+export async function readBodyLimited(req: Request, limit: number): Promise<Uint8Array> {
+  const declared = req.headers.get("content-length");
+  if (declared !== null) {
+    const n = Number(declared);
+    if (!Number.isFinite(n) || n < 0) throw errors.invalid("Invalid Content-Length header.");
+    if (n > limit) throw errors.tooLarge(limit);
+  }
+  if (!req.body) return new Uint8Array(0);
+  const reader = req.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => {});
+      throw errors.tooLarge(limit);
+    }
+    parts.push(value);
+  }
+  if (parts.length === 1) return parts[0]!;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+export function parseJsonBody(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) throw errors.invalid("The request body is empty; expected a JSON object.");
+  let text: string;
+  try {
+    text = decoder.decode(bytes);
+  } catch {
+    throw errors.invalid("The request body is not valid UTF-8.");
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(
+      400,
+      `We could not parse the JSON body of your request: ${(err as Error).message}`,
+      "invalid_request_error",
+      "invalid_json",
+    );
+  }
+}

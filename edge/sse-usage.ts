@@ -1,0 +1,131 @@
+import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
+
+/**
+ * Server-sent events from an engine, split into whole events and read for
+ * token usage. Pure, so the proxy, tests and benchmarks share it.
+ *
+ * The proxy asks engines for `stream_options.include_usage` and vLLM's
+ * `continuous_usage_stats`, so every chunk carries the cumulative usage so
+ * far: whatever point a stream stops at, the last chunk read says exactly
+ * what was generated up to it. What the client sees is cut back to what it
+ * asked for.
+ */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** all: client asked for continuous usage; final: include_usage only; none: neither. */
+export type UsageMode = "all" | "final" | "none";
+
+export function usageModeOf(
+  opts: { include_usage?: boolean; continuous_usage_stats?: boolean } | null | undefined,
+): UsageMode {
+  if (!opts?.include_usage) return "none";
+  return opts.continuous_usage_stats ? "all" : "final";
+}
+
+export function readUsage(v: unknown): Usage | undefined {
+  if (typeof v !== "object" || v === null) return undefined;
+  const u = v as Record<string, unknown>;
+  const p = u.prompt_tokens;
+  const c = u.completion_tokens ?? 0;
+  if (typeof p !== "number" || typeof c !== "number") return undefined;
+  const t = typeof u.total_tokens === "number" ? u.total_tokens : p + c;
+  return { prompt_tokens: p, completion_tokens: c, total_tokens: t };
+}
+
+/** Splits a byte stream's text into complete events; a partial event waits for its end. */
+export class SseSplitter {
+  private buf = "";
+
+  push(text: string): string[] {
+    this.buf += text.includes("\r") ? text.replace(/\r\n?/g, "\n") : text;
+    const out: string[] = [];
+    let at = 0;
+    for (;;) {
+      const end = this.buf.indexOf("\n\n", at);
+      if (end < 0) break;
+      if (end > at) out.push(this.buf.slice(at, end));
+      at = end + 2;
+    }
+    this.buf = at === 0 ? this.buf : this.buf.slice(at);
+    return out;
+  }
+
+  /** Bytes of an event that never finished (the engine stopped mid-event). */
+  pending(): string {
+    return this.buf;
+  }
+}
+
+export class StreamUsage {
+  /** Latest cumulative usage seen. */
+  usage: Usage | undefined;
+  /** `data: [DONE]` seen: the engine finished the stream normally. */
+  done = false;
+  /** An error event from the engine (already normalised). */
+  error: OpenAIErrorBody | undefined;
+  /** Data events other than [DONE] and errors (first one = first token). */
+  dataEvents = 0;
+
+  constructor(private readonly mode: UsageMode) {}
+
+  /** One event (without its blank line); returns what to forward, "" to drop it. */
+  event(raw: string): string {
+    if (!raw.startsWith("data:") || raw.includes("\ndata:") || raw.includes("\n")) {
+      return this.complexEvent(raw);
+    }
+    const data = raw.charCodeAt(5) === 32 ? raw.slice(6) : raw.slice(5);
+    return this.data(data, raw);
+  }
+
+  private complexEvent(raw: string): string {
+    const lines = raw.split("\n");
+    const data: string[] = [];
+    for (const l of lines) {
+      if (l.startsWith("data:")) data.push(l.charCodeAt(5) === 32 ? l.slice(6) : l.slice(5));
+    }
+    if (data.length === 0) return `${raw}\n\n`; // comments, retry: hints
+    const isError = lines.some((l) => l === "event: error" || l === "event:error");
+    if (isError) {
+      this.error = normaliseEngineError(500, data.join("\n"));
+      return `data: ${JSON.stringify({ error: this.error })}\n\n`;
+    }
+    return this.data(data.join("\n"), raw);
+  }
+
+  private data(data: string, raw: string): string {
+    if (data === "[DONE]") {
+      this.done = true;
+      return "data: [DONE]\n\n";
+    }
+    let obj: Record<string, unknown>;
+    try {
+      obj = JSON.parse(data) as Record<string, unknown>;
+    } catch {
+      this.dataEvents++;
+      return `${raw}\n\n`;
+    }
+    if (obj.error !== undefined && obj.error !== null) {
+      const e = obj.error as Record<string, unknown>;
+      const status = typeof e.code === "number" && e.code >= 400 ? e.code : 500;
+      this.error = normaliseEngineError(status, data);
+      return `data: ${JSON.stringify({ error: this.error })}\n\n`;
+    }
+    const hasUsage = obj.usage !== undefined && obj.usage !== null;
+    if (hasUsage) {
+      const u = readUsage(obj.usage);
+      if (u) this.usage = u;
+    }
+    const choices = obj.choices;
+    const usageOnly = Array.isArray(choices) && choices.length === 0 && hasUsage;
+    if (!usageOnly) this.dataEvents++;
+    if (this.mode === "all" || !hasUsage) return `${raw}\n\n`;
+    if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
+    // A content chunk with usage the client did not ask for on every chunk.
+    delete obj.usage;
+    return `data: ${JSON.stringify(obj)}\n\n`;
+  }
+}
