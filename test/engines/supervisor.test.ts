@@ -1,0 +1,307 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { afterEach, describe, expect, it } from "vitest";
+import { readStartTime } from "../../agent/engine-process.ts";
+import { type StatusKind, Supervisor, type SupervisorOptions } from "../../agent/supervisor.ts";
+import {
+  ShardState,
+  type ShardStatus,
+  type StartShard,
+  StartShardSchema,
+} from "../../proto/gen/agent/v1/agent_pb.ts";
+import { freePort, REPO, waitUntil } from "../harness/process.ts";
+
+const FAKE = join(REPO, "test/bin/fake-engine.mjs");
+const SHIM = join(REPO, "test/bin/vllm");
+
+type Init = Parameters<typeof create<typeof StartShardSchema>>[1];
+
+async function spec(over: Init = {}): Promise<StartShard> {
+  return create(StartShardSchema, {
+    replicaId: `r-${Math.random().toString(36).slice(2, 8)}`,
+    engine: "vllm",
+    model: "fake/model",
+    servedModelName: "fake",
+    worldNodes: 1,
+    gpuIndices: [0],
+    tensorParallel: 1,
+    pipelineParallel: 1,
+    dataParallel: 1,
+    ports: { http: await freePort() },
+    startupDeadlineMs: 10_000,
+    stopGraceMs: 1_000,
+    generation: 1n,
+    ...over,
+  });
+}
+
+interface Rig {
+  sup: Supervisor;
+  dir: string;
+  events: ShardStatus[];
+  loads: ShardStatus[];
+  open(extra?: Partial<SupervisorOptions>): Promise<Supervisor>;
+  waitState(id: string, state: ShardState, timeoutMs?: number, after?: number): Promise<ShardStatus>;
+}
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return readStartTime(pid) !== null;
+  } catch {
+    return false;
+  }
+};
+
+async function rig(
+  extra: Partial<SupervisorOptions> = {},
+  dir = mkdtempSync(join(tmpdir(), "llmgw-sup-")),
+): Promise<Rig> {
+  const events: ShardStatus[] = [];
+  const loads: ShardStatus[] = [];
+  const open = async (more: Partial<SupervisorOptions> = {}) => {
+    const sup = await Supervisor.open({
+      stateDir: dir,
+      node: { advertiseAddress: "127.0.0.1" },
+      bins: { vllm: FAKE },
+      onStatus: (s: ShardStatus, kind: StatusKind) => (kind === "transition" ? events : loads).push(s),
+      restart: { baseMs: 300, maxMs: 2_000, resetAfterMs: 60_000 },
+      healthIntervalMs: 100,
+      healthTimeoutMs: 500,
+      livenessIntervalMs: 300,
+      scrapeIntervalMs: 200,
+      adoptPollMs: 100,
+      drainPollMs: 100,
+      drainSettleMs: 200,
+      logger: { debug() {}, info() {}, warn() {}, error() {}, child: () => undefined as never },
+      ...extra,
+      ...more,
+    });
+    cleanups.push(() => sup.stopAll("test over"));
+    return sup;
+  };
+  const sup = await open();
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return {
+    sup,
+    dir,
+    events,
+    loads,
+    open,
+    waitState: (id, state, timeoutMs = 10_000, after = 0) =>
+      waitUntil(
+        `${id} ${ShardState[state]}`,
+        () => events.slice(after).find((e) => e.replicaId === id && e.state === state),
+        timeoutMs,
+        25,
+      ),
+  };
+}
+
+describe("Supervisor", () => {
+  it("starts an engine through the vLLM adapter, reports ready and load, and stops it", async () => {
+    const r = await rig();
+    const s = await spec({ env: { FAKE_READY_AFTER_MS: "200" } });
+    const started = await r.sup.start(s);
+    expect(started.state).toBe(ShardState.STARTING);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    expect(ready.pid).toBeGreaterThan(0);
+    expect(ready.spec?.replicaId).toBe(s.replicaId);
+    const log = readFileSync(join(r.dir, "logs", `${s.replicaId}.log`), "utf8");
+    expect(log).toContain(
+      `fake-engine pid ${ready.pid} argv: serve fake/model --host 127.0.0.1 --port ${s.ports?.http}`,
+    );
+    expect(log).toContain("CUDA_VISIBLE_DEVICES=0");
+    const load = await waitUntil("a load report", () => r.loads.find((l) => l.load));
+    expect(load.load).toMatchObject({ running: 0, waiting: 0, kvUsage: 0.25 });
+    expect(r.sup.list().map((x) => x.state)).toEqual([ShardState.READY]);
+    await r.sup.stop(s.replicaId, "test stop");
+    const stopped = await r.waitState(s.replicaId, ShardState.STOPPED);
+    expect(stopped.reason).toBe("test stop");
+    expect(alive(ready.pid)).toBe(false);
+    expect(r.sup.list()).toEqual([]);
+  });
+
+  it("kill -9 of a ready engine: failed_running with exit code and tail, reported before the restart", async () => {
+    const r = await rig();
+    const s = await spec();
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    process.kill(ready.pid, "SIGKILL");
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING);
+    expect(failed.hasExitCode).toBe(true);
+    expect(failed.exitCode).toBe(137);
+    expect(failed.reason).toMatch(/killed by SIGKILL \(exit code 137\); restart 1 in 0\.3s/);
+    expect(failed.outputTail).toHaveLength(50);
+    expect(failed.outputTail.at(-1)).toBe("fake-engine loading line 59");
+    const failedAt = r.events.indexOf(failed);
+    const again = await r.waitState(s.replicaId, ShardState.READY, 10_000, failedAt);
+    expect(r.events.slice(failedAt).find((e) => e.state === ShardState.STARTING)).toBeDefined();
+    expect(again.pid).not.toBe(ready.pid);
+    expect(Number(again.sinceUnixMs) - Number(failed.sinceUnixMs)).toBeGreaterThanOrEqual(250);
+    // The previous run's log is kept beside the new one.
+    expect(existsSync(join(r.dir, "logs", `${s.replicaId}.prev.log`))).toBe(true);
+  });
+
+  it("an engine that exits while loading is failed_startup with its exit code", async () => {
+    const r = await rig({ restart: { enabled: false } });
+    const s = await spec({
+      env: { FAKE_READY_AFTER_MS: "5000", FAKE_EXIT_AFTER_MS: "100", FAKE_EXIT_CODE: "3" },
+    });
+    await r.sup.start(s);
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_STARTUP);
+    expect([failed.hasExitCode, failed.exitCode]).toEqual([true, 3]);
+    expect(failed.reason).toBe("exited with code 3 during startup; not restarting (agent restarts disabled)");
+    expect(failed.outputTail.at(-1)).toBe("fake-engine crashing with code 3");
+  });
+
+  it("a never-healthy engine is failed_startup at its deadline, then restarted", async () => {
+    const r = await rig();
+    const s = await spec({ startupDeadlineMs: 700, env: { FAKE_NEVER_READY: "1" } });
+    const t0 = Date.now();
+    await r.sup.start(s);
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_STARTUP);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(650);
+    expect(failed.reason).toBe("not healthy within the startup deadline of 0.7s; restart 1 in 0.3s");
+    expect(failed.outputTail.length).toBeGreaterThan(0);
+    await r.waitState(s.replicaId, ShardState.STARTING, 5_000, r.events.indexOf(failed));
+  });
+
+  it("stop escalates SIGTERM to SIGKILL for the whole group of an engine that ignores SIGTERM", async () => {
+    const r = await rig();
+    const s = await spec({ env: { FAKE_IGNORE_SIGTERM: "1", FAKE_CHILD: "1" } });
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    const log = () => readFileSync(join(r.dir, "logs", `${s.replicaId}.log`), "utf8");
+    const childPid = Number(/child pid (\d+)/.exec(log())?.[1]);
+    expect(alive(childPid)).toBe(true);
+    const t0 = Date.now();
+    await r.sup.stop(s.replicaId, "test stop", 500);
+    const took = Date.now() - t0;
+    expect(took).toBeGreaterThanOrEqual(450);
+    expect(took).toBeLessThan(3_000);
+    expect(log()).toContain("fake-engine ignoring SIGTERM");
+    const stopped = await r.waitState(s.replicaId, ShardState.STOPPED);
+    expect(stopped.exitCode).toBe(137);
+    await waitUntil("group gone", () => !alive(ready.pid) && !alive(childPid), 2_000);
+  });
+
+  it("drains: reports draining, stops once nothing is in flight", async () => {
+    const r = await rig();
+    const loadFile = join(r.dir, "load.json");
+    writeFileSync(loadFile, JSON.stringify({ running: 2, waiting: 1 }));
+    const s = await spec({ env: { FAKE_LOAD_FILE: loadFile } });
+    await r.sup.start(s);
+    await r.waitState(s.replicaId, ShardState.READY);
+    await r.sup.drain(s.replicaId, 10_000);
+    const draining = await r.waitState(s.replicaId, ShardState.DRAINING);
+    expect(draining.reason).toBe("draining, deadline 10s");
+    await new Promise((res) => setTimeout(res, 500));
+    expect(r.sup.get(s.replicaId)?.state).toBe(ShardState.DRAINING);
+    writeFileSync(loadFile, JSON.stringify({ running: 0, waiting: 0 }));
+    const stopped = await r.waitState(s.replicaId, ShardState.STOPPED);
+    expect(stopped.reason).toBe("drained: no requests in flight");
+  });
+
+  it("refuses to launch into a busy port, with the reason", async () => {
+    const r = await rig({ restart: { enabled: false } });
+    const srv = createServer();
+    const port = await freePort();
+    await new Promise<void>((res) => srv.listen(port, "127.0.0.1", res));
+    cleanups.push(() => new Promise<void>((res) => srv.close(() => res())));
+    const s = await spec({ ports: { http: port } });
+    const st = await r.sup.start(s);
+    expect(st.state).toBe(ShardState.FAILED_STARTUP);
+    expect(st.reason).toBe(
+      `validation failed: port ${port} is already in use on this node; not restarting (agent restarts disabled)`,
+    );
+    expect(st.pid).toBe(0);
+  });
+
+  it("a new supervisor on the same state dir adopts the running engine (same PID), reports ready, and supervises it", async () => {
+    const r = await rig();
+    const s = await spec();
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    r.sup.close();
+    const state = JSON.parse(readFileSync(join(r.dir, "engines.json"), "utf8"));
+    expect(state.shards[0]).toMatchObject({ replicaId: s.replicaId, pid: ready.pid, state: "ready" });
+    expect(state.shards[0].startTime).toBe(readStartTime(ready.pid));
+
+    const before = r.events.length;
+    const sup2 = await r.open();
+    const adopted = await r.waitState(s.replicaId, ShardState.READY, 5_000, before);
+    expect(adopted.pid).toBe(ready.pid);
+    expect(adopted.reason).toBe(`adopted pid ${ready.pid} after agent restart`);
+    expect(sup2.list().map((x) => [x.replicaId, x.pid])).toEqual([[s.replicaId, ready.pid]]);
+    // The control plane re-sends the same generation: a claim, not a restart.
+    const claimed = await sup2.start(s);
+    expect(claimed.pid).toBe(ready.pid);
+    // An adopted engine is not our child: its death is noticed by polling.
+    process.kill(ready.pid, "SIGKILL");
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING, 5_000, before);
+    expect(failed.hasExitCode).toBe(false);
+    expect(failed.reason).toMatch(/^exited \(exit code unknown: adopted engine\); restart 1 in/);
+  });
+
+  it("stops adopted engines nobody claims once the orphan grace has passed", async () => {
+    const r = await rig();
+    const keep = await spec();
+    const orphan = await spec();
+    await r.sup.start(keep);
+    await r.sup.start(orphan);
+    await r.waitState(keep.replicaId, ShardState.READY);
+    const o = await r.waitState(orphan.replicaId, ShardState.READY);
+    r.sup.close();
+    const before = r.events.length;
+    const sup2 = await r.open();
+    await r.waitState(orphan.replicaId, ShardState.READY, 5_000, before);
+    await sup2.start(keep);
+    sup2.beginOrphanGrace(300);
+    const stopped = await r.waitState(orphan.replicaId, ShardState.STOPPED, 5_000, before);
+    expect(stopped.reason).toBe("orphan: not claimed by the control plane within 0.3s");
+    expect(alive(o.pid)).toBe(false);
+    expect(sup2.list().map((x) => [x.replicaId, x.state])).toEqual([[keep.replicaId, ShardState.READY]]);
+  });
+
+  it("skips broken state file entries and adopts the rest", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-sup-"));
+    writeFileSync(
+      join(dir, "engines.json"),
+      JSON.stringify({
+        version: 1,
+        shards: [
+          { replicaId: "x", pid: "nope" },
+          { replicaId: "y", spec: 5 },
+        ],
+      }),
+    );
+    const r = await rig({}, dir);
+    expect(r.sup.list()).toEqual([]);
+    writeFileSync(join(dir, "engines.json"), "{not json");
+    const sup = await r.open();
+    expect(sup.list()).toEqual([]);
+  });
+
+  it.skipIf(!existsSync(SHIM))("runs the real sim engine through the test/bin/vllm shim", async () => {
+    const r = await rig({ bins: { vllm: SHIM } });
+    const s = await spec();
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, ShardState.READY, 20_000);
+    expect(ready.pid).toBeGreaterThan(0);
+    const load = await waitUntil(
+      "sim load",
+      () => r.loads.find((l) => l.replicaId === s.replicaId && l.load),
+      10_000,
+    );
+    expect(load.load?.kvUsage).toBeGreaterThanOrEqual(0);
+  });
+});
