@@ -8,8 +8,9 @@
 //   FAKE_EXIT_AFTER_MS, FAKE_EXIT_CODE  crash on a timer
 //   FAKE_LOAD_FILE       JSON {"running":N,"waiting":N} read on every /metrics
 //   FAKE_CHILD=1         fork a worker (sleep) into the same process group
+//   FAKE_UNHEALTHY_FILE  /health answers 503 while this file exists (a dead engine core)
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 
 const argv = process.argv.slice(2);
@@ -55,7 +56,9 @@ function load() {
 
 const server = createServer((req, res) => {
   if (req.url === "/health") {
-    res.writeHead(env.FAKE_NEVER_READY === "1" ? 503 : 200).end();
+    const sick =
+      env.FAKE_NEVER_READY === "1" || (env.FAKE_UNHEALTHY_FILE && existsSync(env.FAKE_UNHEALTHY_FILE));
+    res.writeHead(sick ? 503 : 200).end();
     return;
   }
   if (req.url === "/metrics") {

@@ -1,11 +1,11 @@
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { sglangAdapter } from "../../agent/engines/sglang.ts";
 import { LLMGW_ENTRY, simAdapter } from "../../agent/engines/sim.ts";
 import { vllmAdapter } from "../../agent/engines/vllm.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 
-type Init = Parameters<typeof create<typeof StartShardSchema>>[1];
+type Init = MessageInitShape<typeof StartShardSchema>;
 
 function spec(over: Init = {}): StartShard {
   return create(StartShardSchema, {
@@ -22,7 +22,7 @@ function spec(over: Init = {}): StartShard {
     dataParallel: 1,
     gpuMemoryUtilization: 0.9,
     ...over,
-  });
+  } as Init);
 }
 
 const node = { advertiseAddress: "10.0.0.5", mgmtInterface: "eth0" };

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape, toJsonString } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { readStartTime } from "../../agent/engine-process.ts";
 import { type StatusKind, Supervisor, type SupervisorOptions } from "../../agent/supervisor.ts";
@@ -12,12 +12,12 @@ import {
   type StartShard,
   StartShardSchema,
 } from "../../proto/gen/agent/v1/agent_pb.ts";
-import { freePort, REPO, waitUntil } from "../harness/process.ts";
+import { freePort, REPO, startProcess, waitUntil } from "../harness/process.ts";
 
 const FAKE = join(REPO, "test/bin/fake-engine.mjs");
 const SHIM = join(REPO, "test/bin/vllm");
 
-type Init = Parameters<typeof create<typeof StartShardSchema>>[1];
+type Init = MessageInitShape<typeof StartShardSchema>;
 
 async function spec(over: Init = {}): Promise<StartShard> {
   return create(StartShardSchema, {
@@ -35,7 +35,7 @@ async function spec(over: Init = {}): Promise<StartShard> {
     stopGraceMs: 1_000,
     generation: 1n,
     ...over,
-  });
+  } as Init);
 }
 
 interface Rig {
@@ -303,5 +303,45 @@ describe("Supervisor", () => {
       10_000,
     );
     expect(load.load?.kvUsage).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("Supervisor across a killed agent", () => {
+  it("the engine outlives kill -9 of its agent and the next agent adopts it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-sup-"));
+    const s = await spec();
+    const agent = startProcess("agent", process.execPath, [
+      "--import",
+      "tsx",
+      join(REPO, "test/engines/fixtures/agent-that-dies.ts"),
+      dir,
+      FAKE,
+      toJsonString(StartShardSchema, s),
+    ]);
+    cleanups.push(() => agent.kill("SIGKILL"));
+    const line = await agent.waitFor(/READY \d+/, 20_000);
+    const pid = Number(line.split(" ")[1]);
+    agent.child.kill("SIGKILL");
+    await agent.exited;
+    expect(alive(pid)).toBe(true);
+    const r = await rig({}, dir);
+    const adopted = await r.waitState(s.replicaId, ShardState.READY);
+    expect(adopted.pid).toBe(pid);
+  });
+});
+
+describe("Supervisor liveness", () => {
+  it("fails a ready engine whose health keeps failing and kills it", async () => {
+    const r = await rig({ livenessIntervalMs: 100, livenessFailures: 2, restart: { enabled: false } });
+    const sick = join(r.dir, "sick");
+    const s = await spec({ env: { FAKE_UNHEALTHY_FILE: sick } });
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    writeFileSync(sick, "");
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING);
+    expect(failed.reason).toMatch(
+      /^health check failed 2 times in a row at http:\/\/127\.0\.0\.1:\d+\/health; not restarting/,
+    );
+    await waitUntil("engine gone", () => !alive(ready.pid), 3_000);
   });
 });

@@ -2,14 +2,14 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { binaryFor, findBinary, portFree, portsInUse } from "../../agent/engines/launch-facts.ts";
 import { knownEngines } from "../../agent/engines/registry.ts";
 import { type LaunchFacts, portsToBind, validateLaunch } from "../../agent/engines/validate.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 
-type Init = Parameters<typeof create<typeof StartShardSchema>>[1];
+type Init = MessageInitShape<typeof StartShardSchema>;
 const spec = (over: Init = {}): StartShard =>
   create(StartShardSchema, {
     replicaId: "r0",
@@ -24,7 +24,7 @@ const spec = (over: Init = {}): StartShard =>
     minGpuMemoryMib: 40_000n,
     gpuMemoryUtilization: 0.9,
     ...over,
-  });
+  } as Init);
 
 const gpu = (index: number, free = 80_000, total = 81_559) => ({
   index,
