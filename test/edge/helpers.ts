@@ -1,0 +1,182 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type EdgeSyncClient, edgeSyncClient, hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
+import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../harness/process.ts";
+
+/**
+ * The real edge in workerd (`wrangler dev`, driven as a black box) and real
+ * sim engines, for the edge's integration tests. One edge per test file:
+ * its own port, its own `--persist-to` directory, its own EdgeSync secret.
+ */
+export const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
+
+export interface Edge {
+  url: string;
+  token: string;
+  proc: Proc;
+  sync: EdgeSyncClient;
+  stop(): Promise<void>;
+}
+
+export async function startEdge(router: Record<string, unknown> = {}, name = "edge"): Promise<Edge> {
+  const port = await freePort();
+  const inspector = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-"));
+  const token = `edge-test-${Math.random().toString(36).slice(2)}`;
+  const proc = startProcess(name, process.execPath, [
+    WRANGLER,
+    "dev",
+    "--config",
+    join(REPO, "wrangler.toml"),
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--inspector-port",
+    String(inspector),
+    "--persist-to",
+    dir,
+    "--show-interactive-dev-session=false",
+    "--var",
+    `EDGE_SYNC_TOKEN:${token}`,
+    "--var",
+    `LLMGW_ROUTER:${JSON.stringify(router)}`,
+  ]);
+  await proc.waitFor(/Ready on http/, 60_000);
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    url,
+    token,
+    proc,
+    sync: edgeSyncClient(url, token),
+    async stop() {
+      await proc.kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface Sim {
+  url: string;
+  port: number;
+  proc: Proc;
+  stop(): Promise<void>;
+}
+
+/** A sim engine serving `model` on a free loopback port, fast by default. */
+export async function startSim(model: string, flags: string[] = [], port?: number): Promise<Sim> {
+  const p = port ?? (await freePort());
+  const proc = startLlmgw(`sim-${model}-${p}`, [
+    "sim-engine",
+    "serve",
+    model,
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(p),
+    "--sim-speed",
+    "200",
+    ...flags,
+  ]);
+  await proc.waitFor(/sim engine ready/, 30_000);
+  return { url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() };
+}
+
+export interface EngineCounters {
+  prompt: number;
+  generation: number;
+  /** Requests the engine finished, any reason (stop, length, abort). */
+  finished: number;
+}
+
+export async function engineCounters(sim: { url: string }): Promise<EngineCounters> {
+  const text = await (await fetch(`${sim.url}/metrics`)).text();
+  const sum = (name: string) => {
+    let s = 0;
+    for (const line of text.split("\n")) {
+      if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+        s += Number(line.slice(line.lastIndexOf(" ") + 1));
+    }
+    return s;
+  };
+  return {
+    prompt: sum("vllm:prompt_tokens_total"),
+    generation: sum("vllm:generation_tokens_total"),
+    finished: sum("vllm:request_success_total"),
+  };
+}
+
+export interface TestKey {
+  id: string;
+  secret: string;
+}
+
+let keySeq = 0;
+
+export async function createKey(
+  edge: Edge,
+  opts: {
+    band?: string;
+    defaultBand?: string;
+    models?: string[];
+    rpm?: number;
+    tpm?: number;
+    budget?: { tokens: number; period: string };
+  } = {},
+): Promise<TestKey> {
+  const secret = newSecret();
+  const id = `key_test_${process.pid}_${++keySeq}`;
+  await edge.sync.putKey({
+    key: {
+      id,
+      hash: hashSecret(secret),
+      name: id,
+      maxBand: opts.band ?? "gold",
+      defaultBand: opts.defaultBand ?? "",
+      models: opts.models ?? [],
+      rpm: opts.rpm ?? 0,
+      tpm: opts.tpm ?? 0,
+      budget: opts.budget ? { tokens: BigInt(opts.budget.tokens), period: opts.budget.period } : undefined,
+      createdAtUnixMs: BigInt(Date.now()),
+    },
+  });
+  return { id, secret };
+}
+
+export interface EndpointSpec {
+  id: string;
+  url: string;
+  models: string[];
+  priority?: number;
+  weight?: number;
+}
+
+export async function setEndpoints(edge: Edge, endpoints: EndpointSpec[]): Promise<void> {
+  await edge.sync.putEndpointSets({
+    endpoints: endpoints.map((e) => ({
+      id: e.id,
+      url: e.url,
+      models: e.models,
+      pool: "default",
+      weight: e.weight ?? 1,
+      priority: e.priority ?? 0,
+      via: "direct",
+    })),
+  });
+}
+
+export async function keyUsage(edge: Edge, keyId: string) {
+  const { usage } = await edge.sync.getUsage({ keyId });
+  const u = usage[0]!;
+  return {
+    requests: Number(u.requests),
+    prompt: Number(u.promptTokens),
+    completion: Number(u.completionTokens),
+    partial: Number(u.partialRequests),
+  };
+}
+
+export function chatBody(model: string, extra: Record<string, unknown> = {}) {
+  return { model, messages: [{ role: "user", content: "Say something." }], max_tokens: 8, ...extra };
+}

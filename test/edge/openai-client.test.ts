@@ -1,0 +1,209 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  createKey,
+  type Edge,
+  type Sim,
+  setEndpoints,
+  startEdge,
+  startSim,
+  type TestKey,
+} from "./helpers.ts";
+
+/** The official openai client against the edge in workerd, in front of real sim engines. */
+describe("edge with the openai client", () => {
+  let edge: Edge;
+  let simA: Sim;
+  let simB: Sim;
+  let key: TestKey;
+  let bronze: TestKey;
+  let client: OpenAI;
+
+  beforeAll(async () => {
+    [edge, simA, simB] = await Promise.all([startEdge(), startSim("alpha"), startSim("beta")]);
+    await edge.sync.putCatalog({
+      models: [
+        { name: "alpha", aliases: ["a"], fallbacks: [], routing: "" },
+        { name: "gamma", aliases: [], fallbacks: ["alpha"], routing: "" },
+      ],
+    });
+    await setEndpoints(edge, [
+      { id: "alpha-1", url: simA.url, models: ["alpha"] },
+      { id: "beta-1", url: `${simB.url}/v1`, models: ["beta"] },
+    ]);
+    key = await createKey(edge, { band: "gold" });
+    bronze = await createKey(edge, { band: "bronze", models: ["beta"] });
+    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([edge?.stop(), simA?.stop(), simB?.stop()]);
+  });
+
+  it("serves a non-streamed chat completion with usage and routing headers", async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: "alpha", messages: [{ role: "user", content: "Hello" }], max_tokens: 6 })
+      .withResponse();
+    expect(data.object).toBe("chat.completion");
+    expect(data.choices[0]!.message.content!.length).toBeGreaterThan(0);
+    expect(data.usage!.completion_tokens).toBe(6);
+    expect(response.headers.get("x-llmgw-endpoint")).toBe("alpha-1");
+    expect(response.headers.get("x-llmgw-attempts")).toBe("1");
+    expect(response.headers.get("x-llmgw-band")).toBe("gold");
+    expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{24}$/);
+  });
+
+  it("streams a chat completion; usage is stripped unless asked for", async () => {
+    const stream = await client.chat.completions.create({
+      model: "alpha",
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 5,
+      stream: true,
+    });
+    let text = "";
+    let chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      expect(chunk.usage ?? undefined).toBeUndefined();
+      expect(chunk.choices.length).toBe(1);
+      text += chunk.choices[0]!.delta.content ?? "";
+    }
+    expect(chunks).toBeGreaterThanOrEqual(5);
+    expect(text.length).toBeGreaterThan(0);
+  });
+
+  it("streams with include_usage: one final usage chunk, none on content chunks", async () => {
+    const stream = await client.chat.completions.create({
+      model: "a", // an alias
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 4,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const usages = [];
+    for await (const chunk of stream)
+      if (chunk.usage) usages.push({ usage: chunk.usage, n: chunk.choices.length });
+    expect(usages).toHaveLength(1);
+    expect(usages[0]!.n).toBe(0);
+    expect(usages[0]!.usage.completion_tokens).toBe(4);
+  });
+
+  it("does completions, streamed and not, and keeps unknown fields", async () => {
+    const c = await client.completions.create({
+      model: "beta",
+      prompt: "Once upon a time",
+      max_tokens: 5,
+      // A vLLM extension: must pass through untouched (the sim accepts it).
+      ...({ top_k: 5 } as object),
+    });
+    expect(c.object).toBe("text_completion");
+    expect(c.usage!.completion_tokens).toBe(5);
+    const s = await client.completions.create({ model: "beta", prompt: "Once", max_tokens: 3, stream: true });
+    let n = 0;
+    for await (const chunk of s) n += chunk.choices.length;
+    expect(n).toBeGreaterThanOrEqual(3);
+  });
+
+  it("lists the models this key may use", async () => {
+    const all = [];
+    for await (const m of client.models.list()) all.push(m.id);
+    expect(all.sort()).toEqual(["alpha", "beta", "gamma"]);
+    const limited = new OpenAI({ apiKey: bronze.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const some = [];
+    for await (const m of limited.models.list()) some.push(m.id);
+    expect(some).toEqual(["beta"]);
+  });
+
+  it("follows a model's fallbacks when it has no endpoint", async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: "gamma", messages: [{ role: "user", content: "Hi" }], max_tokens: 2 })
+      .withResponse();
+    expect(data.model).toBe("alpha");
+    expect(response.headers.get("x-llmgw-endpoint")).toBe("alpha-1");
+  });
+
+  it("maps errors to the SDK's classes with OpenAI-shaped bodies", async () => {
+    const bad = new OpenAI({
+      apiKey: "sk-not-a-real-key-0000000000",
+      baseURL: `${edge.url}/v1`,
+      maxRetries: 0,
+    });
+    const msg = [{ role: "user" as const, content: "x" }];
+    await expect(bad.chat.completions.create({ model: "alpha", messages: msg })).rejects.toBeInstanceOf(
+      OpenAI.AuthenticationError,
+    );
+    const limited = new OpenAI({ apiKey: bronze.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    await expect(limited.chat.completions.create({ model: "alpha", messages: msg })).rejects.toBeInstanceOf(
+      OpenAI.PermissionDeniedError,
+    );
+    const err = await client.chat.completions.create({ model: "nope", messages: msg }).catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(err.code).toBe("model_not_found");
+    expect(err.param).toBe("model");
+    expect(err.type).toBe("invalid_request_error");
+    const bad400 = await client.chat.completions
+      .create({ model: "alpha", messages: [] as never })
+      .catch((e) => e);
+    expect(bad400).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(bad400.param).toBe("messages");
+    const promote = await client.chat.completions
+      .create({ model: "alpha", messages: msg }, { headers: { "x-llmgw-band": "platinum" } })
+      .catch((e) => e);
+    expect(promote).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect(promote.code).toBe("band_not_allowed");
+    const { response } = await client.chat.completions
+      .create({ model: "alpha", messages: msg, max_tokens: 1 }, { headers: { "x-llmgw-band": "silver" } })
+      .withResponse();
+    expect(response.headers.get("x-llmgw-band")).toBe("silver");
+  });
+
+  it("normalises engine errors (vLLM's int code) into OpenAI's shape", async () => {
+    // The sim refuses max_tokens beyond the context like vLLM: a 400 from the engine.
+    const err = await client.chat.completions
+      .create({ model: "alpha", messages: [{ role: "user", content: "x" }], max_tokens: 10_000_000 })
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(typeof err.code === "string" || err.code === null).toBe(true);
+    expect(err.type).toBe("invalid_request_error");
+  });
+
+  it("rate-limits by RPM with Retry-After, and revocation takes effect at once", async () => {
+    const limited = await createKey(edge, { rpm: 2 });
+    const c = new OpenAI({ apiKey: limited.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const msg = [{ role: "user" as const, content: "x" }];
+    await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
+    await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
+    const err = await c.chat.completions
+      .create({ model: "alpha", messages: msg, max_tokens: 1 })
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(Number(err.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(Number(err.headers.get("retry-after-ms"))).toBeGreaterThan(0);
+
+    const victim = await createKey(edge);
+    const v = new OpenAI({ apiKey: victim.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    await v.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
+    await edge.sync.revokeKey({ id: victim.id });
+    await expect(
+      v.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 }),
+    ).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+  });
+
+  it("refuses requests once the token budget is spent", async () => {
+    const b = await createKey(edge, { budget: { tokens: 10, period: "1d" } });
+    const c = new OpenAI({ apiKey: b.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const msg = [{ role: "user" as const, content: "Hello there" }];
+    await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 8 });
+    // Charging happens in waitUntil after the answer: give it a moment.
+    let err: unknown;
+    for (let i = 0; i < 50 && !err; i++) {
+      err = await c.chat.completions
+        .create({ model: "alpha", messages: msg, max_tokens: 1 })
+        .then(() => undefined)
+        .catch((e) => e);
+      if (!err) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(err).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
+  });
+});
