@@ -148,6 +148,9 @@ export interface SimEngineFlags {
 
 export class FlagError extends Error {}
 
+/** `-tp`, `--port` are flags; `-3` and `-` are values. */
+const looksLikeFlag = (s: string) => /^--?[A-Za-z]/.test(s);
+
 const BOOL_TEXT: Record<string, boolean> = {
   true: true,
   false: false,
@@ -178,7 +181,7 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
       if (inline !== undefined) throw new FlagError(`--no-${name} takes no value`);
       inline = "false";
     }
-    const takesValue = (next: string | undefined) => next !== undefined && !next.startsWith("--");
+    const takesValue = (next: string | undefined) => next !== undefined && !looksLikeFlag(next);
     if (kind === undefined) {
       // Unknown: take the next word as its value unless it looks like a flag.
       let shown = arg;
@@ -203,8 +206,7 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
     let value = inline;
     if (value === undefined) {
       const next = argv[i + 1];
-      if (next === undefined || (next.startsWith("--") && kind === "string"))
-        throw new FlagError(`--${name} needs a value`);
+      if (next === undefined || looksLikeFlag(next)) throw new FlagError(`--${name} needs a value`);
       value = argv[++i]!;
     }
     raw[name] = value;
