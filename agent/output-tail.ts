@@ -37,3 +37,30 @@ export function lastLines(text: string, n: number, cut = false): string[] {
     .slice(-n)
     .map((l) => (l.length > MAX_LINE_CHARS ? `${l.slice(0, MAX_LINE_CHARS)}…` : l));
 }
+
+/**
+ * Keeps an engine's log under `maxBytes` without the engine's help: the
+ * engine holds the file open in append mode, so truncating it in place and
+ * writing back the last `keepBytes` leaves its next write landing at the new
+ * end. (A rename would leave it writing into the renamed file forever.)
+ * Lines written between the read and the truncate are lost; that is the
+ * price of not owning the engine's stdout.
+ */
+export async function trimLog(path: string, maxBytes: number, keepBytes = MAX_TAIL_BYTES): Promise<boolean> {
+  let fh: Awaited<ReturnType<typeof open>> | undefined;
+  try {
+    fh = await open(path, "r+");
+    const { size } = await fh.stat();
+    if (size <= maxBytes) return false;
+    const keep = Buffer.alloc(Math.min(keepBytes, size));
+    await fh.read(keep, 0, keep.length, size - keep.length);
+    await fh.truncate(0);
+    const note = Buffer.from(`--- llmgw: ${new Date().toISOString()} log trimmed from ${size} bytes\n`);
+    await fh.write(Buffer.concat([note, keep]), 0, note.length + keep.length, 0);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await fh?.close();
+  }
+}

@@ -29,7 +29,7 @@ import {
   validateLaunch,
 } from "./engines/validate.ts";
 import { engineUrl, probeHealth } from "./health-probe.ts";
-import { readTail, TAIL_LINES } from "./output-tail.ts";
+import { readTail, TAIL_LINES, trimLog } from "./output-tail.ts";
 import { LoadScraper } from "./scraper.ts";
 import {
   type PersistedState,
@@ -88,6 +88,9 @@ export interface SupervisorOptions {
   drainPollMs?: number;
   /** Minimum time in draining, so the edge hears of it before an idle engine is stopped. */
   drainSettleMs?: number;
+  /** An engine log over this size is trimmed to its tail (checked every `logCheckMs`). */
+  maxLogBytes?: number;
+  logCheckMs?: number;
   logger?: Logger;
 }
 
@@ -168,6 +171,7 @@ function describeExit(info: ExitInfo): string {
 
 export class Supervisor {
   private readonly shards = new Map<string, Shard>();
+  private readonly ops = new Map<string, Promise<unknown>>();
   private readonly opts: Required<
     Omit<SupervisorOptions, "gpus" | "onStatus" | "restart" | "bins" | "logger" | "node">
   >;
@@ -176,6 +180,7 @@ export class Supervisor {
   private readonly statePath: string;
   private readonly logDir: string;
   private orphanTimer: Timer | undefined;
+  private logTimer: ReturnType<typeof setInterval> | undefined;
   private closed = false;
 
   private constructor(private readonly options: SupervisorOptions) {
@@ -193,6 +198,8 @@ export class Supervisor {
       defaultStopGraceMs: options.defaultStopGraceMs ?? 30_000,
       drainPollMs: options.drainPollMs ?? 1_000,
       drainSettleMs: options.drainSettleMs ?? 2_000,
+      maxLogBytes: options.maxLogBytes ?? 256 * 1024 * 1024,
+      logCheckMs: options.logCheckMs ?? 60_000,
     };
     this.restart = { ...DEFAULT_RESTART, ...options.restart };
     this.log = options.logger ?? createLogger({ component: "supervisor" });
@@ -205,6 +212,10 @@ export class Supervisor {
     const sup = new Supervisor(options);
     mkdirSync(sup.logDir, { recursive: true });
     await sup.adoptAll();
+    sup.logTimer = setInterval(() => {
+      for (const s of sup.shards.values()) if (s.proc) void trimLog(s.logPath, sup.opts.maxLogBytes);
+    }, sup.opts.logCheckMs);
+    sup.logTimer.unref();
     return sup;
   }
 
@@ -215,19 +226,35 @@ export class Supervisor {
    * runs (a re-sent StartShard after an agent or control plane restart is an
    * adoption, not a restart). A different generation replaces the old one.
    */
-  async start(spec: StartShard): Promise<ShardStatus> {
+  start(spec: StartShard): Promise<ShardStatus> {
+    return this.serial(spec.replicaId, () => this.startNow(spec));
+  }
+
+  private async startNow(spec: StartShard): Promise<ShardStatus> {
     const id = spec.replicaId;
     const existing = this.shards.get(id);
+    let failures = 0;
     if (existing) {
       await existing.stopping;
       const current = this.shards.get(id);
-      if (current && current.spec.generation === spec.generation && current.spec.rank === spec.rank) {
+      const same = current && current.spec.generation === spec.generation && current.spec.rank === spec.rank;
+      // A failed shard with no restart coming is relaunched when asked again;
+      // anything else of the same generation is already what was asked for.
+      const dead =
+        current &&
+        (current.state === ShardState.FAILED_RUNNING || current.state === ShardState.FAILED_STARTUP) &&
+        current.restartAt === undefined;
+      if (current && same && !dead) {
         current.claimed = true;
         const status = this.status(current);
         this.options.onStatus?.(status, "transition");
         return status;
       }
-      if (current) await this.stopShard(current, `replaced by generation ${spec.generation}`, undefined);
+      if (current && same) failures = current.failures;
+      if (current) {
+        const why = same ? "relaunch requested" : `replaced by generation ${spec.generation}`;
+        await this.stopShard(current, why, undefined, !same);
+      }
     }
     const shard: Shard = {
       spec,
@@ -238,7 +265,7 @@ export class Supervisor {
       tail: [],
       proc: null,
       logPath: join(this.logDir, `${safeFileName(id)}.log`),
-      failures: 0,
+      failures,
       claimed: true,
       drainDeadline: null,
       timers: new Set(),
@@ -257,19 +284,32 @@ export class Supervisor {
   }
 
   /** SIGTERM to the engine's group, SIGKILL after the grace; reports stopped and forgets the shard. */
-  async stop(replicaId: string, reason = "stop requested", graceMs?: number): Promise<void> {
-    const s = this.shards.get(replicaId);
-    if (!s) return;
-    await this.stopShard(s, reason, graceMs);
+  stop(replicaId: string, reason = "stop requested", graceMs?: number): Promise<void> {
+    return this.serial(replicaId, async () => {
+      const s = this.shards.get(replicaId);
+      if (!s) {
+        this.reportUnknown(replicaId, reason);
+        return;
+      }
+      await this.stopShard(s, reason, graceMs);
+    });
   }
 
   /**
    * Reports draining at once (the edge stops routing to it), then stops the
    * engine when nothing is running or waiting in it, or at the deadline.
    */
-  async drain(replicaId: string, deadlineMs: number): Promise<void> {
+  drain(replicaId: string, deadlineMs: number): Promise<void> {
+    return this.serial(replicaId, () => this.drainNow(replicaId, deadlineMs));
+  }
+
+  private async drainNow(replicaId: string, deadlineMs: number): Promise<void> {
     const s = this.shards.get(replicaId);
-    if (!s || s.stopping) return;
+    if (!s) {
+      this.reportUnknown(replicaId, "drain requested");
+      return;
+    }
+    if (s.stopping) return;
     if (s.state !== ShardState.READY && s.state !== ShardState.DRAINING) {
       await this.stopShard(s, "drained before it was ready", undefined);
       return;
@@ -320,6 +360,7 @@ export class Supervisor {
   /** Stops supervising and leaves the engines running for the next agent to adopt. */
   close(): void {
     if (this.orphanTimer) clearTimeout(this.orphanTimer);
+    if (this.logTimer) clearInterval(this.logTimer);
     for (const s of this.shards.values()) {
       s.run++;
       this.clearTimers(s);
@@ -560,7 +601,7 @@ export class Supervisor {
     return spec.stopGraceMs || this.opts.defaultStopGraceMs;
   }
 
-  private stopShard(shard: Shard, reason: string, graceMs: number | undefined): Promise<void> {
+  private stopShard(shard: Shard, reason: string, graceMs: number | undefined, report = true): Promise<void> {
     if (shard.stopping) return shard.stopping;
     shard.run++;
     this.clearTimers(shard);
@@ -569,7 +610,9 @@ export class Supervisor {
       if (info?.known && info.code !== null) shard.exit = info.code;
       shard.proc = null;
       shard.load = undefined;
-      this.transition(shard, ShardState.STOPPED, reason);
+      // A replacement by a new generation reports the new shard instead; a
+      // stopped old generation would read as the replica going away.
+      if (report) this.transition(shard, ShardState.STOPPED, reason);
       if (this.shards.get(shard.spec.replicaId) === shard) this.shards.delete(shard.spec.replicaId);
       this.persist();
     })();
@@ -730,6 +773,38 @@ export class Supervisor {
   }
 
   // ------------------------------------------------------------------- plumbing
+
+  /** One command at a time per replica: two StartShards racing must not spawn two engines. */
+  private serial<T>(replicaId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.ops.get(replicaId) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const settled = next.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.ops.set(replicaId, settled);
+    void settled.then(() => {
+      if (this.ops.get(replicaId) === settled) this.ops.delete(replicaId);
+    });
+    return next;
+  }
+
+  /**
+   * A stop or drain for a shard this agent does not run is answered with
+   * stopped anyway, so a control plane that believed otherwise converges
+   * instead of waiting for a report that would never come.
+   */
+  private reportUnknown(replicaId: string, reason: string): void {
+    this.options.onStatus?.(
+      create(ShardStatusSchema, {
+        replicaId,
+        state: ShardState.STOPPED,
+        reason: `${reason}: not running on this node`,
+        sinceUnixMs: BigInt(Date.now()),
+      }),
+      "transition",
+    );
+  }
 
   private after(shard: Shard, run: number, ms: number, fn: () => unknown): void {
     if (run !== shard.run || this.closed) return;

@@ -291,6 +291,48 @@ describe("Supervisor", () => {
     expect(sup.list()).toEqual([]);
   });
 
+  it("serialises racing starts, relaunches a dead shard when asked again, replaces on a new generation", async () => {
+    const r = await rig({ restart: { enabled: false } });
+    const s = await spec();
+    await Promise.all([r.sup.start(s), r.sup.start(s)]);
+    const ready = await r.waitState(s.replicaId, ShardState.READY);
+    // The second start is a claim: it re-reports the same engine, never a second one.
+    const pids = new Set(r.events.filter((e) => e.pid > 0).map((e) => e.pid));
+    expect([...pids]).toEqual([ready.pid]);
+    process.kill(ready.pid, "SIGKILL");
+    await r.waitState(s.replicaId, ShardState.FAILED_RUNNING);
+    let mark = r.events.length;
+    await r.sup.start(s);
+    const again = await r.waitState(s.replicaId, ShardState.READY, 10_000, mark);
+    mark = r.events.length;
+    const next = create(StartShardSchema, { ...s, generation: 2n });
+    await r.sup.start(next);
+    const replaced = await r.waitState(s.replicaId, ShardState.READY, 10_000, mark);
+    expect(replaced.spec?.generation).toBe(2n);
+    expect(alive(again.pid)).toBe(false);
+    expect(r.sup.list()).toHaveLength(1);
+  });
+
+  it("answers stop and drain of an unknown shard with stopped; leaves a multi-node failure to the control plane", async () => {
+    const r = await rig();
+    await r.sup.stop("ghost", "cp says stop");
+    expect((await r.waitState("ghost", ShardState.STOPPED)).reason).toBe(
+      "cp says stop: not running on this node",
+    );
+    const s = await spec({
+      worldNodes: 2,
+      tensorParallel: 2,
+      env: { FAKE_EXIT_AFTER_MS: "300" },
+      ports: { http: await freePort(), distInit: [await freePort()] },
+    });
+    await r.sup.start(s);
+    await r.waitState(s.replicaId, ShardState.READY);
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING);
+    expect(failed.reason).toBe(
+      "exited with code 1; not restarting: a multi-node replica restarts as a whole",
+    );
+  });
+
   it.skipIf(!existsSync(SHIM))("runs the real sim engine through the test/bin/vllm shim", async () => {
     const r = await rig({ bins: { vllm: SHIM } });
     const s = await spec();
