@@ -1,0 +1,422 @@
+/**
+ * One reconcile pass: desired state (the catalog's replicas per profile)
+ * against actual state (the replica table and the node snapshot), answered
+ * with a list of actions. Pure: `plan(state, now)` reads nothing else and
+ * changes nothing; the caller sends the commands and feeds the actions back
+ * into the ReplicaTable (table.ts).
+ *
+ * Rules, in the order a pass applies them to each replica:
+ * 1. shards of older generations still running are stopped; shards on lost
+ *    nodes are released (only `lost` frees GPUs; `unreachable` keeps them —
+ *    a network blip must not tear down a replica that may still serve);
+ * 2. a replica is a gang: if any rank failed or sits on a lost node, every
+ *    rank is stopped and the replica waits to be placed again. Failures that
+ *    are the model's (exit, startup deadline) grow the model's exponential
+ *    backoff (base_backoff doubling to max_backoff); a lost node does not;
+ * 3. replicas agents reported at registration that match the profile are
+ *    adopted, not restarted; ones that do not match are stopped; multi-node
+ *    ones with ranks missing are held for the adoption grace first;
+ * 4. per profile: surplus replicas are stopped (not-ready and highest index
+ *    first); replicas on draining nodes are replaced elsewhere first and
+ *    drained once enough replacements are ready (or at the drain deadline);
+ *    missing replicas are placed, biggest profiles first so large gangs find
+ *    whole nodes before small replicas fragment them.
+ */
+import { doublingDelay } from "../../common/backoff.ts";
+import type { Catalog, CatalogProfile } from "../catalog.ts";
+import { Fleet } from "../placement/fleet.ts";
+import { placeReplica } from "../placement/pipeline.ts";
+import type { Explanation, PlacementNode } from "../placement/types.ts";
+import { replicaId } from "./ids.ts";
+import type {
+  Action,
+  Failure,
+  ModelBackoff,
+  PlanSettings,
+  PlanState,
+  ReplicaRecord,
+  ShardRecord,
+  ShardRef,
+  ShardSpecSummary,
+  ShardState,
+} from "./types.ts";
+
+export interface PlanOptions {
+  /**
+   * Attach a full placement explanation to every waiting replica, including
+   * those in backoff (a dry run that reserves nothing). `ctl explain` wants
+   * it; the periodic pass does not need to pay for it.
+   */
+  explainAll?: boolean;
+}
+
+const DEAD: ReadonlySet<ShardState> = new Set(["stopped", "failed_startup", "failed_running"]);
+const isDead = (s: ShardRecord): boolean => DEAD.has(s.state);
+const ref = (s: ShardRecord): ShardRef => ({ node: s.node, rank: s.rank });
+
+/** The backoff a model has after one more failure. */
+export function backoffAfter(
+  prev: ModelBackoff | undefined,
+  failure: Failure,
+  now: number,
+  settings: Pick<PlanSettings, "baseBackoffMs" | "maxBackoffMs">,
+): ModelBackoff {
+  const failures = (prev?.failures ?? 0) + 1;
+  return {
+    failures,
+    retryAt: now + doublingDelay(failures, settings.baseBackoffMs, settings.maxBackoffMs),
+    lastFailure: failure,
+  };
+}
+
+/** Why a reported shard's spec does not fit the profile, or undefined when it does. */
+export function specMismatch(spec: ShardSpecSummary | undefined, p: CatalogProfile): string | undefined {
+  if (!spec) return undefined;
+  const pairs: [string, unknown, unknown][] = [
+    ["engine", spec.engine, p.engine],
+    ["source", spec.source, p.source],
+    ["tensor_parallel", spec.tensorParallel, p.tensorParallel],
+    ["pipeline_parallel", spec.pipelineParallel, p.pipelineParallel],
+    ["data_parallel", spec.dataParallel, p.dataParallel],
+    ["nodes", spec.nodes, p.nodes],
+    ["gpus_per_node", spec.gpusPerNode, p.gpusPerNode],
+  ];
+  for (const [name, have, want] of pairs)
+    if (have !== want) return `${name} is ${have}, profile wants ${want}`;
+  return undefined;
+}
+
+class Pass {
+  readonly actions: Action[] = [];
+  readonly fleet: Fleet;
+  private readonly nodes = new Map<string, PlacementNode>();
+  private readonly backoff: Map<string, ModelBackoff>;
+  private readonly bumped = new Set<string>();
+  private readonly unplaceable = new Map<string, Explanation>();
+
+  constructor(
+    private readonly state: PlanState,
+    private readonly now: number,
+    private readonly opts: PlanOptions,
+  ) {
+    for (const n of state.nodes) this.nodes.set(n.name, n);
+    this.backoff = new Map(state.backoff);
+    this.fleet = new Fleet(state.nodes, state.settings.portRange);
+    for (const r of state.replicas) {
+      const key = `${r.model}/${r.profile}`;
+      for (const s of r.shards) this.hold(key, s);
+      for (const s of r.retiring) this.hold(key, s);
+    }
+  }
+
+  private hold(key: string, s: ShardRecord): void {
+    if (isDead(s) || this.lost(s.node)) return;
+    this.fleet.hold(s.node, key, s.gpus, [s.ports.http, ...s.ports.distInit]);
+  }
+
+  lost(node: string): boolean {
+    return this.nodes.get(node)?.state === "lost";
+  }
+
+  draining(node: string): PlacementNode | undefined {
+    const n = this.nodes.get(node);
+    return n?.draining ? n : undefined;
+  }
+
+  /** Settles one record; says whether it still holds a live generation. */
+  settle(r: ReplicaRecord, prof: CatalogProfile | undefined): "live" | "pending" | "gone" {
+    const release: ShardRef[] = [];
+    const strays: ShardRef[] = [];
+    for (const s of r.retiring) {
+      if (this.lost(s.node)) release.push(ref(s));
+      else if (s.state !== "stopping" && !isDead(s)) strays.push(ref(s));
+    }
+    if (release.length > 0) {
+      this.actions.push({ kind: "release", replicaId: r.id, shards: release, reason: "node lost" });
+    }
+    if (strays.length > 0) {
+      this.actions.push({
+        kind: "stop",
+        replicaId: r.id,
+        shards: strays,
+        mode: "stop",
+        retire: false,
+        reason: "shard of an older generation is still running",
+      });
+    }
+    if (r.retire) return "gone";
+
+    if (!prof) {
+      const live = r.shards.filter((s) => !isDead(s) && !this.lost(s.node));
+      if (live.length > 0) {
+        this.actions.push({
+          kind: "stop",
+          replicaId: r.id,
+          shards: live.map(ref),
+          mode: "stop",
+          retire: true,
+          reason: `profile ${r.model}/${r.profile} is not in the catalog`,
+        });
+      } else this.actions.push({ kind: "forget", replicaId: r.id, reason: "profile is not in the catalog" });
+      return "gone";
+    }
+    if (r.shards.length === 0) return "pending";
+
+    const onLost = r.shards.filter((s) => this.lost(s.node));
+    if (onLost.length > 0) {
+      this.restart(r, {
+        reason: `node ${onLost.map((s) => s.node).join(", ")} lost`,
+        at: this.now,
+        countsForBackoff: false,
+      });
+      return "pending";
+    }
+    const failed = r.shards.find((s) => s.state === "failed_startup" || s.state === "failed_running");
+    if (failed) {
+      this.restart(
+        r,
+        failed.failure ?? {
+          reason: `rank ${failed.rank} on ${failed.node}: ${failed.state.replace("_", " ")}`,
+          at: this.now,
+          countsForBackoff: true,
+        },
+      );
+      return "pending";
+    }
+    const silent = r.shards.find(
+      (s) => s.state === "assigned" && this.now - s.since > prof.startupDeadlineMs,
+    );
+    if (silent) {
+      this.restart(r, {
+        reason: `rank ${silent.rank} on ${silent.node}: no status within the startup deadline`,
+        at: this.now,
+        countsForBackoff: true,
+      });
+      return "pending";
+    }
+
+    if (r.origin === "reported" && !r.adopted) {
+      const mismatch = specMismatch(r.spec, prof);
+      if (mismatch) {
+        this.actions.push({
+          kind: "stop",
+          replicaId: r.id,
+          shards: r.shards.filter((s) => !isDead(s)).map(ref),
+          mode: "stop",
+          retire: true,
+          reason: `reported replica does not match ${prof.key}: ${mismatch}`,
+        });
+        return "gone";
+      }
+      if (r.shards.length < prof.nodes) {
+        if (this.now < (r.reportedAt ?? this.now) + this.state.settings.adoptionGraceMs) return "live";
+        this.restart(r, {
+          reason: `only ${r.shards.length} of ${prof.nodes} ranks reported within the adoption grace`,
+          at: this.now,
+          countsForBackoff: false,
+        });
+        return "pending";
+      }
+      this.actions.push({
+        kind: "adopt",
+        replicaId: r.id,
+        generation: r.generation,
+        reason: `running ${r.shards.map((s) => `rank ${s.rank} on ${s.node}`).join(", ")} matches ${prof.key}`,
+      });
+    }
+    return "live";
+  }
+
+  private restart(r: ReplicaRecord, failure: Failure): void {
+    let backoff: ModelBackoff | undefined;
+    if (failure.countsForBackoff) {
+      backoff = this.backoff.get(r.model);
+      if (!this.bumped.has(r.model)) {
+        // Several replicas of a model failing in one pass share a cause more
+        // often than not: grow the backoff once per pass, not once per replica.
+        backoff = backoffAfter(backoff, failure, this.now, this.state.settings);
+        this.backoff.set(r.model, backoff);
+        this.bumped.add(r.model);
+      }
+    }
+    this.actions.push({
+      kind: "restart",
+      replicaId: r.id,
+      model: r.model,
+      stop: r.shards.filter((s) => !isDead(s) && !this.lost(s.node)).map(ref),
+      release: r.shards.filter((s) => this.lost(s.node)).map(ref),
+      failure,
+      ...(backoff ? { backoff } : {}),
+      reason: `gang restart: ${failure.reason}`,
+    });
+  }
+
+  /** Surplus, drain and placement for one profile. */
+  reconcileProfile(prof: CatalogProfile, records: ReplicaRecord[]): void {
+    const live: ReplicaRecord[] = [];
+    const pending: ReplicaRecord[] = [];
+    for (const r of records) {
+      const s = this.settle(r, prof);
+      if (s === "live") live.push(r);
+      else if (s === "pending") pending.push(r);
+    }
+    const desired = prof.replicas.min;
+    const leaving: ReplicaRecord[] = [];
+    let staying: ReplicaRecord[] = [];
+    for (const r of live) (r.shards.some((s) => this.draining(s.node)) ? leaving : staying).push(r);
+
+    const ready = (r: ReplicaRecord): boolean =>
+      r.shards.length > 0 && r.shards.every((s) => s.state === "ready");
+    if (staying.length > desired) {
+      const order = [...staying].sort((a, b) => Number(ready(a)) - Number(ready(b)) || b.index - a.index);
+      const surplus = new Set(order.slice(0, staying.length - desired));
+      for (const r of surplus) {
+        this.actions.push({
+          kind: "stop",
+          replicaId: r.id,
+          shards: r.shards.filter((s) => !isDead(s)).map(ref),
+          mode: "stop",
+          retire: true,
+          reason: `surplus: ${prof.key} wants ${desired} replica(s), ${staying.length} running`,
+        });
+      }
+      staying = staying.filter((r) => !surplus.has(r));
+    }
+
+    const readyStaying = staying.filter(ready).length;
+    for (const r of leaving.sort((a, b) => a.index - b.index)) {
+      const nodes = [...new Set(r.shards.map((s) => s.node).filter((n) => this.draining(n)))];
+      const deadline = Math.min(
+        ...nodes.map((n) => this.draining(n)?.drainDeadline ?? Number.POSITIVE_INFINITY),
+      );
+      if (readyStaying >= desired) {
+        this.actions.push({
+          kind: "stop",
+          replicaId: r.id,
+          shards: r.shards.filter((s) => !isDead(s)).map(ref),
+          mode: "drain",
+          retire: true,
+          reason: `node ${nodes.join(", ")} draining; ${readyStaying} replacement(s) ready elsewhere`,
+        });
+      } else if (this.now >= deadline) {
+        this.actions.push({
+          kind: "stop",
+          replicaId: r.id,
+          shards: r.shards.filter((s) => !isDead(s)).map(ref),
+          mode: "stop",
+          retire: true,
+          reason: `drain deadline of ${nodes.join(", ")} passed without a ready replacement`,
+        });
+      }
+    }
+
+    const need = desired - staying.length;
+    pending.sort((a, b) => a.index - b.index);
+    const used = new Set(records.map((r) => r.index));
+    let next = 0;
+    for (let i = 0; i < need; i++) {
+      const r: ReplicaRecord | undefined = pending[i];
+      let id: string;
+      if (r) id = r.id;
+      else {
+        while (used.has(next)) next++;
+        used.add(next);
+        id = replicaId(prof.model, prof.name, next);
+      }
+      this.tryPlace(prof, id, r);
+    }
+    for (const r of pending.slice(Math.max(0, need))) {
+      this.actions.push({
+        kind: "forget",
+        replicaId: r.id,
+        reason: `not needed: ${prof.key} wants ${desired} replica(s)`,
+      });
+    }
+  }
+
+  private tryPlace(prof: CatalogProfile, id: string, r: ReplicaRecord | undefined): void {
+    const b = this.backoff.get(prof.model);
+    const base = { kind: "wait" as const, replicaId: id, model: prof.model, profile: prof.name };
+    if (b && b.retryAt > this.now) {
+      const explanation = this.opts.explainAll
+        ? placeReplica(this.fleet, prof, { replicaId: id, explain: true }).explanation
+        : undefined;
+      const reason = `backoff after ${b.failures} failure(s) of ${prof.model}${b.lastFailure ? ` (${b.lastFailure.reason})` : ""}`;
+      if (explanation) explanation.note = `${reason}; retry at ${new Date(b.retryAt).toISOString()}`;
+      this.actions.push({ ...base, reason, until: b.retryAt, ...(explanation ? { explanation } : {}) });
+      return;
+    }
+    const known = this.unplaceable.get(prof.key);
+    if (known) {
+      this.actions.push({ ...base, reason: headline(known), explanation: { ...known, replicaId: id } });
+      return;
+    }
+    let result = placeReplica(this.fleet, prof, { replicaId: id, explain: this.opts.explainAll ?? false });
+    if (!result.ok && !this.opts.explainAll) {
+      result = placeReplica(this.fleet, prof, { replicaId: id, explain: true });
+    }
+    if (!result.ok) {
+      this.unplaceable.set(prof.key, result.explanation);
+      this.actions.push({ ...base, reason: headline(result.explanation), explanation: result.explanation });
+      return;
+    }
+    this.fleet.reserve(prof.key, result.assignment);
+    this.actions.push({
+      kind: "place",
+      replicaId: id,
+      model: prof.model,
+      profile: prof.name,
+      generation: (r?.generation ?? 0) + 1,
+      assignment: result.assignment,
+      reason: r?.lastFailure ? `replacing after: ${r.lastFailure.reason}` : "missing replica",
+    });
+  }
+}
+
+function headline(e: Explanation): string {
+  return `${e.nodesFeasible}/${e.nodesTotal} nodes can host ${e.target}: ${e.rejected.map((r) => r.message).join(", ")}`;
+}
+
+/** Profiles in placement order: largest replicas first, then config order. */
+function placementOrder(catalog: Catalog): CatalogProfile[] {
+  const all = catalog.profiles();
+  const pos = new Map(all.map((p, i) => [p.key, i]));
+  return all.sort((a, b) => b.gpusPerReplica - a.gpusPerReplica || pos.get(a.key)! - pos.get(b.key)!);
+}
+
+export function plan(state: PlanState, now: number, opts: PlanOptions = {}): Action[] {
+  const pass = new Pass(state, now, opts);
+  const byProfile = new Map<string, ReplicaRecord[]>();
+  for (const r of state.replicas) {
+    const key = `${r.model}/${r.profile}`;
+    let list = byProfile.get(key);
+    if (!list) {
+      list = [];
+      byProfile.set(key, list);
+    }
+    list.push(r);
+  }
+  for (const prof of placementOrder(state.catalog)) {
+    pass.reconcileProfile(prof, byProfile.get(prof.key) ?? []);
+    byProfile.delete(prof.key);
+  }
+  // Whatever is left belongs to no profile in the catalog (removed, renamed).
+  for (const records of byProfile.values()) for (const r of records) pass.settle(r, undefined);
+  return pass.actions;
+}
+
+/** PlanSettings from the control section of the config. */
+export function planSettings(control: {
+  port_range: readonly [number, number] | number[];
+  base_backoff: number;
+  max_backoff: number;
+  lost_after: number;
+  startup_grace?: number | undefined;
+}): PlanSettings {
+  return {
+    portRange: { first: control.port_range[0]!, last: control.port_range[1]! },
+    baseBackoffMs: control.base_backoff,
+    maxBackoffMs: control.max_backoff,
+    adoptionGraceMs: control.startup_grace ?? control.lost_after,
+  };
+}
