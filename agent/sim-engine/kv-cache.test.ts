@@ -33,7 +33,7 @@ describe("KvCache", () => {
     const kv = new KvCache(8, 4);
     const h = hashes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 4);
     const blocks = kv.allocate(3)!;
-    blocks.forEach((b, i) => kv.commit(b, h[i]!));
+    for (const [i, b] of blocks.entries()) kv.commit(b, h[i]!);
     kv.release(blocks);
     expect(kv.cachedBlockCount()).toBe(3);
     const hit = kv.lookup([h[0]!, h[1]!, 12345]);

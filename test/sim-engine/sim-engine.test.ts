@@ -1,0 +1,369 @@
+/**
+ * The sim engine as a black box: real processes on loopback, driven with the
+ * official `openai` client, plus every fault flag. Engines run at high
+ * --sim-speed so the whole file stays well under 30 s.
+ */
+import { join } from "node:path";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FaultPlan } from "../../agent/sim-engine/faults.ts";
+import { freePort, type Proc, REPO, startLlmgw, startProcess, waitUntil } from "../harness/process.ts";
+
+const MODEL = "test-model";
+const procs: Proc[] = [];
+
+interface Engine {
+  proc: Proc;
+  port: number;
+  url: string;
+  client: OpenAI;
+}
+
+async function engine(name: string, flags: string[], viaShim = false): Promise<Engine> {
+  const port = await freePort();
+  const args = ["serve", MODEL, "--host", "127.0.0.1", "--port", String(port), ...flags];
+  const proc = viaShim
+    ? startProcess(name, join(REPO, "test", "bin", "vllm"), args)
+    : startLlmgw(name, ["sim-engine", ...args]);
+  procs.push(proc);
+  const url = `http://127.0.0.1:${port}`;
+  return { proc, port, url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
+}
+
+async function healthy(e: Engine): Promise<void> {
+  await waitUntil(
+    `${e.proc.name} healthy`,
+    async () => (await fetch(`${e.url}/health`)).status === 200,
+    20_000,
+    50,
+  );
+}
+
+async function metric(e: Engine, name: string, labels = ""): Promise<number> {
+  const text = await (await fetch(`${e.url}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`)) continue;
+    if (labels && !line.includes(labels)) continue;
+    sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return sum;
+}
+
+const chatBody = (extra: Record<string, unknown> = {}) => ({
+  model: MODEL,
+  messages: [
+    { role: "user", content: "Tell me about the fleet of GPU nodes behind the edge, in a few words." },
+  ],
+  max_tokens: 8,
+  ...extra,
+});
+
+async function post(e: Engine, path: string, body: unknown): Promise<Response> {
+  return fetch(`${e.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+}
+
+let main: Engine;
+let slow: Engine;
+let failing: Engine;
+let crashing: Engine;
+let hangFirst: Engine;
+let hangMid: Engine;
+let headless: Engine;
+
+beforeAll(async () => {
+  [main, slow, failing, crashing, hangFirst, hangMid, headless] = await Promise.all([
+    engine(
+      "main",
+      [
+        "--served-model-name",
+        MODEL,
+        "alias",
+        "--max-model-len",
+        "2048",
+        "--sim-speed",
+        "50",
+        "--seed",
+        "7",
+        "--dtype",
+        "auto",
+      ],
+      true,
+    ),
+    engine("slow", ["--sim-startup-seconds", "3", "--sim-slow-token-ms", "40", "--sim-speed", "50"]),
+    engine("failing", ["--sim-fail-rate", "0.5", "--seed", "3", "--sim-speed", "50"]),
+    engine("crashing", ["--sim-crash-after", "1", "--sim-speed", "50"]),
+    engine("hang-first", ["--sim-hang-after", "1", "--sim-speed", "50"]),
+    engine("hang-mid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream", "--sim-speed", "50"]),
+    engine("headless", ["--headless", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"]),
+  ]);
+  await Promise.all([main, failing, crashing, hangFirst, hangMid].map(healthy));
+});
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.kill("SIGKILL")));
+});
+
+describe("OpenAI surface", () => {
+  it("lists the served model names with max_model_len", async () => {
+    const list = await main.client.models.list();
+    expect(list.data.map((m) => m.id)).toEqual([MODEL, "alias"]);
+    expect((list.data[0] as unknown as { max_model_len: number }).max_model_len).toBe(2048);
+    expect(main.proc.output()).toContain("flag accepted but not simulated");
+  });
+
+  it("answers chat non-streamed, deterministically for a seed, with exact usage in the counters", async () => {
+    const before = {
+      prompt: await metric(main, "vllm:prompt_tokens_total"),
+      gen: await metric(main, "vllm:generation_tokens_total"),
+    };
+    const a = await main.client.chat.completions.create({ ...chatBody(), seed: 1 } as never);
+    const b = await main.client.chat.completions.create({ ...chatBody(), seed: 1 } as never);
+    const c = await main.client.chat.completions.create({
+      ...chatBody({ model: "alias" }),
+      seed: 2,
+    } as never);
+    expect(a.choices[0]!.message.content).toBe(b.choices[0]!.message.content);
+    expect(a.choices[0]!.message.content).not.toBe(c.choices[0]!.message.content);
+    expect(a.choices[0]!.finish_reason).toBe("length");
+    expect(a.usage!.completion_tokens).toBe(8);
+    const completion = await main.client.completions.create({
+      model: MODEL,
+      prompt: "The edge routes",
+      max_tokens: 5,
+    });
+    expect(completion.choices[0]!.text.length).toBeGreaterThan(0);
+    expect(completion.usage!.completion_tokens).toBe(5);
+    const all = [a.usage!, b.usage!, c.usage!, completion.usage!];
+    expect(await metric(main, "vllm:prompt_tokens_total")).toBe(
+      before.prompt + all.reduce((s, u) => s + u.prompt_tokens, 0),
+    );
+    expect(await metric(main, "vllm:generation_tokens_total")).toBe(
+      before.gen + all.reduce((s, u) => s + u.completion_tokens, 0),
+    );
+    // The second identical prompt reused the first one's blocks.
+    expect(await metric(main, "vllm:prefix_cache_hits_total")).toBeGreaterThan(0);
+  });
+
+  it("streams chat with include_usage: usage null on chunks, a final choices:[] usage chunk", async () => {
+    const stream = await main.client.chat.completions.create({
+      ...chatBody(),
+      stream: true,
+      stream_options: { include_usage: true },
+    } as never);
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
+    for await (const ch of stream as unknown as AsyncIterable<OpenAI.ChatCompletionChunk>) chunks.push(ch);
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage!.completion_tokens).toBe(8);
+    expect(chunks[0]!.choices[0]!.delta.role).toBe("assistant");
+    expect(chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true);
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? "").join("");
+    expect(text.length).toBeGreaterThan(0);
+    expect(chunks.at(-2)!.choices[0]!.finish_reason).toBe("length");
+  });
+
+  it("streams completions with continuous usage on every chunk, and no usage key without include_usage", async () => {
+    const res = await post(main, "/v1/completions", {
+      model: MODEL,
+      prompt: "hello",
+      max_tokens: 4,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+    const events = (await res.text()).split("\n\n").filter(Boolean);
+    expect(events.at(-1)).toBe("data: [DONE]");
+    const json = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
+    expect(json.map((j) => j.usage.completion_tokens)).toEqual([1, 2, 3, 4, 4]);
+    expect(json.at(-1).choices).toEqual([]);
+
+    const plain = await post(main, "/v1/completions", {
+      model: MODEL,
+      prompt: "hello",
+      max_tokens: 2,
+      stream: true,
+    });
+    const first = JSON.parse((await plain.text()).split("\n\n")[0]!.slice(6));
+    expect("usage" in first).toBe(false);
+  });
+
+  it("honours stop strings and ignore_eos", async () => {
+    const free = await main.client.completions.create({
+      model: MODEL,
+      prompt: "x",
+      max_tokens: 40,
+      seed: 5,
+    } as never);
+    const text = free.choices[0]!.text;
+    const stop = text.slice(text.indexOf(" ", 3), text.indexOf(" ", 3) + 3);
+    const cut = await main.client.completions.create({
+      model: MODEL,
+      prompt: "x",
+      max_tokens: 40,
+      seed: 5,
+      stop,
+    } as never);
+    expect(cut.choices[0]!.finish_reason).toBe("stop");
+    expect(cut.choices[0]!.text).toBe(text.slice(0, text.indexOf(stop)));
+    const long = await main.client.completions.create({
+      model: MODEL,
+      prompt: "x",
+      max_tokens: 300,
+      ignore_eos: true,
+    } as never);
+    expect(long.usage!.completion_tokens).toBe(300);
+  });
+
+  it("rejects bad requests in vLLM's error shape", async () => {
+    const tooLong = "word ".repeat(3000);
+    await expect(
+      main.client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: tooLong }] }),
+    ).rejects.toMatchObject({ status: 400 });
+    await expect(
+      main.client.chat.completions.create(chatBody({ model: "nope" }) as never),
+    ).rejects.toMatchObject({
+      status: 404,
+    });
+    await expect(main.client.chat.completions.create(chatBody({ n: 2 }) as never)).rejects.toMatchObject({
+      status: 400,
+    });
+    const bad = await post(main, "/v1/chat/completions", "{not json");
+    expect(bad.status).toBe(400);
+    const body = (await bad.json()) as { error: Record<string, unknown> };
+    expect(body.error).toMatchObject({ type: "BadRequestError", code: 400, param: null });
+    expect(typeof body.error.message).toBe("string");
+    const invalid = await post(main, "/v1/chat/completions", { model: MODEL, messages: "hi" });
+    expect(invalid.status).toBe(400);
+    expect(((await invalid.json()) as { error: { param: string } }).error.param).toBe("messages");
+  });
+
+  it("stops generating promptly when the client disconnects, and counts what it generated", async () => {
+    const gen0 = await metric(main, "vllm:generation_tokens_total");
+    const ac = new AbortController();
+    const res = await fetch(`${main.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(
+        chatBody({
+          max_tokens: 1500,
+          ignore_eos: true,
+          stream: true,
+          stream_options: { include_usage: true, continuous_usage_stats: true },
+        }),
+      ),
+      signal: ac.signal,
+    });
+    const reader = res.body!.getReader();
+    let seen = 0;
+    let buf = "";
+    while (seen < 20) {
+      const { value } = await reader.read();
+      buf += new TextDecoder().decode(value);
+      for (const m of buf.matchAll(/"completion_tokens":(\d+)/g)) seen = Math.max(seen, Number(m[1]));
+    }
+    ac.abort();
+    await waitUntil(
+      "request gone",
+      async () => (await metric(main, "vllm:num_requests_running")) === 0,
+      5000,
+      20,
+    );
+    const counted = (await metric(main, "vllm:generation_tokens_total")) - gen0;
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await metric(main, "vllm:generation_tokens_total")) - gen0).toBe(counted);
+    expect(counted).toBeGreaterThanOrEqual(seen);
+    expect(counted).toBeLessThan(1500);
+    expect(
+      await metric(main, "vllm:request_success_total", 'finished_reason="abort"'),
+    ).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe("fault injection", () => {
+  it("--sim-startup-seconds: 503 on /health and the API until ready; --sim-slow-token-ms slows every token", async () => {
+    await waitUntil("slow listening", async () => (await fetch(`${slow.url}/health`)).status, 10_000, 50);
+    expect((await fetch(`${slow.url}/health`)).status).toBe(503);
+    const early = await post(slow, "/v1/chat/completions", chatBody());
+    expect(early.status).toBe(503);
+    expect(((await early.json()) as { error: { code: number } }).error.code).toBe(503);
+    await healthy(slow);
+    const t0 = performance.now();
+    const r = await slow.client.chat.completions.create(chatBody({ max_tokens: 10 }) as never);
+    expect(r.usage!.completion_tokens).toBe(10);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(10 * 40 - 5);
+  });
+
+  it("--sim-fail-rate: a deterministic share of requests gets 500", async () => {
+    const statuses: number[] = [];
+    for (let k = 0; k < 12; k++)
+      statuses.push((await post(failing, "/v1/completions", { prompt: "a", max_tokens: 1 })).status);
+    expect(statuses).toEqual(
+      Array.from({ length: 12 }, (_, k) => (FaultPlan.failsAt(3, k, 0.5) ? 500 : 200)),
+    );
+    const err = await post(failing, "/v1/completions", { prompt: "a", max_tokens: 1 });
+    if (err.status === 500)
+      expect(((await err.json()) as { error: { type: string } }).error.type).toBe("InternalServerError");
+  });
+
+  it("--sim-crash-after N: N requests served, then headers + first token and exit 70", async () => {
+    const ok = await crashing.client.chat.completions.create(chatBody() as never);
+    expect(ok.usage!.completion_tokens).toBe(8);
+    const res = await post(crashing, "/v1/chat/completions", chatBody({ stream: true, max_tokens: 50 }));
+    expect(res.status).toBe(200);
+    // The body ends in a reset, so read what arrived chunk by chunk.
+    let text = "";
+    const reader = res.body!.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+    } catch {
+      text += "(connection reset)";
+    }
+    expect(text).toContain('"delta":{"content":');
+    expect(text).not.toContain("[DONE]");
+    expect(await crashing.proc.exited).toBe(70);
+  });
+
+  it("--sim-hang-after N --sim-hang-phase first-token: headers, then nothing; health stays 200", async () => {
+    await hangFirst.client.chat.completions.create(chatBody() as never);
+    const res = await post(hangFirst, "/v1/chat/completions", chatBody({ stream: true }));
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const got = await Promise.race([
+      reader.read().then(() => "data"),
+      new Promise((r) => setTimeout(() => r("silence"), 800)),
+    ]);
+    expect(got).toBe("silence");
+    expect((await fetch(`${hangFirst.url}/health`)).status).toBe(200);
+    await reader.cancel();
+  });
+
+  it("--sim-hang-phase mid-stream: one token, then nothing", async () => {
+    const res = await post(hangMid, "/v1/chat/completions", chatBody({ stream: true }));
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    expect(first).toContain('"delta":{"content":');
+    const next = await Promise.race([
+      reader.read().then(() => "data"),
+      new Promise((r) => setTimeout(() => r("silence"), 800)),
+    ]);
+    expect(next).toBe("silence");
+    expect((await fetch(`${hangMid.url}/health`)).status).toBe(200);
+    await reader.cancel();
+  });
+
+  it("--headless (non-zero rank): serves no API, stays alive, exits 0 on SIGTERM", async () => {
+    await headless.proc.waitFor("headless worker", 10_000);
+    await expect(fetch(`${headless.url}/health`)).rejects.toThrow();
+    expect(headless.proc.child.exitCode).toBeNull();
+    headless.proc.child.kill("SIGTERM");
+    expect(await headless.proc.exited).toBe(0);
+  });
+});
