@@ -105,6 +105,7 @@ export function formatExplanation(e: Explanation): string[] {
   if (e.placed) {
     lines.push(`${who} placed: ${assignmentText(e.placed)}`);
     lines.push(`  why: ${e.placed.why} (score ${e.placed.score.toFixed(2)})`);
+    if (e.note) lines.push(`  status: ${e.note}`);
     if (e.nodesTotal > 0) lines.push(`  ${tally}${counts ? `: ${counts}` : ""}`);
   } else {
     const prefix = e.replicaId ? `${e.replicaId}: ` : "";
