@@ -117,6 +117,9 @@ export class StreamClient {
               controlPlaneId: msg.msg.value.controlPlaneId,
               epoch: msg.msg.value.epoch,
             });
+          } else if (msg.msg.case === "settings") {
+            this.spreadMs = msg.msg.value.reconnectSpreadMs;
+            this.startHeartbeat(msg.msg.value.heartbeatIntervalMs);
           } else if (msg.msg.case === "reject") {
             log.error("control plane refused this agent", {
               code: msg.msg.value.code,

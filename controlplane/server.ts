@@ -2,12 +2,13 @@ import { randomUUID } from "node:crypto";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
 import { createServer as createHttp2Server, type Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
-import type { ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
+import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
 import { controlRoutes } from "./admin/control-service.ts";
-import { AgentStreams } from "./agentsvc/service.ts";
+import { AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { parseListen } from "./listen.ts";
 import { Registry } from "./registry.ts";
@@ -48,6 +49,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     controlPlaneId: randomUUID(),
     epoch: BigInt(startedAt),
     heartbeatIntervalMs: c.heartbeat_interval,
+    readMaxBytes: c.max_message_bytes,
     now,
     hooks: {
       onTransition: (t) => log.info("node state changed", { ...t }),
@@ -92,15 +94,35 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     Object.entries(streams.stats.rejected).map(([reason, value]) => ({ labels: { reason }, value })),
   );
 
-  const agentServer: Http2Server = createHttp2Server(
-    // Without server-side pings a vanished agent is noticed only through its
-    // silence; the registry's clock handles that, so no keepalive here.
-    { maxSessionMemory: 4 },
-    connectNodeAdapter({
-      routes: (router: ConnectRouter) => streams.routes(router),
-      readMaxBytes: c.max_message_bytes,
-    }),
-  );
+  metrics.gauge("process_resident_memory_bytes", "Resident set size.", () => process.memoryUsage().rss);
+  metrics.gauge("nodejs_heap_used_bytes", "V8 heap in use.", () => process.memoryUsage().heapUsed);
+  metrics.gauge("nodejs_external_memory_bytes", "Memory held outside the V8 heap (buffers, native).", () => {
+    const m = process.memoryUsage();
+    return m.external;
+  });
+
+  // Every other AgentService RPC goes through connect's router; the one
+  // stream every node holds open has its own lean handler (connect-bidi.ts).
+  const agentRouter = connectNodeAdapter({
+    routes: (router: ConnectRouter) => {
+      router.service(AgentService, {
+        connect: () => {
+          throw new ConnectError("served by the stream handler", Code.Internal);
+        },
+        enroll: () => {
+          throw new ConnectError(
+            "enrollment (mTLS) is not enabled on this control plane",
+            Code.Unimplemented,
+          );
+        },
+      });
+    },
+    readMaxBytes: c.max_message_bytes,
+  });
+  const agentServer: Http2Server = createHttp2Server({}, (req, res) => {
+    if (req.url === CONNECT_PATH) streams.handle(req, res);
+    else agentRouter(req, res);
+  });
   const adminServer: HttpServer = createHttpServer(
     connectNodeAdapter({
       routes: controlRoutes({ registry }),
@@ -133,7 +155,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     streams,
     async close() {
       clearInterval(ticker);
-      streams.closeAll("control plane shutting down");
+      streams.closeAll();
       await Promise.all([closeServer(agentServer), closeServer(adminServer)]);
     },
   };

@@ -1,16 +1,19 @@
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
-import { AsyncQueue } from "../../common/async-queue.ts";
 import type { Logger } from "../../common/log.ts";
 import {
   type AgentMessage,
-  AgentService,
+  AgentMessageSchema,
   type ControlMessage,
   ControlMessageSchema,
   type ShardStatus,
 } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { Registry, Transition } from "../registry.ts";
+import { type BidiCallbacks, type BidiStream, serveConnectBidi } from "./connect-bidi.ts";
 import { checkRegister } from "./register.ts";
+
+/** The path connect clients use for AgentService.Connect. */
+export const CONNECT_PATH = "/agent.v1.AgentService/Connect";
 
 /**
  * The stream handler. It is also the only thing that can deliver a command
@@ -30,6 +33,7 @@ export interface AgentServiceOptions {
   controlPlaneId: string;
   epoch: bigint;
   heartbeatIntervalMs: number;
+  readMaxBytes: number;
   /** How long the first message may take before the stream is dropped. */
   registerTimeoutMs?: number;
   now?: () => number;
@@ -39,8 +43,7 @@ export interface AgentServiceOptions {
 interface Session {
   node: string;
   instance: string;
-  outbox: AsyncQueue<ControlMessage>;
-  close(reason: string): void;
+  stream: BidiStream<ControlMessage>;
 }
 
 export interface AgentServiceStats {
@@ -53,6 +56,7 @@ export class AgentStreams {
   private readonly sessions = new Map<string, Session>();
   readonly stats: AgentServiceStats = { registrations: 0, rejected: {}, messages: 0 };
   private readonly now: () => number;
+  private broadcastSpreadMs = 0;
 
   constructor(private readonly opts: AgentServiceOptions) {
     this.now = opts.now ?? Date.now;
@@ -66,31 +70,32 @@ export class AgentStreams {
     return this.sessions.has(node);
   }
 
-  /** Queues a command for a node. False when the node has no open stream. */
+  /** Sends a command to a node. False when the node has no open stream. */
   send(node: string, msg: ControlMessage): boolean {
-    return this.sessions.get(node)?.outbox.push(msg) ?? false;
+    return this.sessions.get(node)?.stream.send(msg) ?? false;
   }
 
   /** Ends every stream, e.g. on shutdown. Agents reconnect on their own. */
-  closeAll(reason: string): void {
-    for (const s of this.sessions.values()) s.close(reason);
+  closeAll(): void {
+    for (const s of this.sessions.values())
+      s.stream.end({ code: "unavailable", message: "control plane shutting down" });
   }
 
   /**
-   * A spread that keeps reconnects after a control plane restart to roughly
-   * 80 registrations a second, whatever the fleet size: about 8 % of the
-   * fleet in any one second.
+   * A spread that keeps reconnects after a control plane restart to about 65
+   * registrations a second whatever the fleet size: under 7 % of the fleet in
+   * any one second, with room for chance.
    */
   reconnectSpreadMs(): number {
-    return Math.max(1_000, Math.round(this.opts.registry.size * 12.5));
+    return Math.max(1_000, Math.round(this.opts.registry.size * 15));
   }
 
-  routes(router: ConnectRouter): void {
-    router.service(AgentService, {
-      connect: (requests, ctx) => this.connect(requests, ctx),
-      enroll: async () => {
-        throw new ConnectError("enrollment (mTLS) is not enabled on this control plane", Code.Unimplemented);
-      },
+  handle(req: Http2ServerRequest, res: Http2ServerResponse): void {
+    serveConnectBidi(req, res, {
+      input: AgentMessageSchema,
+      output: ControlMessageSchema,
+      readMaxBytes: this.opts.readMaxBytes,
+      open: (stream) => this.open(stream),
     });
   }
 
@@ -98,24 +103,50 @@ export class AgentStreams {
     this.stats.rejected[code] = (this.stats.rejected[code] ?? 0) + 1;
   }
 
-  private async *connect(
-    requests: AsyncIterable<AgentMessage>,
-    ctx: HandlerContext,
-  ): AsyncIterable<ControlMessage> {
+  private refuse(stream: BidiStream<ControlMessage>, code: string, message: string): void {
+    this.reject(code);
+    stream.send(create(ControlMessageSchema, { msg: { case: "reject", value: { code, message } } }));
+    stream.end();
+  }
+
+  private open(stream: BidiStream<ControlMessage>): BidiCallbacks<AgentMessage> {
+    let session: Session | undefined;
+    const timer = setTimeout(() => {
+      if (!session) this.refuse(stream, "protocol", "no Register within the timeout");
+    }, this.opts.registerTimeoutMs ?? 10_000);
+    return {
+      onMessage: (msg) => {
+        if (stream.ended) return;
+        if (!session) {
+          clearTimeout(timer);
+          session = this.register(stream, msg);
+          return;
+        }
+        this.onMessage(session, msg);
+      },
+      onClose: () => {
+        clearTimeout(timer);
+        if (session && this.sessions.get(session.node) === session) {
+          this.sessions.delete(session.node);
+          this.opts.registry.disconnected(session.node);
+          this.opts.hooks?.onDisconnect?.(session.node);
+          this.opts.log.info("agent disconnected", { node: session.node });
+        }
+      },
+    };
+  }
+
+  private register(stream: BidiStream<ControlMessage>, msg: AgentMessage): Session | undefined {
     const { registry, log } = this.opts;
-    const iterator = requests[Symbol.asyncIterator]();
-    const first = await this.firstMessage(iterator, ctx);
-    if (first.msg.case !== "register") {
-      this.reject("protocol");
-      yield rejectMessage("protocol", "the first message on the stream must be Register");
-      return;
+    if (msg.msg.case !== "register") {
+      this.refuse(stream, "protocol", "the first message on the stream must be Register");
+      return undefined;
     }
-    const checked = checkRegister(first.msg.value);
+    const checked = checkRegister(msg.msg.value);
     if (!checked.ok) {
-      this.reject("invalid_register");
-      log.warn("agent registration refused", { reason: checked.reason, node: first.msg.value.nodeName });
-      yield rejectMessage("invalid_register", checked.reason);
-      return;
+      log.warn("agent registration refused", { reason: checked.reason, node: msg.msg.value.nodeName });
+      this.refuse(stream, "invalid_register", checked.reason);
+      return undefined;
     }
     const info = checked.info;
     const existing = this.sessions.get(info.name);
@@ -125,26 +156,20 @@ export class AgentStreams {
       // A live node keeps its name: a second agent claiming it is far more
       // likely a copy-pasted --node flag than a legitimate replacement.
       if (silentMs < this.opts.heartbeatIntervalMs * 3) {
-        this.reject("name_in_use");
         log.warn("agent refused: node name is in use by a connected agent", { node: info.name });
-        yield rejectMessage("name_in_use", `node name "${info.name}" is in use by a connected agent`);
-        return;
+        this.refuse(stream, "name_in_use", `node name "${info.name}" is in use by a connected agent`);
+        return undefined;
       }
     }
-    // Same instance reconnecting (or a silent old stream): the new stream wins.
-    existing?.close("replaced by a new stream from the same node");
-
-    const outbox = new AsyncQueue<ControlMessage>();
-    const session: Session = {
-      node: info.name,
-      instance: info.agentInstance,
-      outbox,
-      close: (reason) => {
-        if (outbox.isClosed) return;
-        log.debug("closing agent stream", { node: info.name, reason });
-        outbox.close();
-      },
-    };
+    // The same agent reconnecting (or a silent old stream): the new one wins.
+    if (existing) {
+      this.sessions.delete(info.name);
+      existing.stream.end({
+        code: "already_exists",
+        message: "replaced by a newer stream from the same node",
+      });
+    }
+    const session: Session = { node: info.name, instance: info.agentInstance, stream };
     this.sessions.set(info.name, session);
     this.stats.registrations++;
     const t = registry.register(info, this.now());
@@ -153,10 +178,10 @@ export class AgentStreams {
       node: info.name,
       gpus: info.inventory.gpus.length,
       fabric: info.fabric,
-      shards: first.msg.value.shards.length,
+      shards: msg.msg.value.shards.length,
       instance: info.agentInstance,
     });
-    outbox.push(
+    stream.send(
       create(ControlMessageSchema, {
         msg: {
           case: "registerAck",
@@ -169,85 +194,49 @@ export class AgentStreams {
         },
       }),
     );
-    this.opts.hooks?.onRegister?.(info.name, first.msg.value.shards);
+    this.opts.hooks?.onRegister?.(info.name, msg.msg.value.shards);
+    this.maybeBroadcastSpread();
+    return session;
+  }
 
-    const reader = this.readLoop(iterator, session).catch((err: unknown) => {
-      const code = err instanceof ConnectError ? Code[err.code] : "unknown";
-      log.warn("agent stream failed", { node: info.name, code, error: String(err) });
+  /**
+   * Agents that registered while the fleet was small were told a small
+   * spread; as the fleet grows, tell everyone again. Geometric steps keep
+   * this to a handful of broadcasts however large the fleet.
+   */
+  private maybeBroadcastSpread(): void {
+    const spread = this.reconnectSpreadMs();
+    if (spread < this.broadcastSpreadMs * 1.25 || spread <= 1_000) return;
+    this.broadcastSpreadMs = spread;
+    const msg = create(ControlMessageSchema, {
+      msg: {
+        case: "settings",
+        value: { heartbeatIntervalMs: this.opts.heartbeatIntervalMs, reconnectSpreadMs: spread },
+      },
     });
-    ctx.signal.addEventListener("abort", () => session.close("stream aborted"), { once: true });
-    try {
-      yield* outbox;
-    } finally {
-      session.close("handler finished");
-      await reader;
-      if (this.sessions.get(info.name) === session) {
-        this.sessions.delete(info.name);
-        registry.disconnected(info.name);
-        this.opts.hooks?.onDisconnect?.(info.name);
-        log.info("agent disconnected", { node: info.name });
-      }
-    }
+    for (const s of this.sessions.values()) s.stream.send(msg);
   }
 
-  private async firstMessage(
-    iterator: AsyncIterator<AgentMessage>,
-    ctx: HandlerContext,
-  ): Promise<AgentMessage> {
-    const timeoutMs = this.opts.registerTimeoutMs ?? 10_000;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      const next = await Promise.race([
-        iterator.next(),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new ConnectError("no Register within the timeout", Code.DeadlineExceeded)),
-            timeoutMs,
-          );
-        }),
-      ]);
-      if (next.done) throw new ConnectError("stream ended before Register", Code.InvalidArgument);
-      return next.value;
-    } catch (err) {
-      if (!ctx.signal.aborted) this.reject("protocol");
-      throw err;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  private async readLoop(iterator: AsyncIterator<AgentMessage>, session: Session): Promise<void> {
+  private onMessage(session: Session, msg: AgentMessage): void {
+    if (this.sessions.get(session.node) !== session) return;
     const { registry, hooks } = this.opts;
-    try {
-      for (;;) {
-        const next = await iterator.next();
-        if (next.done) return;
-        if (this.sessions.get(session.node) !== session) return;
-        this.stats.messages++;
-        const t = registry.seen(session.node, this.now());
-        if (t) hooks?.onTransition?.(t);
-        const m = next.value.msg;
-        switch (m.case) {
-          case "heartbeat":
-            break;
-          case "shardStatus":
-            hooks?.onShardStatus?.(session.node, m.value);
-            break;
-          case "register":
-            // A second Register on a live stream is a broken agent; ignore it
-            // rather than let it rewrite the node mid-session.
-            this.reject("protocol");
-            break;
-          default:
-            this.reject("unknown_message");
-        }
-      }
-    } finally {
-      session.close("agent stream ended");
+    this.stats.messages++;
+    const t = registry.seen(session.node, this.now());
+    if (t) hooks?.onTransition?.(t);
+    const m = msg.msg;
+    switch (m.case) {
+      case "heartbeat":
+        return;
+      case "shardStatus":
+        hooks?.onShardStatus?.(session.node, m.value);
+        return;
+      case "register":
+        // A second Register on a live stream is a broken agent; ignore it
+        // rather than let it rewrite the node mid-session.
+        this.reject("protocol");
+        return;
+      default:
+        this.reject("unknown_message");
     }
   }
-}
-
-function rejectMessage(code: string, message: string): ControlMessage {
-  return create(ControlMessageSchema, { msg: { case: "reject", value: { code, message } } });
 }

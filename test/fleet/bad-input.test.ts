@@ -1,5 +1,5 @@
 import { connect } from "node:http2";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -73,7 +73,7 @@ async function rawStream(
   }
 }
 
-const msg = (m: AgentMessage["msg"]) => create(AgentMessageSchema, { msg: m });
+const msg = (m: MessageInitShape<typeof AgentMessageSchema>["msg"]) => create(AgentMessageSchema, { msg: m });
 
 describe("bad input on the agent stream and in the config file", () => {
   let cp: ControlPlaneHandle;

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agent/v1/agent.proto.
  */
 export const file_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEilgEKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIAEIFCgNtc2ci7wEKDkNvbnRyb2xNZXNzYWdlEi0KDHJlZ2lzdGVyX2FjaxgBIAEoCzIVLmFnZW50LnYxLlJlZ2lzdGVyQWNrSAASKwoLc3RhcnRfc2hhcmQYAiABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkSAASKQoKc3RvcF9zaGFyZBgDIAEoCzITLmFnZW50LnYxLlN0b3BTaGFyZEgAEisKC2RyYWluX3NoYXJkGAQgASgLMhQuYWdlbnQudjEuRHJhaW5TaGFyZEgAEiIKBnJlamVjdBgFIAEoCzIQLmFnZW50LnYxLlJlamVjdEgAQgUKA21zZyKVAgoIUmVnaXN0ZXISEQoJbm9kZV9uYW1lGAEgASgJEhUKDWFnZW50X3ZlcnNpb24YAiABKAkSJgoJaW52ZW50b3J5GAMgASgLMhMuYWdlbnQudjEuSW52ZW50b3J5Ei4KBmZhYnJpYxgEIAMoCzIeLmFnZW50LnYxLlJlZ2lzdGVyLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAUgASgJEiUKBnNoYXJkcxgGIAMoCzIVLmFnZW50LnYxLlNoYXJkU3RhdHVzEhYKDmFnZW50X2luc3RhbmNlGAcgASgJGi0KC0ZhYnJpY0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEidwoJSW52ZW50b3J5EhsKBGdwdXMYASADKAsyDS5hZ2VudC52MS5HcHUSEQoJY3B1X2NvcmVzGAIgASgNEhUKDXJhbV90b3RhbF9taWIYAyABKAQSEAoIaG9zdG5hbWUYBCABKAkSEQoJc2ltdWxhdGVkGAUgASgIIu8BCgNHcHUSDQoFaW5kZXgYASABKA0SDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhgKEG1lbW9yeV90b3RhbF9taWIYBCABKAQSFwoPbWVtb3J5X2ZyZWVfbWliGAUgASgEEhcKD21lbW9yeV91c2VkX21pYhgGIAEoBBISCgpwY2lfYnVzX2lkGAcgASgJEhYKDmRyaXZlcl92ZXJzaW9uGAggASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgJIAEoCRIpCgdmb3JlaWduGAogAygLMhguYWdlbnQudjEuRm9yZWlnblByb2Nlc3MiLwoORm9yZWlnblByb2Nlc3MSCwoDcGlkGAEgASgNEhAKCHVzZWRfbWliGAIgASgEIiQKCUhlYXJ0YmVhdBIXCg9zZW50X2F0X3VuaXhfbXMYASABKAMiegoJU2hhcmRMb2FkEg8KB3dhaXRpbmcYASABKAESDwoHcnVubmluZxgCIAEoARIQCghrdl91c2FnZRgDIAEoARIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYBCABKAESGgoSc2NyYXBlZF9hdF91bml4X21zGAUgASgDIo4CCgtTaGFyZFN0YXR1cxISCgpyZXBsaWNhX2lkGAEgASgJEgwKBHJhbmsYAiABKA0SIwoFc3RhdGUYAyABKA4yFC5hZ2VudC52MS5TaGFyZFN0YXRlEg4KBnJlYXNvbhgEIAEoCRIRCglleGl0X2NvZGUYBSABKAUSFQoNaGFzX2V4aXRfY29kZRgGIAEoCBITCgtvdXRwdXRfdGFpbBgHIAMoCRIhCgRsb2FkGAggASgLMhMuYWdlbnQudjEuU2hhcmRMb2FkEhUKDXNpbmNlX3VuaXhfbXMYCSABKAMSCwoDcGlkGAogASgNEiIKBHNwZWMYCyABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkInIKC1JlZ2lzdGVyQWNrEhgKEGNvbnRyb2xfcGxhbmVfaWQYASABKAkSDQoFZXBvY2gYAiABKAQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYBCABKA0iMQoOUG9ydEFzc2lnbm1lbnQSDAoEaHR0cBgBIAEoDRIRCglkaXN0X2luaXQYAiADKA0iYQoEUGVlchIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQiuAQKClN0YXJ0U2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEhMKC3dvcmxkX25vZGVzGAMgASgNEg4KBmVuZ2luZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgGIAEoCRIMCgRhcmdzGAcgAygJEhMKC2dwdV9pbmRpY2VzGAggAygNEicKBXBvcnRzGAkgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSKgoDZW52GAogAygLMh0uYWdlbnQudjEuU3RhcnRTaGFyZC5FbnZFbnRyeRIXCg90ZW5zb3JfcGFyYWxsZWwYCyABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYDCABKA0SFQoNZGF0YV9wYXJhbGxlbBgNIAEoDRIdCgVwZWVycxgOIAMoCzIOLmFnZW50LnYxLlBlZXISGwoTc3RhcnR1cF9kZWFkbGluZV9tcxgPIAEoDRIVCg1zdG9wX2dyYWNlX21zGBAgASgNEg8KB3Byb2ZpbGUYESABKAkSFgoObWdtdF9pbnRlcmZhY2UYEiABKAkSGgoSbWluX2dwdV9tZW1vcnlfbWliGBMgASgEEh4KFmdwdV9tZW1vcnlfdXRpbGl6YXRpb24YFCABKAESEgoKZ2VuZXJhdGlvbhgVIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCVN0b3BTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIQCghncmFjZV9tcxgDIAEoDSI1CgpEcmFpblNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iJwoGUmVqZWN0EgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJCCg1FbnJvbGxSZXF1ZXN0Eg0KBXRva2VuGAEgASgJEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdjc3JfcGVtGAMgASgJIjIKDkVucm9sbFJlc3BvbnNlEhAKCGNlcnRfcGVtGAEgASgJEg4KBmNhX3BlbRgCIAEoCSrNAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIYChRTSEFSRF9TVEFURV9EUkFJTklORxADEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBBIeChpTSEFSRF9TVEFURV9GQUlMRURfU1RBUlRVUBAFEh4KGlNIQVJEX1NUQVRFX0ZBSUxFRF9SVU5OSU5HEAYyjAEKDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYuYWdlbnQudjEuQWdlbnRNZXNzYWdlGhguYWdlbnQudjEuQ29udHJvbE1lc3NhZ2UoATABEjsKBkVucm9sbBIXLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaGC5hZ2VudC52MS5FbnJvbGxSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEilgEKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIAEIFCgNtc2cinQIKDkNvbnRyb2xNZXNzYWdlEi0KDHJlZ2lzdGVyX2FjaxgBIAEoCzIVLmFnZW50LnYxLlJlZ2lzdGVyQWNrSAASKwoLc3RhcnRfc2hhcmQYAiABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkSAASKQoKc3RvcF9zaGFyZBgDIAEoCzITLmFnZW50LnYxLlN0b3BTaGFyZEgAEisKC2RyYWluX3NoYXJkGAQgASgLMhQuYWdlbnQudjEuRHJhaW5TaGFyZEgAEiIKBnJlamVjdBgFIAEoCzIQLmFnZW50LnYxLlJlamVjdEgAEiwKCHNldHRpbmdzGAYgASgLMhguYWdlbnQudjEuU3RyZWFtU2V0dGluZ3NIAEIFCgNtc2ciTAoOU3RyZWFtU2V0dGluZ3MSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAEgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYAiABKA0ilQIKCFJlZ2lzdGVyEhEKCW5vZGVfbmFtZRgBIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAIgASgJEiYKCWludmVudG9yeRgDIAEoCzITLmFnZW50LnYxLkludmVudG9yeRIuCgZmYWJyaWMYBCADKAsyHi5hZ2VudC52MS5SZWdpc3Rlci5GYWJyaWNFbnRyeRIZChFhZHZlcnRpc2VfYWRkcmVzcxgFIAEoCRIlCgZzaGFyZHMYBiADKAsyFS5hZ2VudC52MS5TaGFyZFN0YXR1cxIWCg5hZ2VudF9pbnN0YW5jZRgHIAEoCRotCgtGYWJyaWNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIncKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0uYWdlbnQudjEuR3B1EhEKCWNwdV9jb3JlcxgCIAEoDRIVCg1yYW1fdG90YWxfbWliGAMgASgEEhAKCGhvc3RuYW1lGAQgASgJEhEKCXNpbXVsYXRlZBgFIAEoCCLvAQoDR3B1Eg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIYChBtZW1vcnlfdG90YWxfbWliGAQgASgEEhcKD21lbW9yeV9mcmVlX21pYhgFIAEoBBIXCg9tZW1vcnlfdXNlZF9taWIYBiABKAQSEgoKcGNpX2J1c19pZBgHIAEoCRIWCg5kcml2ZXJfdmVyc2lvbhgIIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYCSABKAkSKQoHZm9yZWlnbhgKIAMoCzIYLmFnZW50LnYxLkZvcmVpZ25Qcm9jZXNzIi8KDkZvcmVpZ25Qcm9jZXNzEgsKA3BpZBgBIAEoDRIQCgh1c2VkX21pYhgCIAEoBCIkCglIZWFydGJlYXQSFwoPc2VudF9hdF91bml4X21zGAEgASgDInoKCVNoYXJkTG9hZBIPCgd3YWl0aW5nGAEgASgBEg8KB3J1bm5pbmcYAiABKAESEAoIa3ZfdXNhZ2UYAyABKAESHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAQgASgBEhoKEnNjcmFwZWRfYXRfdW5peF9tcxgFIAEoAyKOAgoLU2hhcmRTdGF0dXMSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEiMKBXN0YXRlGAMgASgOMhQuYWdlbnQudjEuU2hhcmRTdGF0ZRIOCgZyZWFzb24YBCABKAkSEQoJZXhpdF9jb2RlGAUgASgFEhUKDWhhc19leGl0X2NvZGUYBiABKAgSEwoLb3V0cHV0X3RhaWwYByADKAkSIQoEbG9hZBgIIAEoCzITLmFnZW50LnYxLlNoYXJkTG9hZBIVCg1zaW5jZV91bml4X21zGAkgASgDEgsKA3BpZBgKIAEoDRIiCgRzcGVjGAsgASgLMhQuYWdlbnQudjEuU3RhcnRTaGFyZCJyCgtSZWdpc3RlckFjaxIYChBjb250cm9sX3BsYW5lX2lkGAEgASgJEg0KBWVwb2NoGAIgASgEEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDRIbChNyZWNvbm5lY3Rfc3ByZWFkX21zGAQgASgNIjEKDlBvcnRBc3NpZ25tZW50EgwKBGh0dHAYASABKA0SEQoJZGlzdF9pbml0GAIgAygNImEKBFBlZXISDAoEcmFuaxgBIAEoDRIRCglub2RlX25hbWUYAiABKAkSDwoHYWRkcmVzcxgDIAEoCRInCgVwb3J0cxgEIAEoCzIYLmFnZW50LnYxLlBvcnRBc3NpZ25tZW50IrgECgpTdGFydFNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcmFuaxgCIAEoDRITCgt3b3JsZF9ub2RlcxgDIAEoDRIOCgZlbmdpbmUYBCABKAkSDQoFbW9kZWwYBSABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBiABKAkSDAoEYXJncxgHIAMoCRITCgtncHVfaW5kaWNlcxgIIAMoDRInCgVwb3J0cxgJIAEoCzIYLmFnZW50LnYxLlBvcnRBc3NpZ25tZW50EioKA2VudhgKIAMoCzIdLmFnZW50LnYxLlN0YXJ0U2hhcmQuRW52RW50cnkSFwoPdGVuc29yX3BhcmFsbGVsGAsgASgNEhkKEXBpcGVsaW5lX3BhcmFsbGVsGAwgASgNEhUKDWRhdGFfcGFyYWxsZWwYDSABKA0SHQoFcGVlcnMYDiADKAsyDi5hZ2VudC52MS5QZWVyEhsKE3N0YXJ0dXBfZGVhZGxpbmVfbXMYDyABKA0SFQoNc3RvcF9ncmFjZV9tcxgQIAEoDRIPCgdwcm9maWxlGBEgASgJEhYKDm1nbXRfaW50ZXJmYWNlGBIgASgJEhoKEm1pbl9ncHVfbWVtb3J5X21pYhgTIAEoBBIeChZncHVfbWVtb3J5X3V0aWxpemF0aW9uGBQgASgBEhIKCmdlbmVyYXRpb24YFSABKAQaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJBCglTdG9wU2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkSEAoIZ3JhY2VfbXMYAyABKA0iNQoKRHJhaW5TaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhMKC2RlYWRsaW5lX21zGAIgASgNIicKBlJlamVjdBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiQgoNRW5yb2xsUmVxdWVzdBINCgV0b2tlbhgBIAEoCRIRCglub2RlX25hbWUYAiABKAkSDwoHY3NyX3BlbRgDIAEoCSIyCg5FbnJvbGxSZXNwb25zZRIQCghjZXJ0X3BlbRgBIAEoCRIOCgZjYV9wZW0YAiABKAkqzQEKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQAxIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAQSHgoaU0hBUkRfU1RBVEVfRkFJTEVEX1NUQVJUVVAQBRIeChpTSEFSRF9TVEFURV9GQUlMRURfUlVOTklORxAGMowBCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmFnZW50LnYxLkFnZW50TWVzc2FnZRoYLmFnZW50LnYxLkNvbnRyb2xNZXNzYWdlKAEwARI7CgZFbnJvbGwSFy5hZ2VudC52MS5FbnJvbGxSZXF1ZXN0GhguYWdlbnQudjEuRW5yb2xsUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * @generated from message agent.v1.AgentMessage
@@ -91,6 +91,15 @@ export type ControlMessage = Message<"agent.v1.ControlMessage"> & {
      */
     value: Reject;
     case: "reject";
+  } | {
+    /**
+     * Updated stream settings, e.g. a wider reconnect spread as the fleet
+     * grows after this agent registered.
+     *
+     * @generated from field: agent.v1.StreamSettings settings = 6;
+     */
+    value: StreamSettings;
+    case: "settings";
   } | { case: undefined; value?: undefined };
 };
 
@@ -100,6 +109,28 @@ export type ControlMessage = Message<"agent.v1.ControlMessage"> & {
  */
 export const ControlMessageSchema: GenMessage<ControlMessage> = /*@__PURE__*/
   messageDesc(file_agent_v1_agent, 1);
+
+/**
+ * @generated from message agent.v1.StreamSettings
+ */
+export type StreamSettings = Message<"agent.v1.StreamSettings"> & {
+  /**
+   * @generated from field: uint32 heartbeat_interval_ms = 1;
+   */
+  heartbeatIntervalMs: number;
+
+  /**
+   * @generated from field: uint32 reconnect_spread_ms = 2;
+   */
+  reconnectSpreadMs: number;
+};
+
+/**
+ * Describes the message agent.v1.StreamSettings.
+ * Use `create(StreamSettingsSchema)` to create a new message.
+ */
+export const StreamSettingsSchema: GenMessage<StreamSettings> = /*@__PURE__*/
+  messageDesc(file_agent_v1_agent, 2);
 
 /**
  * @generated from message agent.v1.Register
@@ -154,7 +185,7 @@ export type Register = Message<"agent.v1.Register"> & {
  * Use `create(RegisterSchema)` to create a new message.
  */
 export const RegisterSchema: GenMessage<Register> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 2);
+  messageDesc(file_agent_v1_agent, 3);
 
 /**
  * @generated from message agent.v1.Inventory
@@ -194,7 +225,7 @@ export type Inventory = Message<"agent.v1.Inventory"> & {
  * Use `create(InventorySchema)` to create a new message.
  */
 export const InventorySchema: GenMessage<Inventory> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 3);
+  messageDesc(file_agent_v1_agent, 4);
 
 /**
  * @generated from message agent.v1.Gpu
@@ -256,7 +287,7 @@ export type Gpu = Message<"agent.v1.Gpu"> & {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 4);
+  messageDesc(file_agent_v1_agent, 5);
 
 /**
  * A process using VRAM that llmgw did not start. Its memory is not free.
@@ -280,7 +311,7 @@ export type ForeignProcess = Message<"agent.v1.ForeignProcess"> & {
  * Use `create(ForeignProcessSchema)` to create a new message.
  */
 export const ForeignProcessSchema: GenMessage<ForeignProcess> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 5);
+  messageDesc(file_agent_v1_agent, 6);
 
 /**
  * @generated from message agent.v1.Heartbeat
@@ -297,7 +328,7 @@ export type Heartbeat = Message<"agent.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 6);
+  messageDesc(file_agent_v1_agent, 7);
 
 /**
  * @generated from message agent.v1.ShardLoad
@@ -338,7 +369,7 @@ export type ShardLoad = Message<"agent.v1.ShardLoad"> & {
  * Use `create(ShardLoadSchema)` to create a new message.
  */
 export const ShardLoadSchema: GenMessage<ShardLoad> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 7);
+  messageDesc(file_agent_v1_agent, 8);
 
 /**
  * @generated from message agent.v1.ShardStatus
@@ -408,7 +439,7 @@ export type ShardStatus = Message<"agent.v1.ShardStatus"> & {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 8);
+  messageDesc(file_agent_v1_agent, 9);
 
 /**
  * @generated from message agent.v1.RegisterAck
@@ -445,7 +476,7 @@ export type RegisterAck = Message<"agent.v1.RegisterAck"> & {
  * Use `create(RegisterAckSchema)` to create a new message.
  */
 export const RegisterAckSchema: GenMessage<RegisterAck> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 9);
+  messageDesc(file_agent_v1_agent, 10);
 
 /**
  * @generated from message agent.v1.PortAssignment
@@ -469,7 +500,7 @@ export type PortAssignment = Message<"agent.v1.PortAssignment"> & {
  * Use `create(PortAssignmentSchema)` to create a new message.
  */
 export const PortAssignmentSchema: GenMessage<PortAssignment> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 10);
+  messageDesc(file_agent_v1_agent, 11);
 
 /**
  * @generated from message agent.v1.Peer
@@ -501,7 +532,7 @@ export type Peer = Message<"agent.v1.Peer"> & {
  * Use `create(PeerSchema)` to create a new message.
  */
 export const PeerSchema: GenMessage<Peer> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 11);
+  messageDesc(file_agent_v1_agent, 12);
 
 /**
  * @generated from message agent.v1.StartShard
@@ -620,7 +651,7 @@ export type StartShard = Message<"agent.v1.StartShard"> & {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 12);
+  messageDesc(file_agent_v1_agent, 13);
 
 /**
  * @generated from message agent.v1.StopShard
@@ -647,7 +678,7 @@ export type StopShard = Message<"agent.v1.StopShard"> & {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 13);
+  messageDesc(file_agent_v1_agent, 14);
 
 /**
  * @generated from message agent.v1.DrainShard
@@ -669,7 +700,7 @@ export type DrainShard = Message<"agent.v1.DrainShard"> & {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 14);
+  messageDesc(file_agent_v1_agent, 15);
 
 /**
  * @generated from message agent.v1.Reject
@@ -691,7 +722,7 @@ export type Reject = Message<"agent.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 15);
+  messageDesc(file_agent_v1_agent, 16);
 
 /**
  * @generated from message agent.v1.EnrollRequest
@@ -718,7 +749,7 @@ export type EnrollRequest = Message<"agent.v1.EnrollRequest"> & {
  * Use `create(EnrollRequestSchema)` to create a new message.
  */
 export const EnrollRequestSchema: GenMessage<EnrollRequest> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 16);
+  messageDesc(file_agent_v1_agent, 17);
 
 /**
  * @generated from message agent.v1.EnrollResponse
@@ -740,7 +771,7 @@ export type EnrollResponse = Message<"agent.v1.EnrollResponse"> & {
  * Use `create(EnrollResponseSchema)` to create a new message.
  */
 export const EnrollResponseSchema: GenMessage<EnrollResponse> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 17);
+  messageDesc(file_agent_v1_agent, 18);
 
 /**
  * @generated from enum agent.v1.ShardState
