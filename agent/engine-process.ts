@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, writeSync } from "node:fs";
 import type { EngineLaunch } from "./engines/adapter.ts";
 
 /**
@@ -66,6 +66,7 @@ export function readStartTime(pid: number): string | null {
 }
 
 function pidExists(pid: number): boolean {
+  if (!(pid > 1)) return false;
   try {
     process.kill(pid, 0);
     return true;
@@ -86,8 +87,26 @@ export function processAlive(pid: number, startTime: string | null): boolean {
   return startTime === null || now === startTime;
 }
 
+/**
+ * Whether /proc/<pid>/cmdline mentions `text` (the model): a second guard,
+ * besides the start time, against adopting — and later killing the group
+ * of — a process that is not the engine the state file says. True where
+ * /proc is unavailable, since there is nothing to check against.
+ */
+export function cmdlineMentions(pid: number, text: string): boolean {
+  let cmdline: string;
+  try {
+    cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+  } catch {
+    return !existsSync("/proc/self");
+  }
+  return cmdline.split("\0").some((arg) => arg.includes(text));
+}
+
 /** Whether any member of the process group is left. */
 export function groupAlive(pgid: number): boolean {
+  // kill(-0) would address the agent's own group.
+  if (!(pgid > 1)) return false;
   try {
     process.kill(-pgid, 0);
     return true;
@@ -97,6 +116,8 @@ export function groupAlive(pgid: number): boolean {
 }
 
 function killGroup(pgid: number, signal: NodeJS.Signals): void {
+  // Never 0 or 1: kill(0) signals our own group, kill(-1) every process we may signal.
+  if (!(pgid > 1)) return;
   try {
     process.kill(-pgid, signal);
   } catch {

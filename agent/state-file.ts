@@ -21,7 +21,7 @@ export type PersistedState = (typeof persistedStates)[number];
 const recordSchema = z.object({
   replicaId: z.string().min(1),
   spec: z.unknown(),
-  pid: z.number().int().positive().nullable(),
+  pid: z.number().int().min(2).nullable(),
   startTime: z.string().max(32).nullable(),
   logPath: z.string().min(1),
   state: z.enum(persistedStates),

@@ -12,6 +12,7 @@ import {
 } from "../proto/gen/agent/v1/agent_pb.ts";
 import {
   adoptEngine,
+  cmdlineMentions,
   type EngineProcess,
   type ExitInfo,
   groupAlive,
@@ -724,10 +725,16 @@ export class Supervisor {
     };
     this.shards.set(rec.replicaId, shard);
     const wasRunning = rec.state === "starting" || rec.state === "ready" || rec.state === "draining";
-    const proc =
-      wasRunning && rec.pid !== null && processAlive(rec.pid, rec.startTime)
-        ? adoptEngine(rec.pid, rec.startTime, this.opts.adoptPollMs)
-        : null;
+    let proc: EngineProcess | null = null;
+    if (wasRunning && rec.pid !== null && processAlive(rec.pid, rec.startTime)) {
+      if (cmdlineMentions(rec.pid, spec.model))
+        proc = adoptEngine(rec.pid, rec.startTime, this.opts.adoptPollMs);
+      else
+        this.log.warn("not adopting: the process does not look like this engine", {
+          replica: rec.replicaId,
+          pid: rec.pid,
+        });
+    }
 
     if (!proc || !launch) {
       if (!wasRunning) {

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create, type MessageInitShape, toJsonString } from "@bufbuild/protobuf";
+import { create, type MessageInitShape, toJson, toJsonString } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { readStartTime } from "../../agent/engine-process.ts";
 import { type StatusKind, Supervisor, type SupervisorOptions } from "../../agent/supervisor.ts";
@@ -331,6 +331,62 @@ describe("Supervisor", () => {
     expect(failed.reason).toBe(
       "exited with code 1; not restarting: a multi-node replica restarts as a whole",
     );
+  });
+
+  it("forgives past failures after a healthy stretch, and stops a drain at its deadline", async () => {
+    const r = await rig({ restart: { baseMs: 100, maxMs: 1_000, resetAfterMs: 400 } });
+    const s = await spec();
+    await r.sup.start(s);
+    let ready = await r.waitState(s.replicaId, ShardState.READY);
+    // Kill the ready engine and return the failure reason and the next ready.
+    const crash = async () => {
+      const mark = r.events.length;
+      process.kill(ready.pid, "SIGKILL");
+      const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING, 5_000, mark);
+      ready = await r.waitState(s.replicaId, ShardState.READY, 10_000, r.events.indexOf(failed));
+      return failed.reason;
+    };
+    expect(await crash()).toMatch(/restart 1 in 0\.1s$/);
+    expect(await crash()).toMatch(/restart 2 in 0\.2s$/);
+    await new Promise((res) => setTimeout(res, 600));
+    expect(await crash()).toMatch(/restart 1 in 0\.1s$/);
+
+    const loadFile = join(r.dir, "busy.json");
+    writeFileSync(loadFile, JSON.stringify({ running: 5, waiting: 0 }));
+    const busy = await spec({ env: { FAKE_LOAD_FILE: loadFile } });
+    await r.sup.start(busy);
+    await r.waitState(busy.replicaId, ShardState.READY);
+    await r.sup.drain(busy.replicaId, 500);
+    expect((await r.waitState(busy.replicaId, ShardState.STOPPED)).reason).toBe("drain deadline passed");
+  });
+
+  it("never adopts a process the state file names that is not the engine (PID reuse, tampering)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-sup-"));
+    const s = await spec({ model: "no-such-model-xyz" });
+    // Our own PID with its real start time: alive, but not an engine.
+    writeFileSync(
+      join(dir, "engines.json"),
+      JSON.stringify({
+        version: 1,
+        shards: [
+          {
+            replicaId: s.replicaId,
+            spec: toJson(StartShardSchema, s),
+            pid: process.pid,
+            startTime: readStartTime(process.pid),
+            logPath: join(dir, "x.log"),
+            state: "ready",
+            sinceUnixMs: Date.now(),
+            failures: 0,
+            drainDeadlineUnixMs: null,
+          },
+        ],
+      }),
+    );
+    const r = await rig({ restart: { enabled: false } }, dir);
+    const failed = await r.waitState(s.replicaId, ShardState.FAILED_RUNNING);
+    expect(failed.reason).toMatch(/^engine exited while the agent was down/);
+    expect(failed.pid).toBe(0);
   });
 
   it.skipIf(!existsSync(SHIM))("runs the real sim engine through the test/bin/vllm shim", async () => {
