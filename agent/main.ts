@@ -58,8 +58,8 @@ export async function main(argv: string[]): Promise<number> {
   log.info("agent starting", { controlPlane: f.controlPlane, instance, pid: process.pid, fabric: f.fabric });
   client.start();
   await new Promise<void>((resolve) => {
-    process.once("SIGINT", () => resolve());
-    process.once("SIGTERM", () => resolve());
+    process.on("SIGINT", () => resolve());
+    process.on("SIGTERM", () => resolve());
   });
   // Engines are left running: an agent restart must never stop inference.
   await client.stop();

@@ -39,8 +39,8 @@ export async function main(argv: string[]): Promise<number> {
       log.info("shutting down", { signal });
       resolve();
     };
-    process.once("SIGINT", () => stop("SIGINT"));
-    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.on("SIGINT", () => stop("SIGINT"));
+    process.on("SIGTERM", () => stop("SIGTERM"));
   });
   await cp.close();
   return 0;
