@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import type { EngineLaunch } from "./engines/adapter.ts";
 
 /**
@@ -101,6 +101,34 @@ export function cmdlineMentions(pid: number, text: string): boolean {
     return !existsSync("/proc/self");
   }
   return cmdline.split("\0").some((arg) => arg.includes(text));
+}
+
+/**
+ * Every live process in the given process groups: an engine's VRAM is
+ * mostly held by workers it forked, whose PIDs nvidia-smi reports, so
+ * telling our memory from foreign memory needs the whole group.
+ */
+export function groupMembers(pgids: ReadonlySet<number>): Set<number> {
+  const out = new Set<number>();
+  if (pgids.size === 0) return out;
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return new Set(pgids);
+  }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+      // Field 5 (pgrp) is index 2 after the command name.
+      const pgrp = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+      if (pgids.has(pgrp)) out.add(Number(e));
+    } catch {
+      // Exited while we looked.
+    }
+  }
+  return out;
 }
 
 /** Whether any member of the process group is left. */

@@ -16,6 +16,7 @@ import {
   type EngineProcess,
   type ExitInfo,
   groupAlive,
+  groupMembers,
   processAlive,
   spawnEngine,
 } from "./engine-process.ts";
@@ -324,6 +325,13 @@ export class Supervisor {
   /** Every shard this agent runs or is about to restart, for Register. */
   list(): ShardStatus[] {
     return [...this.shards.values()].map((s) => this.status(s));
+  }
+
+  /** PIDs of every engine process and the workers they forked, for telling our VRAM from foreign VRAM. */
+  enginePids(): Set<number> {
+    const leaders = new Set<number>();
+    for (const s of this.shards.values()) if (s.proc?.pid) leaders.add(s.proc.pid);
+    return groupMembers(leaders);
   }
 
   get(replicaId: string): ShardStatus | undefined {

@@ -183,6 +183,8 @@ describe("Supervisor", () => {
     const log = () => readFileSync(join(r.dir, "logs", `${s.replicaId}.log`), "utf8");
     const childPid = Number(/child pid (\d+)/.exec(log())?.[1]);
     expect(alive(childPid)).toBe(true);
+    // The forked worker counts as ours (its VRAM is not foreign).
+    expect(r.sup.enginePids()).toEqual(new Set([ready.pid, childPid]));
     const t0 = Date.now();
     await r.sup.stop(s.replicaId, "test stop", 500);
     const took = Date.now() - t0;
