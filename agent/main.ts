@@ -1,11 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
+import { create } from "@bufbuild/protobuf";
 import { createLogger, errorMessage } from "../common/log.ts";
 import pkg from "../package.json" with { type: "json" };
+import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import { AGENT_HELP, type AgentFlags, parseAgentFlags } from "./flags.ts";
 import { type InventorySource, nvidiaSmiInventory, simulatedInventory } from "./inventory.ts";
 import { buildRegister } from "./register-message.ts";
 import { StreamClient } from "./stream-client.ts";
+import { Supervisor } from "./supervisor.ts";
 
 export async function main(argv: string[]): Promise<number> {
   let flags: AgentFlags | "help";
@@ -34,14 +37,41 @@ export async function main(argv: string[]): Promise<number> {
   mkdirSync(f.stateDir, { recursive: true });
   if (f.simulateGpus) log.warn("GPUs are simulated", { spec: f.simulateGpus });
 
-  const client = new StreamClient({
+  // Engines run detached and outlive this process; the supervisor re-adopts
+  // whatever a previous agent left running before the first Register, so
+  // the control plane sees them as running, not missing.
+  const supervisor = await Supervisor.open({
+    stateDir: f.stateDir,
+    node: { advertiseAddress: f.advertiseAddress },
+    bins: { vllm: f.vllmBin, sglang: f.sglangBin },
+    scrapeIntervalMs: f.scrapeIntervalMs,
+    logger: log.child({ component: "supervisor" }),
+    gpus: async () =>
+      (await inventory.collect(ownPids())).inventory.gpus.map((g) => ({
+        index: g.index,
+        memoryTotalMib: g.memoryTotalMiB,
+        memoryFreeMib: g.memoryFreeMiB,
+      })),
+    onStatus: (status) => {
+      client.send(create(AgentMessageSchema, { msg: { case: "shardStatus", value: status } }));
+    },
+  });
+  const ownPids = () =>
+    new Set(
+      supervisor
+        .list()
+        .map((s) => s.pid)
+        .filter((p) => p > 0),
+    );
+
+  const client: StreamClient = new StreamClient({
     url: f.controlPlane,
     log,
     pingIntervalMs: f.pingIntervalMs,
     pingTimeoutMs: f.pingTimeoutMs,
     stableAfterMs: f.stableAfterMs,
     register: async () => {
-      const { inventory: inv, problems } = await inventory.collect();
+      const { inventory: inv, problems } = await inventory.collect(ownPids());
       for (const p of problems) log.warn("inventory problem", { problem: p });
       return buildRegister({
         nodeName: f.node,
@@ -50,10 +80,35 @@ export async function main(argv: string[]): Promise<number> {
         advertiseAddress: f.advertiseAddress,
         fabric: f.fabric,
         inventory: inv,
-        shards: [],
+        shards: supervisor.list(),
       });
     },
-    onCommand: (msg) => log.info("command received", { command: msg.msg.case }),
+    // Engines nobody claims are stopped only after a grace that starts once
+    // a control plane has heard the full list: a control plane outage alone
+    // must never stop inference.
+    onConnected: () => supervisor.beginOrphanGrace(),
+    onCommand: (msg) => {
+      const m = msg.msg;
+      // Not awaited: a stop may take its whole grace, and the stream must
+      // keep reading meanwhile.
+      switch (m.case) {
+        case "startShard":
+          void supervisor.start(m.value);
+          break;
+        case "stopShard":
+          void supervisor.stop(
+            m.value.replicaId,
+            m.value.reason || "stop requested",
+            m.value.graceMs || undefined,
+          );
+          break;
+        case "drainShard":
+          void supervisor.drain(m.value.replicaId, m.value.deadlineMs);
+          break;
+        default:
+          log.warn("unexpected command", { command: m.case });
+      }
+    },
   });
   log.info("agent starting", { controlPlane: f.controlPlane, instance, pid: process.pid, fabric: f.fabric });
   client.start();
@@ -63,5 +118,6 @@ export async function main(argv: string[]): Promise<number> {
   });
   // Engines are left running: an agent restart must never stop inference.
   await client.stop();
+  supervisor.close();
   return 0;
 }
