@@ -406,6 +406,38 @@ describe("Supervisor", () => {
   });
 });
 
+describe.skipIf(!existsSync(SHIM))("Supervisor with the sim engine as vLLM across two nodes", () => {
+  it("rank 0 serves and becomes ready, rank 1 runs --headless; a rank failure is left to the control plane", async () => {
+    const [http0, dist0, http1] = [await freePort(), await freePort(), await freePort()];
+    const base = {
+      replicaId: `pp2-${Math.random().toString(36).slice(2, 8)}`,
+      worldNodes: 2,
+      gpuIndices: [0, 1],
+      tensorParallel: 2,
+      pipelineParallel: 2,
+      peers: [
+        { rank: 0, nodeName: "a", address: "127.0.0.1", ports: { http: http0, distInit: [dist0] } },
+        { rank: 1, nodeName: "b", address: "127.0.0.1", ports: { http: http1 } },
+      ],
+    };
+    const nodeA = await rig({ bins: { vllm: SHIM } });
+    const nodeB = await rig({ bins: { vllm: SHIM } });
+    const r0 = await spec({ ...base, rank: 0, ports: { http: http0, distInit: [dist0] } });
+    const r1 = await spec({ ...base, rank: 1, ports: { http: http1 } });
+    await Promise.all([nodeA.sup.start(r0), nodeB.sup.start(r1)]);
+    const ready0 = await nodeA.waitState(r0.replicaId, ShardState.READY, 20_000);
+    const ready1 = await nodeB.waitState(r1.replicaId, ShardState.READY, 20_000);
+    expect(ready1.reason).toBe("running (headless rank: no HTTP server)");
+    const log1 = readFileSync(join(nodeB.dir, "logs", `${r1.replicaId}.log`), "utf8");
+    expect(log1).toContain(
+      `--nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port ${dist0} --headless`,
+    );
+    process.kill(ready0.pid, "SIGKILL");
+    const failed = await nodeA.waitState(r0.replicaId, ShardState.FAILED_RUNNING);
+    expect(failed.reason).toMatch(/not restarting: a multi-node replica restarts as a whole$/);
+  });
+});
+
 describe("Supervisor across a killed agent", () => {
   it("the engine outlives kill -9 of its agent and the next agent adopts it", async () => {
     const dir = mkdtempSync(join(tmpdir(), "llmgw-sup-"));
