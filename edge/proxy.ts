@@ -424,7 +424,7 @@ async function attempt(
                 message: `The engine (${ep.id}) failed mid-stream: ${describe(err)}`,
                 type: "server_error",
                 param: null,
-                code: "upstream_error",
+                code: "upstream_disconnected",
               };
         endWith(e);
       }

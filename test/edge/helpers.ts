@@ -180,3 +180,52 @@ export async function keyUsage(edge: Edge, keyId: string) {
 export function chatBody(model: string, extra: Record<string, unknown> = {}) {
   return { model, messages: [{ role: "user", content: "Say something." }], max_tokens: 8, ...extra };
 }
+
+/**
+ * A client that hangs up mid-stream: a fresh TCP connection (no pooled
+ * keep-alive socket that might outlive the abort), an HTTP/1.1 POST, read
+ * until `events` SSE events have arrived, then destroy the socket.
+ * Resolves with the number of events read and the raw head of the response.
+ */
+export async function streamThenHangUp(
+  baseUrl: string,
+  path: string,
+  headers: Record<string, string>,
+  body: unknown,
+  events: number,
+): Promise<{ events: number; head: string }> {
+  const { connect } = await import("node:net");
+  const u = new URL(baseUrl);
+  const payload = Buffer.from(JSON.stringify(body));
+  const lines = [
+    `POST ${path} HTTP/1.1`,
+    `host: ${u.host}`,
+    "content-type: application/json",
+    `content-length: ${payload.length}`,
+    "connection: close",
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+  ];
+  return new Promise((resolve, reject) => {
+    const sock = connect(Number(u.port), u.hostname);
+    let text = "";
+    let seen = 0;
+    sock.on(
+      "connect",
+      () =>
+        sock.end === undefined ||
+        sock.write(Buffer.concat([Buffer.from(`${lines.join("\r\n")}\r\n\r\n`), payload])),
+    );
+    sock.on("data", (d: Buffer) => {
+      text += d.toString("utf8");
+      seen = text.split("\n\n").length - 1;
+      // The header block ends with \r\n\r\n, which is not an SSE event.
+      if (text.includes("\r\n\r\n")) seen = text.slice(text.indexOf("\r\n\r\n") + 4).split("\n\n").length - 1;
+      if (seen >= events) {
+        sock.destroy();
+        resolve({ events: seen, head: text.slice(0, text.indexOf("\r\n\r\n")) });
+      }
+    });
+    sock.on("error", reject);
+    sock.on("close", () => resolve({ events: seen, head: text.slice(0, text.indexOf("\r\n\r\n")) }));
+  });
+}

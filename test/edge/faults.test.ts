@@ -1,0 +1,161 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freePort } from "../harness/process.ts";
+import {
+  chatBody,
+  createKey,
+  type Edge,
+  type Sim,
+  setEndpoints,
+  startEdge,
+  startSim,
+  type TestKey,
+} from "./helpers.ts";
+
+/**
+ * Engines that fail on purpose (sim engine fault flags) behind the real
+ * edge: refused connections, a crash after the first token, hangs before
+ * the first token and mid-stream, and the breaker's open/half-open/closed
+ * cycle. Timeouts are shortened through LLMGW_ROUTER.
+ */
+const FIRST_TOKEN_MS = 1500;
+const IDLE_MS = 1000;
+const COOLDOWN_MS = 2000;
+
+describe("edge under engine faults", () => {
+  let edge: Edge;
+  let good: Sim;
+  let crash: Sim;
+  let hangFirst: Sim;
+  let hangMid: Sim;
+  let deadPort: number;
+  let breakerPort: number;
+  let key: TestKey;
+  let client: OpenAI;
+  const sims: Sim[] = [];
+
+  beforeAll(async () => {
+    [deadPort, breakerPort] = await Promise.all([freePort(), freePort()]);
+    [edge, good, crash, hangFirst, hangMid] = await Promise.all([
+      startEdge({
+        retries: 2,
+        failure_threshold: 3,
+        cooldown: `${COOLDOWN_MS}ms`,
+        timeouts: { first_token: `${FIRST_TOKEN_MS}ms`, idle: `${IDLE_MS}ms` },
+      }),
+      startSim("good", ["--served-model-name", "good", "retry"]),
+      startSim("crash", ["--sim-crash-after", "0", "--sim-speed", "20"]),
+      startSim("hangfirst", ["--sim-hang-after", "0", "--sim-hang-phase", "first-token"]),
+      startSim("hangmid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream"]),
+    ]);
+    sims.push(good, crash, hangFirst, hangMid);
+    await setEndpoints(edge, [
+      // priority 0 is tried first, so the dead endpoint is always attempt 1.
+      { id: "dead", url: `http://127.0.0.1:${deadPort}`, models: ["retry"], priority: 0 },
+      { id: "good-1", url: good.url, models: ["retry", "good"], priority: 1 },
+      { id: "crash-1", url: crash.url, models: ["crash"] },
+      { id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] },
+      { id: "hangmid-1", url: hangMid.url, models: ["hangmid"] },
+      { id: "breaker-1", url: `http://127.0.0.1:${breakerPort}`, models: ["brk"] },
+    ]);
+    key = await createKey(edge);
+    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([edge?.stop(), ...sims.map((s) => s.stop())]);
+  });
+
+  const post = (body: unknown) =>
+    fetch(`${edge.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key.secret}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+
+  it("retries a refused connection on another endpoint before anything is sent", async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: "retry", messages: [{ role: "user", content: "hi" }], max_tokens: 3 })
+      .withResponse();
+    expect(data.usage!.completion_tokens).toBe(3);
+    expect(response.headers.get("x-llmgw-attempts")).toBe("2");
+    expect(response.headers.get("x-llmgw-endpoint")).toBe("good-1");
+    const stream = await client.chat.completions
+      .create({ model: "retry", messages: [{ role: "user", content: "hi" }], max_tokens: 3, stream: true })
+      .withResponse();
+    expect(stream.response.headers.get("x-llmgw-attempts")).toBe("2");
+    let n = 0;
+    for await (const c of stream.data) n += c.choices.length;
+    expect(n).toBeGreaterThan(0);
+  });
+
+  it("turns a crash after the first token into an SSE error event and a closed stream", async () => {
+    const res = await post(chatBody("crash", { stream: true, max_tokens: 200 }));
+    expect(res.status).toBe(200);
+    const text = await res.text(); // resolves only because the edge closes the stream
+    const events = text.split("\n\n").filter(Boolean);
+    const last = JSON.parse(events.at(-1)!.slice("data: ".length));
+    expect(last.error).toMatchObject({ type: "server_error", code: "upstream_disconnected" });
+    expect(Object.keys(last.error).sort()).toEqual(["code", "message", "param", "type"]);
+    expect(text).not.toContain("[DONE]");
+    expect(events.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("answers 504 when an engine sends no token within first_token", async () => {
+    const t0 = Date.now();
+    const err = await client.chat.completions
+      .create({ model: "hangfirst", messages: [{ role: "user", content: "hi" }], stream: true })
+      .catch((e) => e);
+    const took = Date.now() - t0;
+    expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+    expect(err.status).toBe(504);
+    expect(err.code).toBe("first_token_timeout");
+    expect(took).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+    expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
+  });
+
+  it("ends a stream that stalls mid-way with an error event after idle", async () => {
+    const stream = await client.chat.completions.create({
+      model: "hangmid",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 100,
+      stream: true,
+    });
+    let got = 0;
+    const t0 = Date.now();
+    const err = await (async () => {
+      for await (const c of stream) got += c.choices.length;
+    })().catch((e) => e);
+    expect(got).toBeGreaterThanOrEqual(1);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(String(err.message)).toMatch(/idle/);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(IDLE_MS - 100);
+  });
+
+  it("opens the breaker after failure_threshold failures and closes it after cooldown", async () => {
+    const attempts: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await post(chatBody("brk"));
+      expect(r.status).toBe(503);
+      expect((await r.json()).error.code).toBe("upstream_unreachable");
+      attempts.push(r.headers.get("x-llmgw-attempts")!);
+    }
+    expect(attempts).toEqual(["1", "1", "1"]);
+    // Open: the endpoint is not even tried.
+    const open = await post(chatBody("brk"));
+    expect(open.status).toBe(503);
+    expect(open.headers.get("x-llmgw-attempts")).toBe("0");
+    expect((await open.json()).error.code).toBe("no_capacity");
+    // Bring the engine up; after the cooldown one probe goes through and closes it.
+    const revived = await startSim("brk", [], breakerPort);
+    sims.push(revived);
+    const stillOpen = await post(chatBody("brk"));
+    expect(stillOpen.headers.get("x-llmgw-attempts")).toBe("0");
+    await new Promise((r) => setTimeout(r, COOLDOWN_MS + 100));
+    const probe = await post(chatBody("brk"));
+    expect(probe.status).toBe(200);
+    expect(probe.headers.get("x-llmgw-attempts")).toBe("1");
+    const closed = await Promise.all([post(chatBody("brk")), post(chatBody("brk"))]);
+    expect(closed.map((r) => r.status)).toEqual([200, 200]);
+  });
+});
