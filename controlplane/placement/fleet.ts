@@ -6,25 +6,31 @@
  * Mutable by design but free of I/O; a pass builds one, reserves into it
  * and throws it away. The snapshot itself is never modified.
  */
+import type { PortSet } from "./ports.ts";
 import type { Assignment, PlacementNode, PortRange } from "./types.ts";
 
+/**
+ * One node as a pass sees it. The snapshot's sets are read as they are and
+ * only what the pass adds is kept beside them (copy-on-write), because a
+ * reconcile pass builds a thousand of these every few seconds and almost
+ * never touches most of them.
+ */
 export class NodeView {
-  readonly allocated: Set<number>;
-  readonly ports: Set<number>;
-  /** Ports of `ports` inside the range, kept so the port stage is O(1). */
+  private extraGpus: Set<number> | undefined;
+  private extraPorts: Set<number> | undefined;
+  /** Ports held inside the range, kept so the port stage is O(1). */
   usedInRange: number;
-  /** Shards per profile key on this node, for replica anti-affinity. */
-  readonly shardsByProfile = new Map<string, number>();
+  private allocatedCount: number;
+  private byProfile: Map<string, number> | undefined;
 
   constructor(
     readonly node: PlacementNode,
     private readonly range: PortRange,
   ) {
-    this.allocated = new Set(node.allocatedGpus);
-    this.ports = new Set(node.usedPorts);
     let n = 0;
-    for (const p of this.ports) if (p >= range.first && p <= range.last) n++;
+    for (const p of node.usedPorts) if (p >= range.first && p <= range.last) n++;
     this.usedInRange = n;
+    this.allocatedCount = node.allocatedGpus.size;
   }
 
   get name(): string {
@@ -32,23 +38,46 @@ export class NodeView {
   }
 
   get unallocatedCount(): number {
-    return this.node.gpus.length - this.allocated.size;
+    return this.node.gpus.length - this.allocatedCount;
   }
 
+  isAllocated(gpu: number): boolean {
+    return this.node.allocatedGpus.has(gpu) || (this.extraGpus?.has(gpu) ?? false);
+  }
+
+  portUsed(port: number): boolean {
+    return this.node.usedPorts.has(port) || (this.extraPorts?.has(port) ?? false);
+  }
+
+  /** Every held port (snapshot and pass), for the port allocator. */
+  readonly ports: PortSet = { has: (p) => this.portUsed(p) };
+
   holdGpus(gpus: Iterable<number>): void {
-    for (const g of gpus) this.allocated.add(g);
+    for (const g of gpus) {
+      if (this.isAllocated(g)) continue;
+      this.extraGpus ??= new Set();
+      this.extraGpus.add(g);
+      this.allocatedCount++;
+    }
   }
 
   holdPorts(ports: Iterable<number>): void {
     for (const p of ports) {
-      if (this.ports.has(p)) continue;
-      this.ports.add(p);
+      if (this.portUsed(p)) continue;
+      this.extraPorts ??= new Set();
+      this.extraPorts.add(p);
       if (p >= this.range.first && p <= this.range.last) this.usedInRange++;
     }
   }
 
+  /** Shards of a profile on this node, for replica anti-affinity. */
+  shardsOf(profileKey: string): number {
+    return this.byProfile?.get(profileKey) ?? 0;
+  }
+
   countShard(profileKey: string, delta = 1): void {
-    this.shardsByProfile.set(profileKey, (this.shardsByProfile.get(profileKey) ?? 0) + delta);
+    this.byProfile ??= new Map();
+    this.byProfile.set(profileKey, (this.byProfile.get(profileKey) ?? 0) + delta);
   }
 }
 

@@ -99,6 +99,35 @@ class ClosestFit {
   }
 }
 
+/** Runs one node through every per-node stage; a candidate, or the reason it was rejected. */
+function evaluate(
+  view: NodeView,
+  req: Requirements,
+  explain: boolean,
+  tally: Tally,
+  partial: ClosestFit,
+): Candidate | undefined {
+  const early = nodeStateStage(view) ?? schedulableStage(view);
+  if (early) {
+    tally.reject(view, early);
+    return undefined;
+  }
+  if (!explain && view.unallocatedCount < req.gpusPerNode) return undefined;
+  const t = tallyGpus(view, req);
+  let reason: RejectReason | undefined;
+  for (const stage of GPU_STAGES) {
+    reason = stage(view, req, t);
+    if (reason) break;
+  }
+  reason ??= portStage(view, req);
+  if (reason) {
+    tally.reject(view, reason);
+    if (explain) partial.offer(view, reason, t);
+    return undefined;
+  }
+  return { view, gpus: t.free.slice(0, req.gpusPerNode), score: scoreNode(view, req) };
+}
+
 export function placeReplica(
   fleet: Fleet,
   profile: PlacementProfile,
@@ -109,60 +138,97 @@ export function placeReplica(
   const tally = new Tally(explain);
   const partial = new ClosestFit();
   const candidates: Candidate[] = [];
-  const gpn = req.gpusPerNode;
-
   for (const view of fleet.views) {
-    const early = nodeStateStage(view) ?? schedulableStage(view);
-    if (early) {
-      tally.reject(view, early);
-      continue;
-    }
-    if (!explain && view.unallocatedCount < gpn) continue;
-    const t = tallyGpus(view, req);
-    let reason: RejectReason | undefined;
-    for (const stage of GPU_STAGES) {
-      reason = stage(view, req, t);
-      if (reason) break;
-    }
-    reason ??= portStage(view, req);
-    if (reason) {
-      tally.reject(view, reason);
-      if (explain) partial.offer(view, reason, t);
-      continue;
-    }
-    candidates.push({ view, gpus: t.free.slice(0, gpn), score: scoreNode(view, req) });
+    const c = evaluate(view, req, explain, tally, partial);
+    if (c) candidates.push(c);
   }
+  return decide(candidates, req, tally, partial, baseExplanation(req, fleet, opts.replicaId));
+}
 
-  const base = (): Explanation => ({
-    target: profile.key,
-    ...(opts.replicaId !== undefined ? { replicaId: opts.replicaId } : {}),
+function baseExplanation(req: Requirements, fleet: Fleet, replicaId: string | undefined): Explanation {
+  return {
+    target: req.profile.key,
+    ...(replicaId !== undefined ? { replicaId } : {}),
     requirement: requirementText(req),
     nodesTotal: fleet.views.length,
     nodesFeasible: 0,
     rejected: [],
-  });
+  };
+}
 
-  if (req.nodes === 1) {
-    const best = pickBest(candidates);
-    const explanation = base();
-    explanation.nodesFeasible = candidates.length;
-    explanation.rejected = rejectionsFrom(tally.counts, REJECT_REASONS, req);
-    if (!best) {
-      const bp = partial.describe(req);
-      if (bp) explanation.bestPartial = bp;
-      return { ok: false, explanation };
-    }
-    const ports = portsFor([best.view], req, req.ports.rank0Block);
-    if (!ports) return { ok: false, explanation };
-    const assignment: Assignment = {
-      shards: [{ rank: 0, node: best.view.name, gpus: best.gpus, ports: ports[0]! }],
-      score: best.score,
-      why: whySingle(best, req),
-    };
-    explanation.placed = assignment;
-    return { ok: true, assignment, explanation };
+function decide(
+  candidates: Candidate[],
+  req: Requirements,
+  tally: Tally,
+  partial: ClosestFit,
+  explanation: Explanation,
+): PlacementResult {
+  if (req.nodes > 1) return placeGang(candidates, req, tally, partial, explanation);
+  const best = pickBest(candidates);
+  explanation.nodesFeasible = candidates.length;
+  explanation.rejected = rejectionsFrom(tally.counts, REJECT_REASONS, req);
+  if (!best) {
+    const bp = partial.describe(req);
+    if (bp) explanation.bestPartial = bp;
+    return { ok: false, explanation };
   }
-  return placeGang(candidates, req, tally, partial, base());
+  const ports = portsFor([best.view], req, req.ports.rank0Block);
+  if (!ports) return { ok: false, explanation };
+  const assignment: Assignment = {
+    shards: [{ rank: 0, node: best.view.name, gpus: best.gpus, ports: ports[0]! }],
+    score: best.score,
+    why: whySingle(best, req),
+  };
+  explanation.placed = assignment;
+  return { ok: true, assignment, explanation };
+}
+
+/**
+ * Repeated placement of one profile, for the reconciler: every node is
+ * evaluated once, and after each placement only the nodes it used are
+ * evaluated again — the others' stage results and scores cannot have
+ * changed. It reserves what it places in the fleet. The picks are the same
+ * as calling placeReplica and Fleet.reserve in a loop (ties break by node
+ * name, never by order). It counts nothing: when a placement fails, ask
+ * placeReplica with explain on for the reasons.
+ */
+export class PlacementSession {
+  private readonly req: Requirements;
+  private readonly candidates = new Map<string, Candidate>();
+  private readonly tally = new Tally(false);
+  private readonly partial = new ClosestFit();
+
+  constructor(
+    private readonly fleet: Fleet,
+    private readonly profile: PlacementProfile,
+  ) {
+    this.req = requirements(profile, fleet.portRange);
+    for (const view of fleet.views) this.refresh(view);
+  }
+
+  private refresh(view: NodeView): void {
+    const c = evaluate(view, this.req, false, this.tally, this.partial);
+    if (c) this.candidates.set(view.name, c);
+    else this.candidates.delete(view.name);
+  }
+
+  /** Places and reserves one replica, or returns undefined when it does not fit. */
+  place(replicaId?: string): Assignment | undefined {
+    const r = decide(
+      [...this.candidates.values()],
+      this.req,
+      this.tally,
+      this.partial,
+      baseExplanation(this.req, this.fleet, replicaId),
+    );
+    if (!r.ok) return undefined;
+    this.fleet.reserve(this.profile.key, r.assignment);
+    for (const s of r.assignment.shards) {
+      const v = this.fleet.get(s.node);
+      if (v) this.refresh(v);
+    }
+    return r.assignment;
+  }
 }
 
 function pickBest(cs: readonly Candidate[]): Candidate | undefined {
@@ -184,7 +250,7 @@ function strategyWord(req: Requirements): string {
 function whySingle(c: Candidate, req: Requirements): string {
   const total = c.view.node.gpus.length;
   const left = c.view.unallocatedCount - req.gpusPerNode;
-  const same = c.view.shardsByProfile.get(req.profile.key) ?? 0;
+  const same = c.view.shardsOf(req.profile.key);
   const anti = same > 0 ? `; ${same} replica(s) of ${req.profile.key} already there` : "";
   return `${strategyWord(req)}: leaves ${left} of ${total} GPUs free on ${c.view.name}${anti}`;
 }

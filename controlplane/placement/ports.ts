@@ -26,6 +26,11 @@
  */
 import type { PlacementProfile, PortRange } from "./types.ts";
 
+/** Only membership is needed, so a view can combine the snapshot's ports with a pass's own. */
+export interface PortSet {
+  has(port: number): boolean;
+}
+
 export const VLLM_DP_MASTER_BAND = 10;
 export const SGLANG_BLOCK_BASE = 9;
 
@@ -54,18 +59,14 @@ export function portsPerNode(needs: PortNeeds): number {
 }
 
 /** The lowest free port in range, or undefined. */
-export function lowestFree(
-  used: ReadonlySet<number>,
-  range: PortRange,
-  from = range.first,
-): number | undefined {
+export function lowestFree(used: PortSet, range: PortRange, from = range.first): number | undefined {
   for (let p = from; p <= range.last; p++) if (!used.has(p)) return p;
   return undefined;
 }
 
 /** The lowest base of `size` contiguous ports free in every set, or undefined. */
 export function lowestFreeBlock(
-  used: readonly ReadonlySet<number>[],
+  used: readonly PortSet[],
   size: number,
   range: PortRange,
   avoid: ReadonlySet<number> = new Set(),
@@ -81,12 +82,7 @@ export function lowestFreeBlock(
 }
 
 /** True when the node can give `1 + block` ports with the block contiguous and apart from one HTTP port. */
-export function hasRoom(
-  used: ReadonlySet<number>,
-  usedInRange: number,
-  range: PortRange,
-  block: number,
-): boolean {
+export function hasRoom(used: PortSet, usedInRange: number, range: PortRange, block: number): boolean {
   const size = range.last - range.first + 1;
   if (size - usedInRange < 1 + block) return false;
   if (block === 0) return true;

@@ -86,9 +86,15 @@ export function tallyGpus(view: NodeView, req: Requirements): GpuTally {
     // to start when foreign processes leave less than that free.
     if (g.memoryFreeMiB < req.memoryFraction * g.memoryTotalMiB) continue;
     memoryOk++;
-    if (!view.allocated.has(g.index)) free.push(g.index);
+    if (!view.isAllocated(g.index)) free.push(g.index);
   }
-  free.sort((a, b) => a - b);
+  // Inventories list GPUs in index order; sort only when one does not.
+  for (let i = 1; i < free.length; i++) {
+    if (free[i]! < free[i - 1]!) {
+      free.sort((a, b) => a - b);
+      break;
+    }
+  }
   return { matchingModel, bigEnough, memoryOk, free };
 }
 
@@ -130,16 +136,41 @@ export function scoreNode(view: NodeView, req: Requirements): number {
   const total = view.node.gpus.length || 1;
   const freeAfter = view.unallocatedCount - req.gpusPerNode;
   const fit = req.profile.strategy === "spread" ? freeAfter / total : 1 - freeAfter / total;
-  const collisions = view.shardsByProfile.get(req.profile.key) ?? 0;
+  const collisions = view.shardsOf(req.profile.key);
   return fit - collisions / Math.max(1, req.profile.replicas.min);
+}
+
+interface ShapeCache {
+  /** Set when every GPU of the node is the same kind: the common case, answered without looking. */
+  uniform: string | undefined;
+  byIndex: Map<number, string>;
+}
+
+// Keyed by the snapshot's node object, so the cache lives as long as the
+// snapshot does (often many passes) and never outlives it.
+const shapes = new WeakMap<object, ShapeCache>();
+
+function shapeCache(view: NodeView): ShapeCache {
+  let c = shapes.get(view.node);
+  if (!c) {
+    const byIndex = new Map<number, string>();
+    for (const g of view.node.gpus)
+      byIndex.set(g.index, `${g.name}/${Math.round(g.memoryTotalMiB / 1024)}GiB`);
+    const kinds = new Set(byIndex.values());
+    c = { uniform: kinds.size === 1 ? [...kinds][0] : undefined, byIndex };
+    shapes.set(view.node, c);
+  }
+  return c;
 }
 
 /** GPU shape of the GPUs a rank would get: ranks of one replica must match. */
 export function gpuShape(view: NodeView, gpus: readonly number[]): string {
+  const c = shapeCache(view);
+  if (c.uniform !== undefined) return c.uniform;
   const kinds = new Set<string>();
   for (const i of gpus) {
-    const g = view.node.gpus.find((x) => x.index === i);
-    if (g) kinds.add(`${g.name}/${Math.round(g.memoryTotalMiB / 1024)}GiB`);
+    const k = c.byIndex.get(i);
+    if (k) kinds.add(k);
   }
   return [...kinds].sort().join("+");
 }

@@ -25,8 +25,8 @@
 import { doublingDelay } from "../../common/backoff.ts";
 import type { Catalog, CatalogProfile } from "../catalog.ts";
 import { Fleet } from "../placement/fleet.ts";
-import { placeReplica } from "../placement/pipeline.ts";
-import type { Explanation, PlacementNode } from "../placement/types.ts";
+import { PlacementSession, placeReplica } from "../placement/pipeline.ts";
+import type { Assignment, Explanation, PlacementNode } from "../placement/types.ts";
 import { replicaId } from "./ids.ts";
 import type {
   Action,
@@ -93,6 +93,8 @@ class Pass {
   private readonly backoff: Map<string, ModelBackoff>;
   private readonly bumped = new Set<string>();
   private readonly unplaceable = new Map<string, Explanation>();
+  /** One per profile: profiles are reconciled one after another, so a session never sees stale nodes. */
+  private readonly sessions = new Map<string, PlacementSession>();
 
   constructor(
     private readonly state: PlanState,
@@ -351,23 +353,34 @@ class Pass {
       this.actions.push({ ...base, reason: headline(known), explanation: { ...known, replicaId: id } });
       return;
     }
-    let result = placeReplica(this.fleet, prof, { replicaId: id, explain: this.opts.explainAll ?? false });
-    if (!result.ok && !this.opts.explainAll) {
-      result = placeReplica(this.fleet, prof, { replicaId: id, explain: true });
+    let assignment: Assignment | undefined;
+    if (this.opts.explainAll) {
+      const result = placeReplica(this.fleet, prof, { replicaId: id, explain: true });
+      if (result.ok) {
+        this.fleet.reserve(prof.key, result.assignment);
+        assignment = result.assignment;
+      }
+    } else {
+      let session = this.sessions.get(prof.key);
+      if (!session) {
+        session = new PlacementSession(this.fleet, prof);
+        this.sessions.set(prof.key, session);
+      }
+      assignment = session.place(id);
     }
-    if (!result.ok) {
-      this.unplaceable.set(prof.key, result.explanation);
-      this.actions.push({ ...base, reason: headline(result.explanation), explanation: result.explanation });
+    if (!assignment) {
+      const { explanation } = placeReplica(this.fleet, prof, { replicaId: id, explain: true });
+      this.unplaceable.set(prof.key, explanation);
+      this.actions.push({ ...base, reason: headline(explanation), explanation });
       return;
     }
-    this.fleet.reserve(prof.key, result.assignment);
     this.actions.push({
       kind: "place",
       replicaId: id,
       model: prof.model,
       profile: prof.name,
       generation: (r?.generation ?? 0) + 1,
-      assignment: result.assignment,
+      assignment,
       reason: r?.lastFailure ? `replacing after: ${r.lastFailure.reason}` : "missing replica",
     });
   }
