@@ -13,6 +13,8 @@ export interface ClosedLoopWorkload {
   outputTokens: number;
   /** Simulated seconds between a response ending and the client's next request. */
   gapSeconds?: number;
+  /** When each client sends its first request (default: all at 0). */
+  startAt?: (client: number) => number;
 }
 
 export interface ClosedLoopResult {
@@ -29,7 +31,7 @@ export function simulateClosedLoop(cfg: EngineCoreConfig, w: ClosedLoopWorkload)
   const core = new EngineCore(cfg);
   const gap = w.gapSeconds ?? 0;
   const pending: { client: number; round: number; at: number }[] = [];
-  for (let c = 0; c < w.concurrency; c++) pending.push({ client: c, round: 0, at: 0 });
+  for (let c = 0; c < w.concurrency; c++) pending.push({ client: c, round: 0, at: w.startAt?.(c) ?? 0 });
   let clock = 0;
   let ttftSum = 0;
   let itlSum = 0;
@@ -91,5 +93,77 @@ export function simulateClosedLoop(cfg: EngineCoreConfig, w: ClosedLoopWorkload)
     ttftMean: done > 0 ? ttftSum / done : 0,
     itlMean: itlCount > 0 ? itlSum / itlCount : 0,
     e2eMean: done > 0 ? e2eSum / done : 0,
+  };
+}
+
+export interface TraceRequest {
+  at: number;
+  prompt: number[];
+  outputTokens: number;
+}
+
+export interface TraceResult {
+  outputTokens: number;
+  /** From the first arrival to the last token. */
+  seconds: number;
+  ttftMean: number;
+  itlMean: number;
+}
+
+/**
+ * Open-loop replay: the requests arrive exactly when the trace says. The
+ * benchmark records when its closed-loop clients really sent each request
+ * and asks the model what those arrivals should have produced, so jitter
+ * in the client does not count against the engine.
+ */
+export function replayTrace(cfg: EngineCoreConfig, trace: TraceRequest[]): TraceResult {
+  const core = new EngineCore(cfg);
+  const queue = [...trace].sort((a, b) => a.at - b.at);
+  const t0 = queue[0]?.at ?? 0;
+  let clock = t0;
+  let next = 0;
+  let ttftSum = 0;
+  let itlSum = 0;
+  let itlCount = 0;
+  let tokens = 0;
+  let done = 0;
+  const submitDue = () => {
+    for (; next < queue.length && queue[next]!.at <= clock; next++) {
+      const r = queue[next]!;
+      core.submit({
+        id: String(next),
+        promptIds: r.prompt,
+        maxTokens: r.outputTokens,
+        naturalLength: Number.POSITIVE_INFINITY,
+        nextToken: (k) => k,
+        arrival: r.at,
+      });
+    }
+  };
+  for (;;) {
+    submitDue();
+    const step = core.startStep();
+    if (!step) {
+      if (next >= queue.length) break;
+      clock = queue[next]!.at;
+      continue;
+    }
+    clock += step.seconds;
+    for (const ev of core.finishStep(clock)) {
+      if (ev.kind !== "token") continue;
+      tokens++;
+      if (ev.index === 0) ttftSum += ev.at - ev.seq.spec.arrival;
+      else if (ev.prevAt !== undefined) {
+        itlSum += ev.at - ev.prevAt;
+        itlCount++;
+      }
+      if (ev.finished) done++;
+    }
+  }
+  return {
+    outputTokens: tokens,
+    seconds: clock - t0,
+    ttftMean: done > 0 ? ttftSum / done : 0,
+    itlMean: itlCount > 0 ? itlSum / itlCount : 0,
   };
 }

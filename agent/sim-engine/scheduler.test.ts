@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { simulateClosedLoop } from "./closed-loop.ts";
 import { EngineCore, type EngineCoreConfig } from "./engine-core.ts";
 import { KvCache } from "./kv-cache.ts";
 import { H100_LLAMA_3_1_8B } from "./latency-model.ts";
+import { simulateClosedLoop } from "./predict.ts";
 import { Scheduler, type SeqSpec } from "./scheduler.ts";
 
 const spec = (id: string, prompt: number[], out: number, extra: Partial<SeqSpec> = {}): SeqSpec => ({

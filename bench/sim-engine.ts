@@ -1,0 +1,343 @@
+/**
+ * `npm run bench:sim-engine`: is the sim engine the model it claims to be,
+ * and is it cheap enough that a fleet benchmark measures the model rather
+ * than the simulator?
+ *
+ * 1. Fidelity. A real engine process (default flags: Llama-3.1-8B on one
+ *    H100) is driven by 1, 8 and 64 closed-loop streams of 1,000 prompt +
+ *    128 output tokens (token-id prompts, so the model sees exactly the same
+ *    ids). The client measures output tok/s, TTFT and ITL; the table puts
+ *    them beside the engine's own /metrics and beside the model's prediction
+ *    (the same EngineCore on a virtual clock, agent/sim-engine/predict.ts).
+ *    All times are simulated (real × --sim-speed).
+ * 2. Cost. At --sim-speed 100 with 64 streams the engine is CPU-bound; we
+ *    divide streamed output tokens by the engine's CPU seconds
+ *    (/proc/<pid>/stat, cross-checked with process_cpu_seconds_total).
+ *    The bar is 2,000 streamed tokens per CPU second.
+ *
+ * Env: SIM_BENCH_SPEED (fidelity speed, default 1), SIM_BENCH_COST_SECONDS (6).
+ */
+import { readFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import { H100_LLAMA_3_1_8B } from "../agent/sim-engine/latency-model.ts";
+import { replayTrace, simulateClosedLoop, type TraceRequest } from "../agent/sim-engine/predict.ts";
+import { BOS } from "../agent/sim-engine/text.ts";
+import { freePort, type Proc, startLlmgw, waitUntil } from "../test/harness/process.ts";
+
+const SPEED = Number(process.env.SIM_BENCH_SPEED ?? 1);
+const COST_SECONDS = Number(process.env.SIM_BENCH_COST_SECONDS ?? 6);
+const PROMPT = 1000;
+const OUTPUT = 128;
+const STAGGER_REAL_MS = 5;
+const LEVELS = [
+  { c: 1, rounds: 5 },
+  { c: 8, rounds: 3 },
+  { c: 64, rounds: 2 },
+];
+
+interface Engine {
+  proc: Proc;
+  port: number;
+  agent: Agent;
+}
+
+async function start(flags: string[]): Promise<Engine> {
+  const port = await freePort();
+  const proc = startLlmgw("sim-engine", [
+    "sim-engine",
+    "serve",
+    "bench-model",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    ...flags,
+  ]);
+  await waitUntil(
+    "engine healthy",
+    async () => (await fetch(`http://127.0.0.1:${port}/health`)).status === 200,
+    30_000,
+    50,
+  );
+  return { proc, port, agent: new Agent({ keepAlive: true, maxSockets: 256 }) };
+}
+
+async function metrics(e: Engine): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${e.port}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (line.startsWith("#") || line === "") continue;
+    const name = line.slice(0, line.search(/[{ ]/));
+    out.set(name, (out.get(name) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));
+  }
+  return out;
+}
+
+const promptIds = (client: number, round: number) =>
+  Array.from({ length: PROMPT }, (_, i) => (client * 7919 + round * 104_729 + i * 31) % 120_000);
+
+interface Sample {
+  ttft: number;
+  itlSum: number;
+  itlCount: number;
+  tokens: number;
+}
+
+/** One streamed completion; counts SSE token chunks without parsing JSON (the client must be cheaper than the engine). */
+function stream(e: Engine, prompt: number[], maxTokens: number): Promise<Sample> {
+  const body = JSON.stringify({
+    model: "bench-model",
+    prompt,
+    max_tokens: maxTokens,
+    ignore_eos: true,
+    stream: true,
+  });
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    let first = 0;
+    let last = 0;
+    let tokens = 0;
+    const req = request(
+      {
+        host: "127.0.0.1",
+        port: e.port,
+        path: "/v1/completions",
+        method: "POST",
+        agent: e.agent,
+        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
+      },
+      (res) => {
+        if (res.statusCode !== 200) return reject(new Error(`status ${res.statusCode}`));
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          const now = performance.now();
+          let n = 0;
+          for (let at = chunk.indexOf('"text":'); at >= 0; at = chunk.indexOf('"text":', at + 7)) n++;
+          if (n === 0) return;
+          if (tokens === 0) first = now;
+          tokens += n;
+          last = now;
+        });
+        res.on("end", () =>
+          resolve({
+            ttft: first - t0,
+            itlSum: tokens > 1 ? last - first : 0,
+            itlCount: Math.max(0, tokens - 1),
+            tokens,
+          }),
+        );
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function fidelity(e: Engine) {
+  const rows: string[][] = [];
+  let worst = 0;
+  // The first requests of a fresh process pay for JIT compilation; keep them out of the figures.
+  for (let i = 0; i < 20; i++) await stream(e, promptIds(1000 + i, 0).slice(0, 100), 16);
+  for (const [level, { c, rounds }] of LEVELS.entries()) {
+    const m0 = await metrics(e);
+    const samples: Sample[] = [];
+    const trace: TraceRequest[] = [];
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: c }, async (_, client) => {
+        await sleep(client * STAGGER_REAL_MS);
+        for (let r = 0; r < rounds; r++) {
+          // Fresh prompts per level: a prefix cached by an earlier level would flatter the engine.
+          const prompt = promptIds(level * 1000 + client, r);
+          trace.push({
+            at: ((performance.now() - t0) / 1000) * SPEED,
+            prompt: [BOS, ...prompt],
+            outputTokens: OUTPUT,
+          });
+          samples.push(await stream(e, prompt, OUTPUT));
+        }
+      }),
+    );
+    const wallSim = ((performance.now() - t0) / 1000) * SPEED;
+    const m1 = await metrics(e);
+    const d = (k: string) => (m1.get(k) ?? 0) - (m0.get(k) ?? 0);
+    const tokens = samples.reduce((s, x) => s + x.tokens, 0);
+    const measured = {
+      tps: tokens / wallSim,
+      ttft: (samples.reduce((s, x) => s + x.ttft, 0) / samples.length / 1000) * SPEED,
+      itl:
+        (samples.reduce((s, x) => s + x.itlSum, 0) / samples.reduce((s, x) => s + x.itlCount, 0) / 1000) *
+        SPEED,
+    };
+    const engine = {
+      ttft: d("vllm:time_to_first_token_seconds_sum") / d("vllm:time_to_first_token_seconds_count"),
+      itl: d("vllm:inter_token_latency_seconds_sum") / d("vllm:inter_token_latency_seconds_count"),
+    };
+    // Same workload on a virtual clock: same ids (BOS prepended like the server), same stagger, the
+    // client's turnaround (~0.5 ms real) as the gap, so a returning client misses the step in flight.
+    const staggerSim = (STAGGER_REAL_MS / 1000) * SPEED;
+    const cfg = {
+      maxNumSeqs: 256,
+      maxNumBatchedTokens: 8192,
+      numBlocks: 27_669,
+      blockSize: 16,
+      prefixCaching: true,
+      latency: H100_LLAMA_3_1_8B,
+    };
+    const replay = replayTrace(cfg, trace);
+    const ideal = simulateClosedLoop(cfg, {
+      concurrency: c,
+      requestsPerClient: rounds,
+      outputTokens: OUTPUT,
+      prompt: (cl, r) => [BOS, ...promptIds(cl, r)],
+      gapSeconds: 0.0005 * SPEED,
+      startAt: (cl) => cl * staggerSim,
+    });
+    const line = (
+      name: string,
+      meas: number,
+      eng: number | undefined,
+      pred: number,
+      idealPred: number,
+      unit: string,
+      scale = 1,
+    ) => {
+      const delta = (meas - pred) / pred;
+      worst = Math.max(worst, Math.abs(delta));
+      const f = (v: number) => `${(v * scale).toFixed(1)} ${unit}`;
+      rows.push([
+        String(c),
+        name,
+        f(meas),
+        eng === undefined ? "" : f(eng),
+        f(pred),
+        f(idealPred),
+        `${delta >= 0 ? "+" : ""}${(delta * 100).toFixed(1)} %`,
+        Math.abs(delta) <= 0.1 ? "ok" : "OFF",
+      ]);
+    };
+    line(
+      "output throughput",
+      measured.tps,
+      undefined,
+      replay.outputTokens / replay.seconds,
+      ideal.outputTokensPerSecond,
+      "tok/s",
+    );
+    line("TTFT mean", measured.ttft, engine.ttft, replay.ttftMean, ideal.ttftMean, "ms", 1000);
+    line("ITL mean", measured.itl, engine.itl, replay.itlMean, ideal.itlMean, "ms", 1000);
+  }
+  return { rows, worst };
+}
+
+function cpuSecondsOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // utime and stime are fields 14 and 15 of stat(5); counted here from field 3 on. USER_HZ is 100 on Linux.
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+async function cost() {
+  const e = await start(["--sim-speed", "100", "--seed", "1"]);
+  const pid = e.proc.child.pid!;
+  const m0 = await metrics(e);
+  const cpu0 = cpuSecondsOf(pid);
+  const t0 = performance.now();
+  const deadline = t0 + COST_SECONDS * 1000;
+  let streamed = 0;
+  await Promise.all(
+    Array.from({ length: 64 }, async (_, client) => {
+      for (let r = 0; performance.now() < deadline; r++) {
+        const got = await stream(e, promptIds(client, r).slice(0, 256), 512);
+        streamed += got.tokens;
+      }
+    }),
+  );
+  const wall = (performance.now() - t0) / 1000;
+  const cpu = cpuSecondsOf(pid) - cpu0;
+  const m1 = await metrics(e);
+  const generated =
+    (m1.get("vllm:generation_tokens_total") ?? 0) - (m0.get("vllm:generation_tokens_total") ?? 0);
+  const cpuReported = (m1.get("process_cpu_seconds_total") ?? 0) - (m0.get("process_cpu_seconds_total") ?? 0);
+  const lag = (m1.get("llmgw_sim_lag_seconds_total") ?? 0) - (m0.get("llmgw_sim_lag_seconds_total") ?? 0);
+  await e.proc.kill();
+  return { wall, cpu, cpuReported, streamed, generated, lag };
+}
+
+function table(head: string[], rows: string[][]): string {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const fmt = (r: string[]) => `| ${r.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`;
+  return [fmt(head), `|${w.map((n) => "-".repeat(n + 2)).join("|")}|`, ...rows.map(fmt)].join("\n");
+}
+
+const main = await start(["--sim-speed", String(SPEED), "--seed", "1"]);
+let exitCode = 0;
+try {
+  console.log(
+    `sim engine fidelity: Llama-3.1-8B / 1×H100 model, ${PROMPT} prompt + ${OUTPUT} output tokens, closed loop, --sim-speed ${SPEED}`,
+  );
+  console.log(
+    "(times are simulated = real × speed. model (replay): the pure model fed the arrival times the clients really had;\n" +
+      " model (ideal loop): perfectly synchronous clients. Δ compares what the client measured with the replay.)\n",
+  );
+  const f = await fidelity(main);
+  console.log(
+    table(
+      [
+        "streams",
+        "metric",
+        "measured (client)",
+        "engine /metrics",
+        "model (replay)",
+        "model (ideal loop)",
+        "Δ vs model",
+        "≤10 %",
+      ],
+      f.rows,
+    ),
+  );
+  console.log(`\nworst deviation from the model: ${(f.worst * 100).toFixed(1)} %`);
+  await main.proc.kill();
+
+  console.log(
+    `\nsimulator cost: --sim-speed 100, 64 streams of 256 prompt + 512 output tokens, ${COST_SECONDS} s`,
+  );
+  const c = await cost();
+  const perCore = c.streamed / c.cpu;
+  console.log(
+    table(
+      [
+        "streamed tokens",
+        "generation_tokens_total",
+        "wall",
+        "engine CPU (/proc)",
+        "engine CPU (metrics)",
+        "tokens/s wall",
+        "tokens per CPU-second",
+        "sim lag",
+      ],
+      [
+        [
+          String(c.streamed),
+          String(c.generated),
+          `${c.wall.toFixed(1)} s`,
+          `${c.cpu.toFixed(2)} s`,
+          `${c.cpuReported.toFixed(2)} s`,
+          c.streamed / c.wall > 0 ? (c.streamed / c.wall).toFixed(0) : "0",
+          perCore.toFixed(0),
+          `${c.lag.toFixed(1)} sim-s`,
+        ],
+      ],
+    ),
+  );
+  console.log(
+    `\ncost bar (≥ 2,000 streamed tokens per engine CPU-second): ${perCore >= 2000 ? "met" : "NOT MET"}`,
+  );
+  if (perCore < 2000) exitCode = 1;
+} finally {
+  await main.proc.kill();
+}
+process.exit(exitCode);
