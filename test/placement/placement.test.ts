@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { formatExplanation } from "../../controlplane/placement/explain.ts";
 import { Fleet } from "../../controlplane/placement/fleet.ts";
-import { placeReplica } from "../../controlplane/placement/pipeline.ts";
+import { PlacementSession, placeReplica } from "../../controlplane/placement/pipeline.ts";
 import type { PlacementNode, PlacementResult, RejectReason } from "../../controlplane/placement/types.ts";
 import { gpuNode, PORTS, profileOf } from "./fixtures.ts";
 
@@ -272,4 +272,44 @@ describe("node state and operator intent", () => {
     expect(r.ok && r.assignment.shards[0]!.node).toBe("b");
     expect(r.explanation.rejected).toEqual([]);
   });
+});
+
+describe("placement sessions", () => {
+  // A small deterministic PRNG, so the fleet is "random" but the same every run.
+  function rng(seed: number): () => number {
+    let x = seed;
+    return () => {
+      x = (x * 1103515245 + 12345) % 2 ** 31;
+      return x / 2 ** 31;
+    };
+  }
+  function randomFleet(seed: number): PlacementNode[] {
+    const r = rng(seed);
+    return Array.from({ length: 40 }, (_, i) => {
+      const allocated = [0, 1, 2, 3, 4, 5, 6, 7].filter(() => r() < 0.4);
+      return gpuNode(`n${String(i).padStart(2, "0")}`, {
+        allocated,
+        fabric: { ib: `p${i % 3}` },
+        ...(r() < 0.1 ? { cordoned: true } : {}),
+      });
+    });
+  }
+
+  for (const [name, profile] of [
+    ["tp2 ×30", profileOf("m", { name: "tp2", tensor_parallel: 2, replicas: { min: 30 } })],
+    ["tp8pp2 ×4", { ...tp8pp2, replicas: { min: 4 } } as typeof tp8pp2],
+  ] as const) {
+    it(`picks exactly what repeated one-shot placement picks (${name})`, () => {
+      const a = new Fleet(randomFleet(7), PORTS);
+      const b = new Fleet(randomFleet(7), PORTS);
+      const session = new PlacementSession(b, profile);
+      for (let i = 0; i < 40; i++) {
+        const one = placeReplica(a, profile, { explain: false });
+        const two = session.place();
+        expect(two?.shards).toEqual(one.ok ? one.assignment.shards : undefined);
+        if (!one.ok) break;
+        a.reserve(profile.key, one.assignment);
+      }
+    });
+  }
 });
