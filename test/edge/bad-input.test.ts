@@ -241,7 +241,7 @@ describe("malformed requests", () => {
     if (auth !== null) headers.authorization = auth;
     let body: BodyInit | undefined;
     if (c.body !== undefined) {
-      let bytes: Uint8Array =
+      let bytes: Uint8Array<ArrayBuffer> =
         typeof c.body === "string"
           ? new TextEncoder().encode(c.body)
           : new TextEncoder().encode(JSON.stringify(c.body));

@@ -1,0 +1,298 @@
+import { describe, expect, it } from "vitest";
+import { Breakers } from "../../edge/breaker.ts";
+import { RoutingTable } from "../../edge/catalog.ts";
+import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "../../edge/key-rules.ts";
+import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
+import { Picker } from "../../edge/picker.ts";
+import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
+import { SseSplitter, StreamUsage, usageModeOf } from "../../edge/sse-usage.ts";
+import { PhaseTimeout, tighter, withTimeout } from "../../edge/timeouts.ts";
+import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
+
+/** The edge's pure modules, hosted in Node: no Worker needed. */
+
+describe("Breakers", () => {
+  it("opens after threshold consecutive failures, probes once after cooldown, closes on success", () => {
+    let now = 0;
+    const b = new Breakers(3, 1000, () => now);
+    b.onFailure("e");
+    b.onFailure("e");
+    expect(b.state("e")).toBe("closed");
+    b.onSuccess("e"); // consecutive: a success resets the count
+    b.onFailure("e");
+    b.onFailure("e");
+    expect(b.canTry("e")).toBe(true);
+    b.onFailure("e");
+    expect(b.state("e")).toBe("open");
+    expect(b.canTry("e")).toBe(false);
+    now = 1000;
+    expect(b.state("e")).toBe("half-open");
+    expect(b.canTry("e")).toBe(true);
+    b.onAttempt("e");
+    expect(b.canTry("e")).toBe(false); // one probe at a time
+    b.onFailure("e");
+    expect(b.state("e")).toBe("open"); // failed probe: another cooldown
+    now = 2000;
+    b.onAttempt("e");
+    b.onSuccess("e");
+    expect(b.state("e")).toBe("closed");
+  });
+
+  it("lets another probe through when one is abandoned", () => {
+    let now = 0;
+    const b = new Breakers(1, 10, () => now);
+    b.onFailure("e");
+    now = 10;
+    b.onAttempt("e");
+    b.onAbandon("e");
+    expect(b.canTry("e")).toBe(true);
+  });
+});
+
+describe("Picker", () => {
+  const eps = [
+    { id: "a", weight: 1, priority: 0 },
+    { id: "b", weight: 1, priority: 0 },
+    { id: "c", weight: 1, priority: 1 },
+  ];
+  it("prefers the best priority tier and spills over only when it is excluded", () => {
+    const p = new Picker();
+    for (let i = 0; i < 50; i++) expect(["a", "b"]).toContain(p.pick(eps, new Set())!.id);
+    expect(p.pick(eps, new Set(["a", "b"]))!.id).toBe("c");
+    expect(p.pick(eps, new Set(["a", "b", "c"]))).toBeUndefined();
+  });
+  it("prefers the endpoint with fewer requests in flight", () => {
+    const p = new Picker();
+    p.begin("a");
+    p.begin("a");
+    for (let i = 0; i < 20; i++) expect(p.pick(eps, new Set())!.id).toBe("b");
+    p.end("a");
+    p.end("a");
+    expect(p.inFlight("a")).toBe(0);
+  });
+});
+
+describe("SSE usage", () => {
+  const chunk = (n: number, usage = true) =>
+    `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "x" } }], ...(usage ? { usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } } : {}) })}`;
+  const final = `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } })}`;
+
+  it("splits events across arbitrary chunk boundaries, CRLF included", () => {
+    const s = new SseSplitter();
+    const text = `${chunk(1)}\r\n\r\n${chunk(2)}\n\ndata: [DONE]\n\n`;
+    const events: string[] = [];
+    for (let i = 0; i < text.length; i += 7) events.push(...s.push(text.slice(i, i + 7)));
+    expect(events).toHaveLength(3);
+    expect(events[2]).toBe("data: [DONE]");
+    expect(s.pending()).toBe("");
+  });
+
+  it("tracks the last cumulative usage and strips what the client did not ask for", () => {
+    const none = new StreamUsage("none");
+    expect(none.event(chunk(1))).not.toContain("usage");
+    expect(none.event(final)).toBe("");
+    expect(none.event("data: [DONE]")).toBe("data: [DONE]\n\n");
+    expect(none.usage).toEqual({ prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 });
+    expect(none.done).toBe(true);
+    expect(none.dataEvents).toBe(1);
+
+    const fin = new StreamUsage("final");
+    expect(fin.event(chunk(1))).not.toContain("usage");
+    expect(fin.event(final)).toContain('"usage"');
+
+    const all = new StreamUsage("all");
+    expect(all.event(chunk(1))).toBe(`${chunk(1)}\n\n`);
+  });
+
+  it("normalises an engine's error event (vLLM int code)", () => {
+    const t = new StreamUsage("none");
+    const out = t.event(
+      'data: {"error":{"message":"boom","type":"InternalServerError","param":null,"code":500}}',
+    );
+    expect(JSON.parse(out.slice(6)).error).toEqual({
+      message: "boom",
+      type: "server_error",
+      param: null,
+      code: null,
+    });
+    expect(t.error?.message).toBe("boom");
+  });
+
+  it("derives the usage mode from stream_options", () => {
+    expect(usageModeOf(undefined)).toBe("none");
+    expect(usageModeOf({ include_usage: true })).toBe("final");
+    expect(usageModeOf({ include_usage: true, continuous_usage_stats: true })).toBe("all");
+    expect(usageModeOf({ continuous_usage_stats: true })).toBe("none");
+  });
+});
+
+describe("rate windows and admission", () => {
+  const limits = { rpm: 2, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0 };
+  it("refuses past RPM until the window slides, with a Retry-After", () => {
+    const req = new SlidingWindow();
+    const tok = new SlidingWindow();
+    const budget = { periodStart: 0, used: 0 };
+    req.add(1_000, 1);
+    req.add(30_500, 1);
+    const r = admit(limits, req, tok, budget, 31_000);
+    expect(r).toMatchObject({ ok: false, reason: "rpm" });
+    if (!r.ok && r.reason === "rpm") expect(r.retryAfterMs).toBe(30_000);
+    expect(admit(limits, req, tok, budget, 61_000).ok).toBe(true);
+  });
+  it("refuses past TPM and past the budget of the current period only", () => {
+    const req = new SlidingWindow();
+    const tok = new SlidingWindow();
+    tok.add(0, 150);
+    expect(admit(limits, req, tok, { periodStart: 0, used: 0 }, 10)).toMatchObject({ reason: "tpm" });
+    const b = { rpm: 0, tpm: 0, budgetTokens: 10, budgetPeriodMs: 86_400_000 };
+    expect(admit(b, req, tok, { periodStart: 0, used: 10 }, 1000)).toMatchObject({ reason: "budget" });
+    expect(admit(b, req, tok, { periodStart: 0, used: 10 }, 86_400_001).ok).toBe(true);
+    expect(budgetPeriodStart(86_400_001, 86_400_000)).toBe(86_400_000);
+  });
+});
+
+describe("key rules", () => {
+  const bands = [
+    { name: "platinum", priority: 400 },
+    { name: "gold", priority: 300 },
+    { name: "silver", priority: 200 },
+    { name: "bronze", priority: 100 },
+  ];
+  const key = (over: Partial<KeyRecord> = {}): KeyRecord =>
+    keyRecordSchema.parse({ id: "k", hash: "a".repeat(64), name: "n", max_band: "gold", ...over });
+  it("chooses any band up to the key's, never above", () => {
+    expect(resolveBand(key(), null, bands, "gold").name).toBe("gold");
+    expect(resolveBand(key(), "silver", bands, "gold").name).toBe("silver");
+    expect(() => resolveBand(key(), "platinum", bands, "gold")).toThrow(ApiError);
+    expect(() => resolveBand(key(), "nope", bands, "gold")).toThrow(/Unknown band/);
+    // A router default above a bronze key is clamped, not refused.
+    expect(resolveBand(key({ max_band: "bronze" }), null, bands, "gold").name).toBe("bronze");
+    expect(resolveBand(key({ default_band: "silver" }), null, bands, "gold").name).toBe("silver");
+  });
+  it("limits models by canonical name or alias", () => {
+    expect(modelAllowed(key(), "a", "a")).toBe(true);
+    expect(modelAllowed(key({ models: ["a"] }), "a", "alias-a")).toBe(true);
+    expect(modelAllowed(key({ models: ["alias-a"] }), "a", "alias-a")).toBe(true);
+    expect(modelAllowed(key({ models: ["b"] }), "a", "a")).toBe(false);
+  });
+});
+
+describe("routing table", () => {
+  const ep = (id: string, models: string[]) => ({
+    id,
+    url: "http://x",
+    models,
+    pool: "default",
+    weight: 1,
+    priority: 0,
+    via: "direct" as const,
+  });
+  it("knows catalog models, aliases and endpoint-only models, and resolves fallbacks", () => {
+    const t = new RoutingTable(
+      {
+        version: 1,
+        models: [
+          { name: "big", aliases: ["b"], fallbacks: ["small", "gone"], routing: "" },
+          { name: "small", aliases: [], fallbacks: [], routing: "" },
+        ],
+      },
+      { version: 1, endpoints: [ep("e1", ["small"]), ep("e2", ["handrun"])] },
+    );
+    expect(t.resolve("b")).toBe("big");
+    expect(t.resolve("handrun")).toBe("handrun");
+    expect(t.resolve("nope")).toBeUndefined();
+    expect(t.chain("big")).toEqual(["big", "small"]);
+    expect(t.modelNames()).toEqual(["big", "handrun", "small"]);
+    expect(t.endpointsFor("small").map((e) => e.id)).toEqual(["e1"]);
+  });
+});
+
+describe("engine errors", () => {
+  it("normalises vLLM, flat and text errors into OpenAI's four fields", () => {
+    expect(
+      normaliseEngineError(
+        400,
+        '{"error":{"message":"bad","type":"BadRequestError","param":"max_tokens","code":400}}',
+      ),
+    ).toEqual({ message: "bad", type: "invalid_request_error", param: "max_tokens", code: null });
+    expect(
+      normaliseEngineError(404, '{"object":"error","message":"no model","type":"NotFoundError","code":404}'),
+    ).toEqual({
+      message: "no model",
+      type: "invalid_request_error",
+      param: null,
+      code: null,
+    });
+    expect(normaliseEngineError(502, "<html>bad gateway</html>")).toMatchObject({
+      type: "server_error",
+      code: null,
+    });
+    expect(normaliseEngineError(429, '{"error":{"message":"slow","code":"rate_limit_exceeded"}}').code).toBe(
+      "rate_limit_exceeded",
+    );
+  });
+});
+
+describe("timeouts", () => {
+  it("rejects with the phase and calls the abort hook", async () => {
+    let aborted = false;
+    const never = new Promise<never>(() => {});
+    const err = await withTimeout(never, 5, "first_token", () => {
+      aborted = true;
+    }).catch((e) => e);
+    expect(err).toBeInstanceOf(PhaseTimeout);
+    expect(err.phase).toBe("first_token");
+    expect(aborted).toBe(true);
+    expect(tighter("idle", 1000, 500, 0)).toEqual([500, "total"]);
+    expect(tighter("idle", 100, 500, 0)).toEqual([100, "idle"]);
+  });
+});
+
+describe("upstream seam", () => {
+  const calls: { url: string; headers: Headers }[] = [];
+  const direct = async (url: string, init: RequestInit) => {
+    calls.push({ url, headers: new Headers(init.headers) });
+    return new Response("direct");
+  };
+  it("direct uses plain fetch", async () => {
+    const f = upstreamFor({ id: "e", via: "direct" }, {}, direct);
+    expect(await (await f("http://10.0.0.1:8000/v1/x", {})).text()).toBe("direct");
+  });
+  it("vpc goes through the named VPC network binding with the engine's private URL", async () => {
+    const seen: string[] = [];
+    const env = {
+      LLMGW_VPC_BINDING: "ONPREM",
+      ONPREM: {
+        fetch: async (input: string | Request) => {
+          seen.push(String(input));
+          return new Response("vpc");
+        },
+      },
+    };
+    const f = upstreamFor({ id: "e", via: "vpc" }, env, direct);
+    expect(await (await f("http://10.0.1.50:8000/v1/chat/completions", {})).text()).toBe("vpc");
+    expect(seen).toEqual(["http://10.0.1.50:8000/v1/chat/completions"]);
+    await expect(upstreamFor({ id: "e", via: "vpc" }, {}, direct)("http://x", {})).rejects.toThrow(
+      /no "ONPREM"/,
+    );
+  });
+  it("tunnel adds the Access service-token headers", async () => {
+    calls.length = 0;
+    const f = upstreamFor(
+      { id: "e", via: "tunnel" },
+      { CF_ACCESS_CLIENT_ID: "id.access", CF_ACCESS_CLIENT_SECRET: "s3cret" },
+      direct,
+    );
+    await f("https://vllm-a.example.com/v1/x", { headers: { "content-type": "application/json" } });
+    expect(calls[0]!.headers.get("cf-access-client-id")).toBe("id.access");
+    expect(calls[0]!.headers.get("cf-access-client-secret")).toBe("s3cret");
+    expect(calls[0]!.headers.get("content-type")).toBe("application/json");
+    await expect(upstreamFor({ id: "e", via: "tunnel" }, {}, direct)("http://x", {})).rejects.toThrow(
+      /CF_ACCESS/,
+    );
+  });
+  it("joins endpoint URLs with or without /v1", () => {
+    expect(engineUrl("http://h:1", "/v1/completions")).toBe("http://h:1/v1/completions");
+    expect(engineUrl("http://h:1/v1/", "/v1/completions")).toBe("http://h:1/v1/completions");
+  });
+});
