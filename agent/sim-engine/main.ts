@@ -100,7 +100,9 @@ export async function main(argv: string[]): Promise<number | undefined> {
         latency: setup.latency,
       }),
   );
-  const runner = new Runner(cores, flags.sim.speed, flags.sim.slowTokenMs);
+  const runner = new Runner(cores, flags.sim.speed, flags.sim.slowTokenMs, (err) =>
+    log.error("response writer failed", { err: errorMessage(err) }),
+  );
   const server = new SimServer({
     rootModel: flags.model,
     servedModelNames: flags.servedModelNames,

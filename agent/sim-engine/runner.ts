@@ -45,7 +45,12 @@ export class Runner {
   lagSeconds = 0;
   private stopped = false;
 
-  constructor(cores: EngineCore[], speed: number, slowTokenMs: number) {
+  constructor(
+    cores: EngineCore[],
+    speed: number,
+    slowTokenMs: number,
+    private readonly onSinkError: (err: unknown) => void = () => {},
+  ) {
     this.speed = speed;
     this.slowTokenSeconds = (slowTokenMs / 1000) * speed;
     this.lanes = cores.map((core) => ({
@@ -136,7 +141,12 @@ export class Runner {
         const entry = this.sinks.get(ev.seq.spec.id);
         if (!entry) continue;
         if (ev.kind === "aborted" || ev.finished) this.sinks.delete(ev.seq.spec.id);
-        entry.sink.onEvent(ev);
+        try {
+          entry.sink.onEvent(ev);
+        } catch (err) {
+          // One broken response must not stop the engine for everyone else.
+          this.onSinkError(err);
+        }
       }
       if (performance.now() > sliceEnd) {
         this.wake(lane);

@@ -60,6 +60,9 @@ export class SimServer {
   constructor(opts: ServerOptions) {
     this.opts = opts;
     this.http = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
+      // A client that vanished mid-write must cost an aborted request, never the process.
+      res.on("error", () => {});
+      req.on("error", () => {});
       this.route(req, res).catch((err) => this.fail(res, err));
     });
   }
