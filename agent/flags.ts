@@ -1,4 +1,5 @@
 import { hostname, networkInterfaces } from "node:os";
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../common/duration.ts";
 
@@ -51,6 +52,11 @@ function pairs(values: string[] | undefined, flag: string): [string, string][] {
     if (i <= 0) throw new Error(`${flag}: "${v}" is not KEY=VALUE`);
     return [v.slice(0, i), v.slice(i + 1)];
   });
+}
+
+/** A path with a slash is resolved now: engines start in their own working directory. */
+function binary(v: string): string {
+  return v.includes("/") ? resolve(v) : v;
 }
 
 function dur(v: string | undefined, flag: string, fallback: number): number {
@@ -110,8 +116,8 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     advertiseAddress: values["advertise-address"] ?? defaultAddress(),
     stateDir: values["state-dir"] ?? `.state/agent-${node}`,
     nvidiaSmi: values["nvidia-smi"] ?? "nvidia-smi",
-    vllmBin: values["vllm-bin"] ?? "vllm",
-    sglangBin: values["sglang-bin"] ?? "python",
+    vllmBin: binary(values["vllm-bin"] ?? "vllm"),
+    sglangBin: binary(values["sglang-bin"] ?? "python"),
     pingIntervalMs: dur(values["ping-interval"], "--ping-interval", 10_000),
     pingTimeoutMs: dur(values["ping-timeout"], "--ping-timeout", 5_000),
     stableAfterMs: dur(values["stable-after"], "--stable-after", 10_000),

@@ -864,6 +864,7 @@ export class Supervisor {
       sinceUnixMs: BigInt(s.since),
       pid: s.proc?.pid ?? 0,
       spec: withSpec ? s.spec : undefined,
+      restartAtUnixMs: BigInt(s.restartAt ?? 0),
     });
   }
 

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
 import { createServer as createHttp2Server, type Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../common/log.ts";
@@ -9,8 +10,11 @@ import { MetricsRegistry } from "../common/prometheus.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
 import { controlRoutes } from "./admin/control-service.ts";
 import { AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
+import { buildCatalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { IntentStore } from "./intent-store.ts";
 import { parseListen } from "./listen.ts";
+import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 
 export interface ControlPlane {
@@ -18,6 +22,9 @@ export interface ControlPlane {
   readonly adminPort: number;
   readonly registry: Registry;
   readonly streams: AgentStreams;
+  readonly reconciler: Reconciler;
+  /** Applies a new configuration's desired state (SIGHUP); listeners and timers stay. */
+  reload(loaded: LoadedConfig): void;
   close(): Promise<void>;
 }
 
@@ -43,6 +50,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     startedAt,
   );
   let frozenLogged = false;
+  const catalog = buildCatalog(config);
+  for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
+  const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
+  // Assigned below; the stream hooks only fire once listeners are up.
+  let reconciler: Reconciler;
   const streams = new AgentStreams({
     registry,
     log: log.child({ component: "agentsvc" }),
@@ -52,7 +64,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     readMaxBytes: c.max_message_bytes,
     now,
     hooks: {
-      onTransition: (t) => log.info("node state changed", { ...t }),
+      onTransition: (t) => {
+        log.info("node state changed", { ...t });
+        reconciler.trigger(`${t.node} ${t.to}`);
+      },
+      onRegister: (node, shards) => reconciler.onRegister(node, shards),
+      onShardStatus: (node, status) => reconciler.onShardStatus(node, status),
     },
   });
 
@@ -60,7 +77,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // times close to the configured ones without a timer per node.
   const tickEvery = Math.max(100, Math.min(1_000, Math.floor(c.unreachable_after / 10)));
   const ticker = setInterval(() => {
-    for (const t of registry.tick(now())) log.info("node state changed", { ...t });
+    for (const t of registry.tick(now())) {
+      log.info("node state changed", { ...t });
+      reconciler.trigger(`${t.node} ${t.to}`);
+    }
     if (registry.lostFrozen !== frozenLogged) {
       frozenLogged = registry.lostFrozen;
       if (frozenLogged) {
@@ -71,6 +91,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       } else log.info("lost-freeze lifted", registry.counts());
     }
   }, tickEvery);
+
+  reconciler = new Reconciler(
+    { registry, streams, intents, log: log.child({ component: "reconciler" }), now },
+    config,
+    catalog,
+  );
 
   const metrics = new MetricsRegistry();
   metrics.gauge("llmgw_nodes", "Nodes by lifecycle state.", () =>
@@ -94,6 +120,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     Object.entries(streams.stats.rejected).map(([reason, value]) => ({ labels: { reason }, value })),
   );
 
+  metrics.gauge("llmgw_replicas", "Replicas in the table.", () => reconciler.table.size);
+  metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
+  metrics.gauge(
+    "llmgw_reconcile_last_pass_seconds",
+    "Duration of the last reconcile pass.",
+    () => reconciler.lastPassMs / 1000,
+  );
   metrics.gauge("process_resident_memory_bytes", "Resident set size.", () => process.memoryUsage().rss);
   metrics.gauge("nodejs_heap_used_bytes", "V8 heap in use.", () => process.memoryUsage().heapUsed);
   metrics.gauge("nodejs_external_memory_bytes", "Memory held outside the V8 heap (buffers, native).", () => {
@@ -125,7 +158,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   });
   const adminServer: HttpServer = createHttpServer(
     connectNodeAdapter({
-      routes: controlRoutes({ registry }),
+      routes: controlRoutes({ registry, intents, reconciler, now }),
       fallback: (req, res) => {
         if (req.url === "/healthz") {
           res.writeHead(200, { "content-type": "text/plain" });
@@ -146,6 +179,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
     agent_listen: config.agent_listen,
   });
+  reconciler.start();
   log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
 
   return {
@@ -153,8 +187,16 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     adminPort,
     registry,
     streams,
+    reconciler,
+    reload(next) {
+      const nextCatalog = buildCatalog(next.config);
+      reconciler.reload(next.config, nextCatalog);
+      log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
+    },
     async close() {
       clearInterval(ticker);
+      reconciler.stop();
+      intents.close();
       streams.closeAll();
       await Promise.all([closeServer(agentServer), closeServer(adminServer)]);
     },

@@ -1,24 +1,76 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { parseDuration } from "../../common/duration.ts";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
+import type { IntentStore } from "../intent-store.ts";
+import { formatExplanations } from "../placement/explain.ts";
+import type { Reconciler } from "../reconciler.ts";
 import type { Registry } from "../registry.ts";
-import { type NodeIntent, nodeToProto } from "./nodes.ts";
+import { nodeToProto } from "./nodes.ts";
+import { modelSummaries, replicaToProto } from "./replicas.ts";
 
 /** What the operator API reads; the server wires the live objects in. */
 export interface ControlServiceDeps {
   registry: Registry;
-  intent?: (node: string) => NodeIntent;
+  intents: IntentStore;
+  reconciler: Reconciler;
+  now?: () => number;
 }
 
+/** Operators get a drain deadline unless they name one. */
+export const DEFAULT_DRAIN_DEADLINE_MS = parseDuration("10m");
+
 export function controlRoutes(deps: ControlServiceDeps) {
-  const intent = deps.intent ?? (() => ({ cordoned: false, draining: false }));
+  const now = deps.now ?? Date.now;
+  const { registry, intents, reconciler } = deps;
+  const known = (name: string) => {
+    if (!registry.get(name)) {
+      throw new ConnectError(`node "${name}" is not known to this control plane`, Code.NotFound);
+    }
+  };
   return (router: ConnectRouter) => {
     router.service(ControlService, {
-      listNodes: () => ({ nodes: deps.registry.list().map((n) => nodeToProto(n, intent(n.name))) }),
+      listNodes: () => ({ nodes: registry.list().map((n) => nodeToProto(n, intents.get(n.name))) }),
       getNode: (req) => {
-        const n = deps.registry.get(req.name);
-        if (!n)
-          throw new ConnectError(`node "${req.name}" is not known to this control plane`, Code.NotFound);
-        return { node: nodeToProto(n, intent(n.name)) };
+        known(req.name);
+        return { node: nodeToProto(registry.get(req.name)!, intents.get(req.name)) };
+      },
+      listReplicas: () => {
+        const t = now();
+        return {
+          replicas: reconciler.table
+            .list()
+            .map((r) =>
+              replicaToProto(r, t, reconciler.table.backoff.get(r.model), (k) => reconciler.runtime.get(k)),
+            ),
+        };
+      },
+      listModels: () => ({
+        models: modelSummaries(reconciler.currentCatalog, reconciler.table.list(), now()),
+      }),
+      explain: (req) => {
+        const list = reconciler.explain(req.model);
+        if (!list) throw new ConnectError(`model "${req.model}" is not in the catalog`, Code.NotFound);
+        return formatExplanations(list);
+      },
+      // Cordon and drain survive a restart (SQLite) and take effect on the
+      // next pass, which they trigger.
+      cordon: (req) => {
+        known(req.node);
+        intents.cordon(req.node, now());
+        reconciler.trigger(`${req.node} cordoned`);
+        return {};
+      },
+      uncordon: (req) => {
+        known(req.node);
+        intents.uncordon(req.node, now());
+        reconciler.trigger(`${req.node} uncordoned`);
+        return {};
+      },
+      drain: (req) => {
+        known(req.node);
+        intents.drain(req.node, now() + (req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS), now());
+        reconciler.trigger(`${req.node} draining`);
+        return {};
       },
     });
   };

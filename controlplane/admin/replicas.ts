@@ -1,0 +1,85 @@
+import { create } from "@bufbuild/protobuf";
+import { ShardState } from "../../proto/gen/agent/v1/agent_pb.ts";
+import {
+  type ModelSummary,
+  ModelSummarySchema,
+  type Replica,
+  ReplicaSchema,
+} from "../../proto/gen/control/v1/control_pb.ts";
+import type { Catalog } from "../catalog.ts";
+import { replicaStatus } from "../reconcile/table.ts";
+import type { ModelBackoff, ReplicaRecord, ShardRecord } from "../reconcile/types.ts";
+import type { ShardRuntime } from "../reconciler.ts";
+
+const SHARD_STATE: Record<ShardRecord["state"], ShardState> = {
+  assigned: ShardState.STARTING,
+  starting: ShardState.STARTING,
+  ready: ShardState.READY,
+  draining: ShardState.DRAINING,
+  stopping: ShardState.DRAINING,
+  stopped: ShardState.STOPPED,
+  failed_startup: ShardState.FAILED_STARTUP,
+  failed_running: ShardState.FAILED_RUNNING,
+};
+
+export function replicaToProto(
+  r: ReplicaRecord,
+  now: number,
+  backoff: ModelBackoff | undefined,
+  runtime: (key: string) => ShardRuntime | undefined,
+): Replica {
+  const since = Math.min(...r.shards.map((s) => s.since), r.placedAt ?? Number.POSITIVE_INFINITY);
+  const f = r.lastFailure;
+  return create(ReplicaSchema, {
+    id: r.id,
+    model: r.model,
+    profile: r.profile,
+    state: replicaStatus(r, now, backoff),
+    sinceUnixMs: BigInt(Number.isFinite(since) ? since : 0),
+    restarts: r.restarts,
+    nextAttemptUnixMs: BigInt(backoff && backoff.retryAt > now ? backoff.retryAt : (r.waiting?.until ?? 0)),
+    ...(f
+      ? {
+          lastFailure: {
+            reason: f.reason,
+            exitCode: f.exitCode ?? 0,
+            hasExitCode: f.exitCode !== undefined,
+            outputTail: f.outputTail ?? [],
+            atUnixMs: BigInt(f.at),
+          },
+        }
+      : {}),
+    shards: r.shards.map((s) => {
+      const rt = runtime(`${r.id}#${s.rank}@${s.node}`);
+      return {
+        rank: s.rank,
+        nodeName: s.node,
+        gpuIndices: s.gpus,
+        ports: { http: s.ports.http, distInit: s.ports.distInit },
+        state: SHARD_STATE[s.state],
+        pid: rt?.pid ?? 0,
+        ...(rt?.load ? { load: rt.load } : {}),
+      };
+    }),
+  });
+}
+
+export function modelSummaries(
+  catalog: Catalog,
+  replicas: readonly ReplicaRecord[],
+  now: number,
+): ModelSummary[] {
+  return catalog.models.map((m) => {
+    const mine = replicas.filter((r) => r.model === m.name && !r.retire);
+    return create(ModelSummarySchema, {
+      name: m.name,
+      aliases: [...m.aliases],
+      fallbacks: [...m.fallbacks],
+      routing: m.routing,
+      profiles: m.profiles.map((p) => p.name),
+      replicasDesired: m.profiles.reduce((s, p) => s + p.replicas.min, 0),
+      replicasReady: mine.filter((r) => replicaStatus(r, now) === "ready").length,
+      routerOnly: m.routerOnly,
+    });
+  });
+}

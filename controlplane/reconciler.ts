@@ -1,0 +1,297 @@
+import { create } from "@bufbuild/protobuf";
+import type { Logger } from "../common/log.ts";
+import {
+  ControlMessageSchema,
+  type ShardLoad,
+  ShardState,
+  type ShardStatus,
+  type StartShard,
+  StartShardSchema,
+} from "../proto/gen/agent/v1/agent_pb.ts";
+import type { AgentStreams } from "./agentsvc/service.ts";
+import type { Catalog, CatalogProfile } from "./catalog.ts";
+import type { Config } from "./config/schema.ts";
+import type { IntentStore } from "./intent-store.ts";
+import { placementNode } from "./placement/snapshot.ts";
+import type { Assignment, PlacementNode } from "./placement/types.ts";
+import { explainModel } from "./reconcile/explain.ts";
+import { plan, planSettings } from "./reconcile/plan.ts";
+import { ReplicaTable } from "./reconcile/table.ts";
+import type { Action, ObservedShard, ReportedShardState } from "./reconcile/types.ts";
+import type { Registry } from "./registry.ts";
+
+/**
+ * The live shell around the pure planner: it feeds `plan` a snapshot of the
+ * registry, operator intent and the replica table, sends the commands the
+ * plan asks for through the stream handler (the only holder of the open
+ * streams), and records what it did. Runs every `control.interval` and soon
+ * after any event that can change the answer.
+ */
+export interface ReconcilerDeps {
+  registry: Registry;
+  streams: AgentStreams;
+  intents: IntentStore;
+  log: Logger;
+  now?: () => number;
+}
+
+const REPORTED: Partial<Record<ShardState, ReportedShardState>> = {
+  [ShardState.STARTING]: "starting",
+  [ShardState.READY]: "ready",
+  [ShardState.DRAINING]: "draining",
+  [ShardState.STOPPED]: "stopped",
+  [ShardState.FAILED_STARTUP]: "failed_startup",
+  [ShardState.FAILED_RUNNING]: "failed_running",
+};
+
+/** A ShardStatus in the planner's words. Undefined for states it cannot use. */
+export function observedFrom(s: ShardStatus): ObservedShard | undefined {
+  const reported = REPORTED[s.state];
+  if (!reported) return undefined;
+  const failed = reported === "failed_startup" || reported === "failed_running";
+  // The agent restarts single-node shards itself (and keeps doing so while
+  // the control plane is away); a gang restart on top would fight it. The
+  // failure is still recorded.
+  const state = failed && s.restartAtUnixMs > 0n ? "starting" : reported;
+  const o: ObservedShard = { replicaId: s.replicaId, rank: s.rank, state };
+  if (s.spec) {
+    o.generation = Number(s.spec.generation);
+    o.gpus = [...s.spec.gpuIndices];
+    if (s.spec.ports) o.ports = { http: s.spec.ports.http, distInit: [...s.spec.ports.distInit] };
+    o.worldNodes = s.spec.worldNodes || 1;
+    o.spec = {
+      engine: s.spec.engine,
+      source: s.spec.model,
+      tensorParallel: s.spec.tensorParallel || 1,
+      pipelineParallel: s.spec.pipelineParallel || 1,
+      dataParallel: s.spec.dataParallel || 1,
+      nodes: s.spec.worldNodes || 1,
+      gpusPerNode: s.spec.gpuIndices.length,
+    };
+  }
+  if (failed) {
+    o.failure = {
+      reason: s.reason || reported.replace("_", " "),
+      ...(s.hasExitCode ? { exitCode: s.exitCode } : {}),
+      ...(s.outputTail.length > 0 ? { outputTail: [...s.outputTail] } : {}),
+    };
+  }
+  return o;
+}
+
+export interface ShardRuntime {
+  load?: ShardLoad;
+  pid?: number;
+}
+
+export class Reconciler {
+  readonly table = new ReplicaTable();
+  /** Live facts the planner does not need but operators do: load and PID per shard. */
+  readonly runtime = new Map<string, ShardRuntime>();
+  private catalog: Catalog;
+  private config: Config;
+  private timer: NodeJS.Timeout | undefined;
+  private soon: NodeJS.Timeout | undefined;
+  private readonly now: () => number;
+  passes = 0;
+  lastPassMs = 0;
+
+  constructor(
+    private readonly deps: ReconcilerDeps,
+    config: Config,
+    catalog: Catalog,
+  ) {
+    this.config = config;
+    this.catalog = catalog;
+    this.now = deps.now ?? Date.now;
+  }
+
+  get currentCatalog(): Catalog {
+    return this.catalog;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => this.pass("interval"), this.config.control.interval);
+    this.trigger("start");
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    clearTimeout(this.soon);
+  }
+
+  /** A configuration reload (SIGHUP): new desired state, same actual state. */
+  reload(config: Config, catalog: Catalog): void {
+    this.config = config;
+    this.catalog = catalog;
+    clearInterval(this.timer);
+    this.timer = setInterval(() => this.pass("interval"), config.control.interval);
+    this.trigger("configuration reloaded");
+  }
+
+  /** Debounced: a burst of events (a fleet registering) costs one pass. */
+  trigger(reason: string): void {
+    if (this.soon) return;
+    this.soon = setTimeout(() => {
+      this.soon = undefined;
+      this.pass(reason);
+    }, 50);
+  }
+
+  onRegister(node: string, shards: ShardStatus[]): void {
+    const observed = shards.flatMap((s) => {
+      const o = observedFrom(s);
+      this.noteRuntime(node, s);
+      return o ? [o] : [];
+    });
+    this.table.observeRegistration(node, observed, this.now());
+    this.trigger(`${node} registered`);
+  }
+
+  onShardStatus(node: string, status: ShardStatus): void {
+    this.noteRuntime(node, status);
+    const o = observedFrom(status);
+    if (!o) return;
+    const before = this.table
+      .get(o.replicaId)
+      ?.shards.find((s) => s.rank === o.rank && s.node === node)?.state;
+    this.table.observe(node, o, this.now());
+    if (before !== o.state) this.trigger(`${o.replicaId} rank ${o.rank} ${o.state}`);
+  }
+
+  nodes(): PlacementNode[] {
+    return this.deps.registry.list().map((n) => placementNode(n, this.deps.intents.get(n.name)));
+  }
+
+  settings() {
+    return planSettings(this.config.control);
+  }
+
+  explain(model: string) {
+    return explainModel(this.table.planState(this.catalog, this.nodes(), this.settings()), model, this.now());
+  }
+
+  pass(reason: string): Action[] {
+    const started = performance.now();
+    const now = this.now();
+    const actions = plan(this.table.planState(this.catalog, this.nodes(), this.settings()), now);
+    for (const a of actions) this.send(a);
+    this.table.apply(actions, now);
+    this.passes++;
+    this.lastPassMs = performance.now() - started;
+    const acted = actions.filter((a) => a.kind !== "wait");
+    if (acted.length > 0) {
+      this.deps.log.info("reconcile pass", {
+        reason,
+        actions: acted.map((a) => `${a.kind} ${a.replicaId}: ${a.reason}`),
+      });
+    }
+    return actions;
+  }
+
+  private noteRuntime(node: string, s: ShardStatus): void {
+    const key = `${s.replicaId}#${s.rank}@${node}`;
+    const rt = this.runtime.get(key) ?? {};
+    if (s.load && s.load.scrapedAtUnixMs > 0n) rt.load = s.load;
+    if (s.pid) rt.pid = s.pid;
+    this.runtime.set(key, rt);
+  }
+
+  private send(a: Action): void {
+    const { streams, log } = this.deps;
+    switch (a.kind) {
+      case "place": {
+        const profile = this.catalog.profile(a.model, a.profile);
+        if (!profile) return;
+        for (const shard of a.assignment.shards) {
+          const spec = this.startSpec(a.replicaId, a.generation, profile, a.assignment, shard.rank);
+          const sent = streams.send(
+            shard.node,
+            create(ControlMessageSchema, { msg: { case: "startShard", value: spec } }),
+          );
+          if (!sent)
+            log.warn("start not delivered: node has no open stream", {
+              replica: a.replicaId,
+              node: shard.node,
+            });
+        }
+        return;
+      }
+      case "stop": {
+        for (const s of a.shards) {
+          const profile = this.catalog.profile(
+            this.table.get(a.replicaId)?.model ?? "",
+            this.table.get(a.replicaId)?.profile,
+          );
+          const msg =
+            a.mode === "drain"
+              ? create(ControlMessageSchema, {
+                  msg: {
+                    case: "drainShard",
+                    value: { replicaId: a.replicaId, deadlineMs: profile?.stopGraceMs ?? 30_000 },
+                  },
+                })
+              : create(ControlMessageSchema, {
+                  msg: {
+                    case: "stopShard",
+                    value: { replicaId: a.replicaId, reason: a.reason, graceMs: profile?.stopGraceMs ?? 0 },
+                  },
+                });
+          streams.send(s.node, msg);
+        }
+        return;
+      }
+      case "restart":
+        for (const s of a.stop) {
+          streams.send(
+            s.node,
+            create(ControlMessageSchema, {
+              msg: { case: "stopShard", value: { replicaId: a.replicaId, reason: a.reason, graceMs: 0 } },
+            }),
+          );
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
+  private startSpec(
+    replicaId: string,
+    generation: number,
+    p: CatalogProfile,
+    assignment: Assignment,
+    rank: number,
+  ): StartShard {
+    const me = assignment.shards.find((s) => s.rank === rank)!;
+    const peers = assignment.shards.map((s) => ({
+      rank: s.rank,
+      nodeName: s.node,
+      address: this.deps.registry.get(s.node)?.advertiseAddress ?? s.node,
+      ports: { http: s.ports.http, distInit: [...s.ports.distInit] },
+    }));
+    return create(StartShardSchema, {
+      replicaId,
+      rank,
+      worldNodes: assignment.shards.length,
+      engine: p.engine,
+      model: p.source,
+      servedModelName: p.model,
+      args: [...p.config.engine_args],
+      gpuIndices: [...me.gpus],
+      ports: { http: me.ports.http, distInit: [...me.ports.distInit] },
+      env: { ...p.config.env },
+      tensorParallel: p.tensorParallel,
+      pipelineParallel: p.pipelineParallel,
+      dataParallel: p.dataParallel,
+      peers,
+      startupDeadlineMs: p.startupDeadlineMs,
+      stopGraceMs: p.stopGraceMs,
+      profile: p.name,
+      mgmtInterface: this.config.control.mgmt_interface,
+      minGpuMemoryMib: BigInt(p.minMemoryMiB),
+      gpuMemoryUtilization: p.memoryFraction,
+      generation: BigInt(generation),
+    });
+  }
+}
