@@ -1,0 +1,140 @@
+import { writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseEndpointsFile } from "../../controlplane/ctl/endpoints.ts";
+import { runLlmgw } from "../harness/process.ts";
+import { type Edge, type Sim, startEdge, startSim } from "./helpers.ts";
+
+/**
+ * The operator's side: `llmgw keys ...` and `llmgw ctl endpoints set` over
+ * EdgeSync against the real edge, plus EdgeSync's own guard.
+ */
+describe("keys and endpoints CLI", () => {
+  let edge: Edge;
+  let sim: Sim;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    [edge, sim] = await Promise.all([startEdge(), startSim("hand")]);
+    env = { LLMGW_EDGE_TOKEN: edge.token };
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all([edge?.stop(), sim?.stop()]);
+  });
+
+  it("router-only mode: endpoints from a YAML file, then keys create/list/usage/revoke", async () => {
+    const file = join(tmpdir(), `endpoints-${process.pid}.yaml`);
+    writeFileSync(file, `- id: hand-1\n  url: ${sim.url}\n  models: [hand]\n`);
+    const set = await runLlmgw(["ctl", "endpoints", "set", file, "--edge", edge.url], env);
+    expect(set.stderr).toBe("");
+    expect(set.stdout).toMatch(/wrote 1 endpoints .* \(version 1\)/);
+
+    const created = await runLlmgw(
+      [
+        "keys",
+        "create",
+        "--name",
+        "ci",
+        "--band",
+        "silver",
+        "--tenant",
+        "t1",
+        "--rpm",
+        "100",
+        "--budget",
+        "5000/1d",
+        "--edge",
+        edge.url,
+      ],
+      env,
+    );
+    expect(created.code).toBe(0);
+    const id = /id:\s+(\S+)/.exec(created.stdout)![1]!;
+    const secret = /secret:\s+(sk-\S+)/.exec(created.stdout)![1]!;
+    expect(created.stderr).toMatch(/shown only now/);
+
+    const client = new OpenAI({ apiKey: secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const { response } = await client.chat.completions
+      .create({ model: "hand", messages: [{ role: "user", content: "hi" }], max_tokens: 3 })
+      .withResponse();
+    expect(response.headers.get("x-llmgw-band")).toBe("silver");
+
+    const list = await runLlmgw(["keys", "list", "--json", "--edge", edge.url], env);
+    const keys = JSON.parse(list.stdout);
+    const mine = keys.find((k: { id: string }) => k.id === id);
+    expect(mine).toMatchObject({
+      name: "ci",
+      tenant: "t1",
+      max_band: "silver",
+      rpm: 100,
+      budget: { tokens: 5000, period: "1d" },
+    });
+    expect(list.stdout).not.toContain(secret);
+
+    const usage = await runLlmgw(["keys", "usage", id, "--json", "--edge", edge.url], env);
+    const [u] = JSON.parse(usage.stdout);
+    expect(u).toMatchObject({ id, requests: 1, completion_tokens: 3 });
+    expect(u.budget_used).toBe(u.total_tokens);
+
+    const table = await runLlmgw(["keys", "list", "--edge", edge.url], env);
+    expect(table.stdout).toMatch(/^ID\s+NAME/);
+
+    expect((await runLlmgw(["keys", "revoke", id, "--edge", edge.url], env)).code).toBe(0);
+    await expect(
+      client.chat.completions.create({ model: "hand", messages: [{ role: "user", content: "hi" }] }),
+    ).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+  }, 60_000);
+
+  it("refuses a bad endpoints file with path-named errors, before contacting the edge", async () => {
+    const file = join(tmpdir(), `bad-endpoints-${process.pid}.yaml`);
+    writeFileSync(
+      file,
+      "- id: a\n  url: ftp://x\n  models: []\n- id: a\n  url: http://ok:1\n  models: [m]\n  weight: -1\n  colour: red\n",
+    );
+    const r = await runLlmgw(["ctl", "endpoints", "set", file, "--edge", "http://127.0.0.1:1"], env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/endpoints\[0\]\.url/);
+    expect(r.stderr).toMatch(/endpoints\[0\]\.models/);
+    expect(r.stderr).toMatch(/endpoints\[1\]\.weight/);
+    expect(r.stderr).toMatch(/endpoints\[1\]\.colour: unknown key/);
+    expect(r.stderr).toMatch(/endpoints\[1\]\.id: duplicate id/);
+  });
+
+  it("parses the example endpoints file", async () => {
+    const { readFileSync } = await import("node:fs");
+    const eps = parseEndpointsFile(readFileSync("infra/examples/endpoints.yaml", "utf8"), "example");
+    expect(eps.map((e) => e.via)).toEqual(["vpc", "vpc", "tunnel", "direct"]);
+  });
+
+  it("EdgeSync refuses a missing or wrong bearer token", async () => {
+    const wrong = await runLlmgw(["keys", "list", "--edge", edge.url], { LLMGW_EDGE_TOKEN: "nope" });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/bearer token/);
+    const raw = await fetch(`${edge.url}/edge.v1.EdgeSyncService/ListKeys`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(raw.status).toBe(401);
+  });
+
+  it("EdgeSync validates what it stores and versions documents", async () => {
+    await expect(
+      edge.sync.putEndpointSets({ endpoints: [{ id: "x", url: "not a url", models: ["m"] }] }),
+    ).rejects.toThrow(/endpoints\[0\]\.url/);
+    await expect(
+      edge.sync.putCatalog({ models: [{ name: "a", aliases: [], fallbacks: ["missing"], routing: "" }] }),
+    ).rejects.toThrow(/fallbacks/);
+    const v1 = await edge.sync.putCatalog({
+      models: [{ name: "a", aliases: [], fallbacks: [], routing: "" }],
+      version: 10n,
+    });
+    expect(v1.version).toBe(10n);
+    await expect(edge.sync.putCatalog({ models: [], version: 5n })).rejects.toThrow(/not newer/);
+    expect((await edge.sync.putCatalog({ models: [] })).version).toBe(11n);
+    await edge.sync.pushLoad({ loads: [{ endpointId: "hand-1", waiting: 1, running: 2, kvUsage: 0.5 }] });
+  });
+});
