@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
-import { createLogger } from "../common/log.ts";
+import { createLogger, errorMessage } from "../common/log.ts";
+import { CatalogError } from "./catalog.ts";
 import { ConfigError, loadConfig } from "./config/load.ts";
 import { startControlPlane } from "./server.ts";
 
@@ -33,7 +34,27 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (loaded.envOverrides.length > 0)
     log.info("environment overrides applied", { keys: loaded.envOverrides });
-  const cp = await startControlPlane({ loaded, log });
+  let cp: Awaited<ReturnType<typeof startControlPlane>>;
+  try {
+    cp = await startControlPlane({ loaded, log });
+  } catch (err) {
+    if (err instanceof CatalogError) {
+      process.stderr.write(`${loaded.source}: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+  // SIGHUP re-reads the file: new desired state, nothing restarted. A file
+  // that no longer validates is refused and the running state kept.
+  process.on("SIGHUP", () => {
+    try {
+      cp.reload(loadConfig(values.config));
+    } catch (err) {
+      log.error("configuration reload refused; keeping the running configuration", {
+        error: errorMessage(err),
+      });
+    }
+  });
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       log.info("shutting down", { signal });

@@ -1,14 +1,23 @@
 import { parseArgs } from "node:util";
 import { ConnectError } from "@connectrpc/connect";
+import { parseDuration } from "../../common/duration.ts";
 import { errorMessage } from "../../common/log.ts";
 import { controlClient, DEFAULT_CONTROL_PLANE } from "./client.ts";
 import { nodeJson, nodesCommand } from "./nodes.ts";
+import { modelsCommand, replicasCommand } from "./replicas.ts";
 
 const HELP = `usage: llmgw ctl <command> [--control-plane URL] [--json]
 
 commands:
   nodes                 nodes with state, GPUs, fabric labels and last heartbeat
   node NAME             one node in full (JSON)
+  replicas              replicas with state, nodes and ranks, GPUs, ports, load, last failure
+  models                the catalog: models, aliases, profiles, ready/desired replicas
+  explain MODEL         where each replica of MODEL runs and why, or why it cannot run
+  cordon NODE           place nothing new on NODE (kept across control plane restarts)
+  uncordon NODE         undo cordon or drain
+  drain NODE [--deadline 10m]
+                        move NODE's replicas elsewhere, then stop what is left by the deadline
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
 
 --control-plane defaults to ${DEFAULT_CONTROL_PLANE} (or $LLMGW_CONTROL_PLANE).
@@ -30,6 +39,7 @@ export async function main(argv: string[]): Promise<number> {
     options: {
       "control-plane": { type: "string" },
       json: { type: "boolean" },
+      deadline: { type: "string" },
     },
   });
   const url = values["control-plane"] ?? process.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE;
@@ -44,6 +54,33 @@ export async function main(argv: string[]): Promise<number> {
         if (!name) throw new Error("usage: llmgw ctl node NAME");
         const { node } = await client.getNode({ name });
         process.stdout.write(`${JSON.stringify(node ? nodeJson(node) : null, null, 2)}\n`);
+        return 0;
+      }
+      case "replicas":
+        process.stdout.write(await replicasCommand(client, values.json ?? false));
+        return 0;
+      case "models":
+        process.stdout.write(await modelsCommand(client, values.json ?? false));
+        return 0;
+      case "explain": {
+        const model = positionals[0];
+        if (!model) throw new Error("usage: llmgw ctl explain MODEL [--json]");
+        const r = await client.explain({ model });
+        process.stdout.write(values.json ? `${r.json}\n` : `${r.lines.join("\n")}\n`);
+        return 0;
+      }
+      case "cordon":
+      case "uncordon":
+      case "drain": {
+        const node = positionals[0];
+        if (!node) throw new Error(`usage: llmgw ctl ${command} NODE`);
+        if (command === "cordon") await client.cordon({ node });
+        else if (command === "uncordon") await client.uncordon({ node });
+        else {
+          const deadlineMs = values.deadline ? parseDuration(values.deadline) : 0;
+          await client.drain({ node, deadlineMs });
+        }
+        process.stdout.write(`${node}: ${command === "drain" ? "draining" : `${command}ed`}\n`);
         return 0;
       }
       default:
