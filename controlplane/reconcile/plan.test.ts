@@ -273,6 +273,34 @@ describe("adoption", () => {
     expect(w.plan(2)).toEqual([]);
   });
 
+  it("adopts into a slot that was already waiting when the agent re-registers late", () => {
+    const w = new World(catalogOf({ ...SMALL, profiles: [{ ...SMALL.profiles[0], replicas: { min: 1 } }] }), {
+      a: { cordoned: true },
+    });
+    expect(kinds(w.plan(0))).toEqual(["wait llama-8b/1gpu/0"]);
+    w.table.observeRegistration(
+      "a",
+      [{ replicaId: "llama-8b/1gpu/0", rank: 0, generation: 3, state: "ready", gpus: [0], spec: spec8b }],
+      5,
+    );
+    expect(kinds(w.plan(6))).toEqual(["adopt llama-8b/1gpu/0"]);
+    expect(w.table.get("llama-8b/1gpu/0")?.waiting).toBeUndefined();
+    expect(w.plan(7)).toEqual([]);
+  });
+
+  it("holds new placements until placeAfter, while adopting what is reported", () => {
+    const w = new World(catalogOf(SMALL), { a: {}, b: {} });
+    w.settings = { ...w.settings, placeAfter: 60_000 };
+    w.table.observeRegistration(
+      "a",
+      [{ replicaId: "llama-8b/1gpu/0", rank: 0, generation: 1, state: "ready", gpus: [0], spec: spec8b }],
+      0,
+    );
+    const early = w.plan(1_000);
+    expect(kinds(early)).toEqual(["adopt llama-8b/1gpu/0", "wait llama-8b/1gpu/1", "wait llama-8b/1gpu/2"]);
+    expect(kinds(w.plan(60_000))).toEqual(["place llama-8b/1gpu/1", "place llama-8b/1gpu/2"]);
+  });
+
   it("stops reported shards that do not match the profile", () => {
     const w = new World(catalogOf(SMALL), { a: {} });
     w.table.observeRegistration(

@@ -348,6 +348,15 @@ class Pass {
       this.actions.push({ ...base, reason, until: b.retryAt, ...(explanation ? { explanation } : {}) });
       return;
     }
+    const hold = this.state.settings.placeAfter;
+    if (hold !== undefined && this.now < hold) {
+      this.actions.push({
+        ...base,
+        reason: "control plane started recently: waiting for agents to re-register before placing",
+        until: hold,
+      });
+      return;
+    }
     const known = this.unplaceable.get(prof.key);
     if (known) {
       this.actions.push({ ...base, reason: headline(known), explanation: { ...known, replicaId: id } });
@@ -418,18 +427,27 @@ export function plan(state: PlanState, now: number, opts: PlanOptions = {}): Act
   return pass.actions;
 }
 
-/** PlanSettings from the control section of the config. */
-export function planSettings(control: {
-  port_range: readonly [number, number] | number[];
-  base_backoff: number;
-  max_backoff: number;
-  lost_after: number;
-  startup_grace?: number | undefined;
-}): PlanSettings {
+/**
+ * PlanSettings from the control section of the config. With `startedAt`
+ * (the control plane's start), new placements are held for the startup
+ * grace so running replicas can be adopted first.
+ */
+export function planSettings(
+  control: {
+    port_range: readonly [number, number] | number[];
+    base_backoff: number;
+    max_backoff: number;
+    lost_after: number;
+    startup_grace?: number | undefined;
+  },
+  startedAt?: number,
+): PlanSettings {
+  const grace = control.startup_grace ?? control.lost_after;
   return {
     portRange: { first: control.port_range[0]!, last: control.port_range[1]! },
     baseBackoffMs: control.base_backoff,
     maxBackoffMs: control.max_backoff,
-    adoptionGraceMs: control.startup_grace ?? control.lost_after,
+    adoptionGraceMs: grace,
+    ...(startedAt !== undefined ? { placeAfter: startedAt + grace } : {}),
   };
 }

@@ -158,6 +158,14 @@ export class ReplicaTable {
     }
     if (DEAD.has(o.state)) return;
     const shard = this.shardFrom(node, o, now);
+    // A slot still waiting for placement (e.g. the first pass after a control
+    // plane restart ran before this agent re-registered) takes over a newer
+    // generation that is already running instead of stopping it.
+    const newer = o.generation !== undefined ? o.generation > r.generation : r.generation === 0;
+    if (r.shards.length === 0 && !r.retire && newer) {
+      this.becomeReported(r, node, o, now);
+      return;
+    }
     if (sameGen && r.origin === "reported" && !r.adopted) r.shards.push(shard);
     else r.retiring.push(shard); // unknown or older generation: the plan stops it
   }
@@ -221,7 +229,12 @@ export class ReplicaTable {
   private adoptCandidate(node: string, o: ObservedShard, now: number): void {
     const key = parseReplicaId(o.replicaId);
     const r = this.create(o.replicaId, key ?? { model: o.replicaId, profile: "", index: 0 });
+    this.becomeReported(r, node, o, now);
+  }
+
+  private becomeReported(r: ReplicaRecord, node: string, o: ObservedShard, now: number): void {
     r.generation = o.generation ?? 1;
+    delete r.waiting;
     r.origin = "reported";
     r.adopted = false;
     r.reportedAt = now;

@@ -115,6 +115,14 @@ export interface PlanSettings {
    * the control plane's startup grace).
    */
   adoptionGraceMs: number;
+  /**
+   * Unix ms before which nothing new is placed. A freshly started control
+   * plane sets it to its start + startup grace, so replicas running on nodes
+   * that have not re-registered yet are adopted when they do, instead of
+   * being placed a second time elsewhere. Restarts, stops and adoption
+   * proceed as usual.
+   */
+  placeAfter?: number;
 }
 
 export interface PlanState {
