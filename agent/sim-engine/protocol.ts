@@ -66,15 +66,31 @@ export type ChatRequest = z.infer<typeof ChatRequest>;
 
 export const CompletionRequest = z.looseObject({
   ...common,
-  prompt: z.union([
-    z.string(),
-    z.array(z.string()).min(1),
-    z.array(z.number().int().min(0)).min(1),
-    z.array(z.array(z.number().int().min(0)).min(1)).min(1),
-  ]),
+  // Element types are checked by promptOf: a zod union over long token arrays builds an
+  // issue per element for every branch it rejects, which costs more than the request's prefill.
+  prompt: z.union([z.string(), z.array(z.unknown()).min(1)]),
   echo: z.boolean().nullish(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
+
+const isTokenId = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= 0;
+
+/** The one prompt of a completion request: a string or token ids (batches of one are unwrapped). */
+export function promptOf(p: CompletionRequest["prompt"]): string | number[] {
+  if (typeof p === "string") return p;
+  const first = p[0];
+  if (typeof first === "string" || Array.isArray(first)) {
+    if (p.length > 1) throw new ApiError(400, "batched prompts are not supported by this engine", "prompt");
+    if (typeof first === "string") return first;
+    if (first.length === 0 || !first.every(isTokenId)) {
+      throw new ApiError(400, "prompt: expected a string or an array of token ids", "prompt");
+    }
+    return first as number[];
+  }
+  if (!p.every(isTokenId))
+    throw new ApiError(400, "prompt: expected a string or an array of token ids", "prompt");
+  return p as number[];
+}
 
 export function zodToApiError(err: z.ZodError): ApiError {
   const issue = err.issues[0]!;

@@ -22,6 +22,7 @@ import {
   errorBody,
   messageText,
   modelsBody,
+  promptOf,
   type UsageMode,
   usageJson,
   usageMode,
@@ -144,14 +145,14 @@ export class SimServer {
     const r = parsed.data;
     const model = this.checkModel(r.model);
     if ((r.n ?? 1) > 1) throw new ApiError(400, "n > 1 is not supported by this engine", "n");
-    let prompt: string | number[];
-    const p = r.prompt;
-    if (typeof p === "string") prompt = p;
-    else if (typeof p[0] === "string" || Array.isArray(p[0])) {
-      if (p.length > 1) throw new ApiError(400, "batched prompts are not supported by this engine", "prompt");
-      prompt = p[0] as string | number[];
-    } else prompt = p as number[];
-    this.generate("completion", model, completionPromptTokens(prompt), r.max_tokens ?? undefined, r, res);
+    this.generate(
+      "completion",
+      model,
+      completionPromptTokens(promptOf(r.prompt)),
+      r.max_tokens ?? undefined,
+      r,
+      res,
+    );
   }
 
   private checkModel(model: string | null | undefined): string {
