@@ -15,7 +15,7 @@ import type { Assignment, PlacementNode, PortRange } from "./types.ts";
  * reconcile pass builds a thousand of these every few seconds and almost
  * never touches most of them.
  */
-export class NodeView {
+export class NodeView implements PortSet {
   private extraGpus: Set<number> | undefined;
   private extraPorts: Set<number> | undefined;
   /** Ports held inside the range, kept so the port stage is O(1). */
@@ -50,7 +50,13 @@ export class NodeView {
   }
 
   /** Every held port (snapshot and pass), for the port allocator. */
-  readonly ports: PortSet = { has: (p) => this.portUsed(p) };
+  get ports(): PortSet {
+    return this;
+  }
+
+  has(port: number): boolean {
+    return this.portUsed(port);
+  }
 
   holdGpus(gpus: Iterable<number>): void {
     for (const g of gpus) {

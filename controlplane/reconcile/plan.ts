@@ -88,7 +88,7 @@ export function specMismatch(spec: ShardSpecSummary | undefined, p: CatalogProfi
 
 class Pass {
   readonly actions: Action[] = [];
-  readonly fleet: Fleet;
+  private fleetView: Fleet | undefined;
   private readonly nodes = new Map<string, PlacementNode>();
   private readonly backoff: Map<string, ModelBackoff>;
   private readonly bumped = new Set<string>();
@@ -103,17 +103,29 @@ class Pass {
   ) {
     for (const n of state.nodes) this.nodes.set(n.name, n);
     this.backoff = new Map(state.backoff);
-    this.fleet = new Fleet(state.nodes, state.settings.portRange);
-    for (const r of state.replicas) {
-      const key = `${r.model}/${r.profile}`;
-      for (const s of r.shards) this.hold(key, s);
-      for (const s of r.retiring) this.hold(key, s);
-    }
   }
 
-  private hold(key: string, s: ShardRecord): void {
+  /**
+   * The working view of the fleet, built on the first placement of the pass:
+   * a steady-state pass places nothing and so never pays for it. Building it
+   * late sees the same holds as building it early, because the plan never
+   * changes the records it reads.
+   */
+  private get fleet(): Fleet {
+    if (this.fleetView) return this.fleetView;
+    const fleet = new Fleet(this.state.nodes, this.state.settings.portRange);
+    for (const r of this.state.replicas) {
+      const key = `${r.model}/${r.profile}`;
+      for (const s of r.shards) this.hold(fleet, key, s);
+      for (const s of r.retiring) this.hold(fleet, key, s);
+    }
+    this.fleetView = fleet;
+    return fleet;
+  }
+
+  private hold(fleet: Fleet, key: string, s: ShardRecord): void {
     if (isDead(s) || this.lost(s.node)) return;
-    this.fleet.hold(s.node, key, s.gpus, [s.ports.http, ...s.ports.distInit]);
+    fleet.hold(s.node, key, s.gpus, [s.ports.http, ...s.ports.distInit]);
   }
 
   lost(node: string): boolean {
