@@ -57,6 +57,7 @@ export class SimServer {
   private readonly startTime = Date.now() / 1000;
   /** Hung requests are kept here so nothing collects their sockets. */
   private readonly hung = new Set<ServerResponse>();
+  private readonly orcaFormat = new WeakMap<ServerResponse, "text" | "json">();
 
   constructor(opts: ServerOptions) {
     this.opts = opts;
@@ -122,6 +123,8 @@ export class SimServer {
       throw new ApiError(405, "Method Not Allowed");
     }
     const body = await readJson(req);
+    const orca = String(req.headers["endpoint-load-metrics-format"] ?? "").toLowerCase();
+    if (orca === "text" || orca === "json") this.orcaFormat.set(res, orca);
     if (path === "/v1/chat/completions") return this.chat(body, res);
     return this.completions(body, res);
   }
@@ -189,7 +192,7 @@ export class SimServer {
     const stream = r.stream === true;
     if (fate === "hang-first-token") {
       if (stream) {
-        res.writeHead(200, SSE_HEADERS);
+        res.writeHead(200, { ...SSE_HEADERS, ...this.loadHeader(res) });
         res.flushHeaders();
       }
       this.hang(res);
@@ -212,7 +215,7 @@ export class SimServer {
     let cached = 0;
 
     if (stream || fate === "crash") {
-      res.writeHead(200, stream ? SSE_HEADERS : JSON_HEADERS);
+      res.writeHead(200, { ...(stream ? SSE_HEADERS : JSON_HEADERS), ...this.loadHeader(res) });
       res.flushHeaders();
     }
     res.on("close", () => {
@@ -238,7 +241,11 @@ export class SimServer {
           reason,
           usage,
         );
-        res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json) });
+        res.writeHead(200, {
+          ...JSON_HEADERS,
+          "content-length": Buffer.byteLength(json),
+          ...this.loadHeader(res),
+        });
         res.end(json);
       }
     };
@@ -317,6 +324,30 @@ export class SimServer {
       },
       { onEvent },
     );
+  }
+
+  /**
+   * vLLM's ORCA load report: with request header `endpoint-load-metrics-format: TEXT|JSON`
+   * the response carries `endpoint-load-metrics` (KV usage and queue length at that moment),
+   * so a router gets live load with every answer instead of waiting for a scrape.
+   */
+  private loadHeader(res: ServerResponse): Record<string, string> {
+    const format = this.orcaFormat.get(res);
+    if (!format) return {};
+    const cores = this.opts.runner.cores;
+    let waiting = 0;
+    let kv = 0;
+    for (const c of cores) {
+      const g = c.gauges();
+      waiting += g.waiting;
+      kv += g.kvUsage / cores.length;
+    }
+    const f = (v: number) => (Number.isInteger(v) ? `${v}.0` : String(v));
+    const value =
+      format === "text"
+        ? `TEXT named_metrics.kv_cache_usage_perc=${f(kv)}, named_metrics.num_requests_waiting=${f(waiting)}`
+        : `JSON {"named_metrics": {"kv_cache_usage_perc": ${f(kv)}, "num_requests_waiting": ${f(waiting)}}}`;
+    return { "endpoint-load-metrics": value };
   }
 
   private crash(): void {

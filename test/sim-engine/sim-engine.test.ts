@@ -218,6 +218,18 @@ describe("OpenAI surface", () => {
     expect(long.usage!.completion_tokens).toBe(300);
   });
 
+  it("reports load in vLLM's ORCA response header when asked", async () => {
+    const res = await fetch(`${main.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "endpoint-load-metrics-format": "TEXT" },
+      body: JSON.stringify({ prompt: "a", max_tokens: 1 }),
+    });
+    expect(res.headers.get("endpoint-load-metrics")).toMatch(
+      /^TEXT named_metrics\.kv_cache_usage_perc=[\d.]+, named_metrics\.num_requests_waiting=[\d.]+$/,
+    );
+    await res.text();
+  });
+
   it("rejects bad requests in vLLM's error shape", async () => {
     const tooLong = "word ".repeat(3000);
     await expect(
