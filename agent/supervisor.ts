@@ -20,7 +20,7 @@ import {
   processAlive,
   spawnEngine,
 } from "./engine-process.ts";
-import type { EngineLaunch, NodeContext } from "./engines/adapter.ts";
+import { type EngineLaunch, listenHost, type NodeContext } from "./engines/adapter.ts";
 import { binaryFor, portsInUse } from "./engines/launch-facts.ts";
 import { adapterFor, type EngineBins, knownEngines } from "./engines/registry.ts";
 import {
@@ -404,7 +404,7 @@ export class Supervisor {
     } catch (err) {
       this.log.warn("no GPU inventory for validation", { error: errorMessage(err) });
     }
-    const ports = launch ? await portsInUse(portsToBind(spec, launch)) : [];
+    const ports = launch ? await portsInUse(portsToBind(spec, launch), listenHost(this.options.node)) : [];
     if (run !== shard.run) return;
     const problems = validateLaunch(
       spec,

@@ -82,7 +82,11 @@ export function observedFrom(s: ShardStatus): ObservedShard | undefined {
 export interface ShardRuntime {
   load?: ShardLoad;
   pid?: number;
+  /** The spec the agent last reported running, to claim the shard with after adoption. */
+  spec?: StartShard;
 }
+
+const LIVE: ReadonlySet<string> = new Set(["starting", "ready", "draining"]);
 
 export class Reconciler {
   readonly table = new ReplicaTable();
@@ -92,7 +96,9 @@ export class Reconciler {
   private config: Config;
   private timer: NodeJS.Timeout | undefined;
   private soon: NodeJS.Timeout | undefined;
+  private graceTimer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
+  private readonly startedAt: number;
   passes = 0;
   lastPassMs = 0;
 
@@ -104,6 +110,7 @@ export class Reconciler {
     this.config = config;
     this.catalog = catalog;
     this.now = deps.now ?? Date.now;
+    this.startedAt = this.now();
   }
 
   get currentCatalog(): Catalog {
@@ -113,10 +120,15 @@ export class Reconciler {
   start(): void {
     this.timer = setInterval(() => this.pass("interval"), this.config.control.interval);
     this.trigger("start");
+    const placeAfter = this.settings().placeAfter;
+    if (placeAfter !== undefined && placeAfter > this.now()) {
+      this.graceTimer = setTimeout(() => this.trigger("startup grace over"), placeAfter - this.now());
+    }
   }
 
   stop(): void {
     clearInterval(this.timer);
+    clearTimeout(this.graceTimer);
     clearTimeout(this.soon);
   }
 
@@ -145,6 +157,15 @@ export class Reconciler {
       return o ? [o] : [];
     });
     this.table.observeRegistration(node, observed, this.now());
+    // An agent that restarted re-adopted its engines but holds them as
+    // unclaimed, and stops them after its orphan grace unless the control
+    // plane asks for them again: a StartShard of the running generation is
+    // that claim. Replicas the table already owns are claimed now; ones it
+    // learned from this registration wait for the plan's adopt.
+    for (const o of observed) {
+      const r = this.table.get(o.replicaId);
+      if (r?.adopted && !r.retire) this.claim(node, r.id, o.rank, r.generation);
+    }
     this.trigger(`${node} registered`);
   }
 
@@ -163,8 +184,14 @@ export class Reconciler {
     return this.deps.registry.list().map((n) => placementNode(n, this.deps.intents.get(n.name)));
   }
 
+  /**
+   * With `startedAt`, the planner places nothing during the startup grace:
+   * agents of a fleet that outlived a control plane restart need time to
+   * report what they run, and placing before they have would start second
+   * copies of replicas that are still serving.
+   */
   settings() {
-    return planSettings(this.config.control);
+    return planSettings(this.config.control, this.startedAt);
   }
 
   explain(model: string) {
@@ -194,7 +221,18 @@ export class Reconciler {
     const rt = this.runtime.get(key) ?? {};
     if (s.load && s.load.scrapedAtUnixMs > 0n) rt.load = s.load;
     if (s.pid) rt.pid = s.pid;
+    if (s.spec) rt.spec = s.spec;
     this.runtime.set(key, rt);
+  }
+
+  /** Re-sends the exact spec a shard runs; the agent treats the same generation as a claim, not a restart. */
+  private claim(node: string, replicaId: string, rank: number, generation: number): void {
+    const r = this.table.get(replicaId);
+    const shard = r?.shards.find((s) => s.node === node && s.rank === rank);
+    const spec = this.runtime.get(`${replicaId}#${rank}@${node}`)?.spec;
+    if (!shard || !LIVE.has(shard.state) || !spec) return;
+    if (Number(spec.generation) !== generation) return;
+    this.deps.streams.send(node, create(ControlMessageSchema, { msg: { case: "startShard", value: spec } }));
   }
 
   private send(a: Action): void {
@@ -241,6 +279,10 @@ export class Reconciler {
         }
         return;
       }
+      case "adopt":
+        for (const s of this.table.get(a.replicaId)?.shards ?? [])
+          this.claim(s.node, a.replicaId, s.rank, a.generation);
+        return;
       case "restart":
         for (const s of a.stop) {
           streams.send(

@@ -19,8 +19,13 @@ export function portFree(port: number, host = "0.0.0.0"): Promise<boolean> {
   });
 }
 
-export async function portsInUse(ports: readonly number[]): Promise<number[]> {
-  const free = await Promise.all(ports.map((p) => portFree(p)));
+/**
+ * Probed on the address the engine will bind: several simulated nodes on one
+ * host (distinct 127.x addresses) may each use the same port numbers, just
+ * as real nodes do.
+ */
+export async function portsInUse(ports: readonly number[], host?: string): Promise<number[]> {
+  const free = await Promise.all(ports.map((p) => portFree(p, host)));
   return ports.filter((_, i) => !free[i]);
 }
 

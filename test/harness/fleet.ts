@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Client } from "@connectrpc/connect";
@@ -67,6 +67,22 @@ export interface AgentOptions {
   fabric?: Record<string, string>;
   extra?: string[];
   stateDir?: string;
+  advertiseAddress?: string;
+}
+
+/**
+ * Each simulated node gets its own loopback address (127.0.0.2, .3, …), so
+ * engines of different "nodes" on this one host can use the same port
+ * numbers, exactly as engines on real nodes do.
+ */
+const loopbackOf = new Map<string, string>();
+export function loopbackAddress(node: string): string {
+  let a = loopbackOf.get(node);
+  if (!a) {
+    a = `127.0.0.${loopbackOf.size + 2}`;
+    loopbackOf.set(node, a);
+  }
+  return a;
 }
 
 export function startAgent(cp: ControlPlaneHandle, node: string, o: AgentOptions = {}): Proc {
@@ -81,11 +97,59 @@ export function startAgent(cp: ControlPlaneHandle, node: string, o: AgentOptions
     "--simulate-gpus",
     o.gpus ?? "8xH100-80GB",
     "--advertise-address",
-    "127.0.0.1",
+    o.advertiseAddress ?? loopbackAddress(node),
     "--state-dir",
     stateDir,
     ...Object.entries(o.fabric ?? {}).flatMap(([k, v]) => ["--fabric", `${k}=${v}`]),
     ...(o.extra ?? []),
   ];
   return startLlmgw(`agent-${node}`, args);
+}
+
+/** `/proc/<pid>/cmdline` as argv; null when the process is gone. */
+export function processArgv(pid: number): string[] | null {
+  try {
+    const raw = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    return raw.length === 0 ? null : raw.replace(/\0$/, "").split("\0");
+  } catch {
+    return null;
+  }
+}
+
+/** True while `pid` exists and is not a zombie. */
+export function processRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return !/^\d+ \(.*\) Z /.test(stat);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * SIGKILLs the process group of every process whose command line contains
+ * `needle` (e.g. a model source unique to one test run). Engines are
+ * detached from their agents, so this is how a test makes sure none it
+ * started outlives it, whatever state its agents' state files are in.
+ */
+export function killProcessesMatching(needle: string): number[] {
+  const killed: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const pid = Number(entry);
+    if (pid < 2 || pid === process.pid) continue;
+    const argv = processArgv(pid);
+    if (!argv?.some((a) => a.includes(needle))) continue;
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        continue; // already gone
+      }
+    }
+    killed.push(pid);
+  }
+  return killed;
 }

@@ -1,0 +1,153 @@
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEngines } from "../harness/engines.ts";
+import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
+import { type Proc, waitUntil } from "../harness/process.ts";
+
+// Two 8-GPU nodes on fabric A, one on fabric B. A 2-node model (tensor
+// parallel 8 × pipeline parallel 2) must land on A; the 1-GPU model's three
+// replicas bin-pack onto what is left, which is B.
+//
+// startup_grace holds placement until all three agents have registered, as
+// it holds it after a control plane restart until agents have reported what
+// they run. lost_freeze_fraction is raised because this test kills two of three
+// nodes on purpose; at the default (half) the control plane would rightly
+// refuse to call them lost.
+const CONFIG = `
+control:
+  interval: 1s
+  unreachable_after: 2s
+  lost_after: 4s
+  startup_grace: 4s
+  heartbeat_interval: 300ms
+  lost_freeze_fraction: 0.8
+  port_range: [23000, 23099]
+models:
+  - name: big
+    profiles:
+      - name: tp8pp2
+        engine: vllm
+        source: meta-llama/Llama-3.1-70B-Instruct
+        tensor_parallel: 8
+        pipeline_parallel: 2
+        nodes: 2
+        fabric: ib
+        gpu: { model: H100, min_memory_gib: 80 }
+        engine_args: ["--max-model-len", "8192", "--sim-speed", "20"]
+        startup_deadline: 60s
+  - name: small
+    profiles:
+      - name: 1gpu
+        engine: vllm
+        source: meta-llama/Llama-3.1-8B-Instruct
+        engine_args: ["--max-model-len", "8192", "--sim-speed", "20"]
+        replicas: { min: 3 }
+        startup_deadline: 60s
+`;
+
+type ReplicaJson = {
+  id: string;
+  model: string;
+  state: string;
+  shards: { rank: number; node: string; gpus: number[]; ports: { http: number; distInit: number[] } }[];
+};
+
+describe("placement, the reconciler and explain (real processes)", () => {
+  let cp: ControlPlaneHandle;
+  const agents: Record<string, Proc> = {};
+
+  beforeAll(async () => {
+    cp = await startControlPlane(CONFIG);
+    const extra = ["--vllm-bin", "test/bin/vllm", "--stable-after", "1s"];
+    agents.a1 = startAgent(cp, "a1", { fabric: { ib: "fabric-a" }, extra });
+    agents.a2 = startAgent(cp, "a2", { fabric: { ib: "fabric-a" }, extra });
+    agents.b1 = startAgent(cp, "b1", { fabric: { ib: "fabric-b" }, extra });
+  });
+
+  afterAll(async () => {
+    await Promise.all(Object.values(agents).map((a) => a.kill()));
+    await cp?.proc.kill();
+    killEngines(join(cp.dir, "agents"));
+  });
+
+  async function replicas(): Promise<ReplicaJson[]> {
+    const r = await cp.ctl("replicas", "--json");
+    expect(r.code, r.stderr).toBe(0);
+    return JSON.parse(r.stdout) as ReplicaJson[];
+  }
+
+  it("places the 2-node model on one fabric and the 1-GPU replicas on what is left; every agent starts its shards", async () => {
+    const ready = await waitUntil(
+      "all four replicas ready",
+      async () => {
+        const list = await replicas();
+        return list.length === 4 && list.every((r) => r.state === "ready") ? list : undefined;
+      },
+      45_000,
+      250,
+    );
+    const big = ready.find((r) => r.model === "big")!;
+    expect(big.shards.map((s) => [s.rank, s.node]).sort()).toEqual([
+      [0, expect.stringMatching(/^a[12]$/)],
+      [1, expect.stringMatching(/^a[12]$/)],
+    ]);
+    expect(new Set(big.shards.map((s) => s.node)).size).toBe(2);
+    for (const s of big.shards) expect(s.gpus).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    // Rank 0 carries the rendezvous port the other rank dials.
+    const rank0 = big.shards.find((s) => s.rank === 0)!;
+    expect(rank0.ports.distInit.length).toBeGreaterThan(0);
+
+    const small = ready.filter((r) => r.model === "small");
+    expect(small).toHaveLength(3);
+    for (const r of small) expect(r.shards).toEqual([expect.objectContaining({ node: "b1" })]);
+    expect(new Set(small.map((r) => r.shards[0]!.gpus[0])).size).toBe(3);
+    const ports = small.map((r) => r.shards[0]!.ports.http);
+    expect(new Set(ports).size).toBe(3);
+    for (const p of ports) expect(p).toBeGreaterThanOrEqual(23000);
+
+    // Each agent received its StartShard and launched through the vLLM adapter.
+    await agents.a1!.waitFor(/"replica":"big\/tp8pp2\/0".*"state":"ready"/);
+    await agents.a2!.waitFor(/"replica":"big\/tp8pp2\/0".*"state":"ready"/);
+    for (let i = 0; i < 3; i++)
+      await agents.b1!.waitFor(new RegExp(`"replica":"small/1gpu/${i}".*"state":"ready"`));
+
+    const explain = await cp.ctl("explain", "big");
+    expect(explain.stdout).toMatch(/big\/tp8pp2\/0 placed: /);
+  });
+
+  it("kill the fabric-A agents: once their nodes are lost, explain says why the 2-node model cannot run", async () => {
+    for (const n of ["a1", "a2"]) {
+      agents[n]!.child.kill("SIGKILL");
+      await agents[n]!.exited;
+    }
+    await waitUntil(
+      "a1 and a2 lost",
+      async () => (await cp.nodes()).filter((n) => n.state === "lost").length === 2,
+      20_000,
+    );
+    const text = await waitUntil(
+      "explain to give up on big",
+      async () => {
+        const r = await cp.ctl("explain", "big");
+        return /0\/3 nodes can host big\/tp8pp2/.test(r.stdout) ? r.stdout : undefined;
+      },
+      20_000,
+      250,
+    );
+    expect(text).toMatch(/2 lost/);
+    // The one node left has 5 of its 8 GPUs free after the small replicas.
+    expect(text).toMatch(/1 ha(s|ve) fewer than 8 free GPUs/);
+    const json = JSON.parse((await cp.ctl("explain", "big", "--json")).stdout) as {
+      nodesTotal: number;
+      nodesFeasible: number;
+      rejected: { reason: string; count: number }[];
+    }[];
+    expect(json[0]).toMatchObject({ nodesTotal: 3, nodesFeasible: 0 });
+    expect(json[0]!.rejected).toEqual(
+      expect.arrayContaining([expect.objectContaining({ reason: "lost", count: 2 })]),
+    );
+    // The small model was never disturbed.
+    const small = (await replicas()).filter((r) => r.model === "small");
+    expect(small.every((r) => r.state === "ready")).toBe(true);
+  });
+});
