@@ -150,4 +150,38 @@ describe("placement, the reconciler and explain (real processes)", () => {
     const small = (await replicas()).filter((r) => r.model === "small");
     expect(small.every((r) => r.state === "ready")).toBe(true);
   });
+
+  it("a control plane restart adopts running shards (same PIDs) and keeps operator intent (SQLite)", async () => {
+    const pidsBefore = new Map(
+      (await replicasWithPids()).filter((r) => r.model === "small").map((r) => [r.id, r.shards[0]!.pid]),
+    );
+    expect([...pidsBefore.values()].every((p) => typeof p === "number" && p > 0)).toBe(true);
+    expect((await cp.ctl("cordon", "b1")).stdout).toContain("b1: cordoned");
+    cp.proc.child.kill("SIGKILL");
+    await cp.proc.exited;
+    await cp.restart();
+    const after = await waitUntil(
+      "small replicas adopted",
+      async () => {
+        const list = (await replicasWithPids()).filter((r) => r.model === "small");
+        return list.length === 3 && list.every((r) => r.state === "ready") ? list : undefined;
+      },
+      30_000,
+      250,
+    );
+    for (const r of after) {
+      expect(r.shards[0]!.pid).toBe(pidsBefore.get(r.id));
+      expect(r.restarts).toBe(0);
+    }
+    const b1 = (await cp.nodes()).find((n) => n.name === "b1")!;
+    expect(b1.cordoned).toBe(true);
+    expect((await cp.ctl("nodes")).stdout).toMatch(/b1 \(cordoned\)/);
+    await cp.ctl("uncordon", "b1");
+    expect((await cp.nodes()).find((n) => n.name === "b1")!.cordoned).toBe(false);
+  });
+
+  async function replicasWithPids() {
+    const r = await cp.ctl("replicas", "--json");
+    return JSON.parse(r.stdout) as (ReplicaJson & { restarts: number; shards: { pid: number | null }[] })[];
+  }
 });
