@@ -19,16 +19,20 @@ export interface Edge {
   stop(): Promise<void>;
 }
 
-export async function startEdge(router: Record<string, unknown> = {}, name = "edge"): Promise<Edge> {
+/** `wrangler dev` for a config, on a free port with its own state directory. */
+export async function startWrangler(
+  config: string,
+  vars: Record<string, string>,
+  name: string,
+): Promise<{ url: string; proc: Proc; stop(): Promise<void> }> {
   const port = await freePort();
   const inspector = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-"));
-  const token = `edge-test-${Math.random().toString(36).slice(2)}`;
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-wrangler-"));
   const proc = startProcess(name, process.execPath, [
     WRANGLER,
     "dev",
     "--config",
-    join(REPO, "wrangler.toml"),
+    config,
     "--ip",
     "127.0.0.1",
     "--port",
@@ -38,23 +42,27 @@ export async function startEdge(router: Record<string, unknown> = {}, name = "ed
     "--persist-to",
     dir,
     "--show-interactive-dev-session=false",
-    "--var",
-    `EDGE_SYNC_TOKEN:${token}`,
-    "--var",
-    `LLMGW_ROUTER:${JSON.stringify(router)}`,
+    ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ]);
   await proc.waitFor(/Ready on http/, 60_000);
-  const url = `http://127.0.0.1:${port}`;
   return {
-    url,
-    token,
+    url: `http://127.0.0.1:${port}`,
     proc,
-    sync: edgeSyncClient(url, token),
     async stop() {
       await proc.kill();
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+export async function startEdge(router: Record<string, unknown> = {}, name = "edge"): Promise<Edge> {
+  const token = `edge-test-${Math.random().toString(36).slice(2)}`;
+  const w = await startWrangler(
+    join(REPO, "wrangler.toml"),
+    { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
+    name,
+  );
+  return { url: w.url, token, proc: w.proc, sync: edgeSyncClient(w.url, token), stop: w.stop };
 }
 
 export interface Sim {

@@ -1,0 +1,228 @@
+/**
+ * bench:edge — what the edge adds on the request path (auth, ledger
+ * admission, pick, usage-sniffing proxy), measured in one run against the
+ * same sim engine called directly and through a bare pass-through Worker
+ * (bench/passthrough-worker.ts) in the same `wrangler dev`/workerd setup.
+ *
+ * Both Workers run in workerd through Miniflare, bundled exactly as
+ * `wrangler deploy` would bundle them (`wrangler deploy --dry-run
+ * --outdir`). Not through `wrangler dev`: its ProxyWorker (a second workerd
+ * instance relaying over HTTP, plus per-request logging in Node) caps both
+ * Workers at ~65 req/s on this machine and would hide what is measured.
+ *
+ * Streamed chat completions at a fixed concurrency; TTFT = request start to
+ * the first SSE data event at the client. Targets are run in rotating
+ * rounds so drift on a noisy machine hits all three alike.
+ * Targets: edge p50 TTFT within 2 ms of the pass-through, and at least
+ * 80 % of its requests per second.
+ *
+ * Env: CONCURRENCY (16), REQUESTS per target per round (400), ROUNDS (3),
+ * MAX_TOKENS (16), SIM_SPEED (1000).
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+// Miniflare ships with wrangler (same workerd build); not a direct dependency.
+import { Miniflare } from "miniflare";
+import { edgeSyncClient, hashSecret, newSecret } from "../controlplane/ctl/keys.ts";
+import { startSim, WRANGLER } from "../test/edge/helpers.ts";
+import { freePort, REPO } from "../test/harness/process.ts";
+
+const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
+const REQUESTS = Number(process.env.REQUESTS ?? 400);
+const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const MAX_TOKENS = Number(process.env.MAX_TOKENS ?? 16);
+const SIM_SPEED = process.env.SIM_SPEED ?? "1000";
+
+interface Target {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+  ttft: number[];
+  ms: number;
+  done: number;
+  errors: number;
+}
+
+async function one(t: Target, i: number): Promise<void> {
+  const t0 = performance.now();
+  const res = await fetch(`${t.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...t.headers },
+    body: JSON.stringify({
+      model: "bench",
+      messages: [{ role: "user", content: `Request ${i % 50}: tell me something.` }],
+      max_tokens: MAX_TOKENS,
+      stream: true,
+    }),
+  });
+  if (res.status !== 200 || !res.body) {
+    t.errors++;
+    await res.text().catch(() => {});
+    return;
+  }
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let first = true;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (first && dec.decode(value, { stream: true }).includes("data: ")) {
+      t.ttft.push(performance.now() - t0);
+      first = false;
+    }
+  }
+  t.done++;
+}
+
+async function run(t: Target, n: number, record: boolean): Promise<void> {
+  const scratch: Target = { ...t, ttft: [], ms: 0, done: 0, errors: 0 };
+  const target = record ? t : scratch;
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < n) await one(target, next++);
+    }),
+  );
+  if (record) t.ms += performance.now() - t0;
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
+}
+
+/** Bundles a Worker the way `wrangler deploy` does and returns the entry module's path. */
+function bundle(config: string, outdir: string, entry: string): string {
+  const r = spawnSync(
+    process.execPath,
+    [WRANGLER, "deploy", "--dry-run", "--config", config, "--outdir", outdir],
+    {
+      cwd: REPO,
+      encoding: "utf8",
+    },
+  );
+  if (r.status !== 0) throw new Error(`wrangler deploy --dry-run failed:\n${r.stdout}\n${r.stderr}`);
+  return join(outdir, entry);
+}
+
+async function main(): Promise<void> {
+  process.stderr.write("bundling, starting sim engine, edge and pass-through Worker...\n");
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-edge-"));
+  const edgeScript = bundle(join(REPO, "wrangler.toml"), join(dir, "edge"), "worker.js");
+  const passScript = bundle(
+    join(REPO, "bench", "passthrough.wrangler.toml"),
+    join(dir, "pass"),
+    "passthrough-worker.js",
+  );
+  const sim = await startSim("bench", ["--sim-speed", SIM_SPEED, "--max-num-seqs", "512"]);
+  const token = newSecret();
+  const runtime = {
+    compatibilityDate: "2026-04-01",
+    compatibilityFlags: ["enable_request_signal"],
+    host: "127.0.0.1",
+  };
+  const edgeMf = new Miniflare({
+    ...runtime,
+    modules: true,
+    scriptPath: edgeScript,
+    modulesRoot: join(dir, "edge"),
+    port: await freePort(),
+    kvNamespaces: ["LLMGW_KV"],
+    durableObjects: { KEY_LEDGER: { className: "KeyLedger", useSQLite: true } },
+    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: "{}" },
+  });
+  const passMf = new Miniflare({
+    ...runtime,
+    modules: true,
+    scriptPath: passScript,
+    modulesRoot: join(dir, "pass"),
+    port: await freePort(),
+    bindings: { UPSTREAM: sim.url },
+  });
+  const edgeUrl = String(await edgeMf.ready).replace(/\/$/, "");
+  const passUrl = String(await passMf.ready).replace(/\/$/, "");
+  try {
+    const sync = edgeSyncClient(edgeUrl, token);
+    await sync.putEndpointSets({
+      endpoints: [
+        { id: "bench-1", url: sim.url, models: ["bench"], pool: "default", weight: 1, via: "direct" },
+      ],
+    });
+    const secret = newSecret();
+    await sync.putKey({ key: { id: "bench", hash: hashSecret(secret), name: "bench", maxBand: "gold" } });
+    const key = { secret };
+    const mk = (name: string, url: string, headers: Record<string, string> = {}): Target => ({
+      name,
+      url,
+      headers,
+      ttft: [],
+      ms: 0,
+      done: 0,
+      errors: 0,
+    });
+    const targets = [
+      mk("engine direct", sim.url),
+      mk("bare pass-through Worker", passUrl),
+      mk("llmgw edge", edgeUrl, { authorization: `Bearer ${key.secret}` }),
+    ];
+    process.stderr.write("warming up...\n");
+    for (const t of targets) await run(t, 200, false);
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let k = 0; k < targets.length; k++) {
+        const t = targets[(k + r) % targets.length]!;
+        process.stderr.write(`round ${r + 1}/${ROUNDS}: ${t.name}\n`);
+        await run(t, REQUESTS, true);
+      }
+    }
+    const pt = targets[1]!;
+    const ptP50 = pct(pt.ttft, 50);
+    const ptRps = (pt.done / pt.ms) * 1000;
+    const rows = targets.map((t) => {
+      const rps = (t.done / t.ms) * 1000;
+      return [
+        t.name,
+        pct(t.ttft, 50).toFixed(2),
+        pct(t.ttft, 99).toFixed(2),
+        rps.toFixed(0),
+        (pct(t.ttft, 50) - ptP50).toFixed(2),
+        `${((rps / ptRps) * 100).toFixed(0)} %`,
+        String(t.errors),
+      ];
+    });
+    const header = [
+      "target",
+      "TTFT p50 ms",
+      "TTFT p99 ms",
+      "req/s",
+      "Δp50 vs pass-through ms",
+      "req/s vs pass-through",
+      "errors",
+    ];
+    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+    const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ")} |`;
+    process.stdout.write(
+      `\nbench:edge — streamed chat, max_tokens ${MAX_TOKENS}, concurrency ${CONCURRENCY}, ${ROUNDS}×${REQUESTS} requests per target, sim-speed ${SIM_SPEED}\n\n`,
+    );
+    process.stdout.write(
+      `${[line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`,
+    );
+    const e = targets[2]!;
+    const dP50 = pct(e.ttft, 50) - ptP50;
+    const ratio = ((e.done / e.ms) * 1000) / ptRps;
+    process.stdout.write(
+      `\ntargets: p50 TTFT within 2 ms of pass-through: ${dP50 <= 2 ? "met" : "MISSED"} (${dP50.toFixed(2)} ms); ` +
+        `≥ 80 % of its req/s: ${ratio >= 0.8 ? "met" : "MISSED"} (${(ratio * 100).toFixed(0)} %)\n`,
+    );
+  } finally {
+    await Promise.all([edgeMf.dispose(), passMf.dispose(), sim.stop()]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:edge failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exitCode = 1;
+});
