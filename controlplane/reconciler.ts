@@ -117,6 +117,10 @@ export class Reconciler {
     return this.catalog;
   }
 
+  get currentConfig(): Config {
+    return this.config;
+  }
+
   start(): void {
     this.timer = setInterval(() => this.pass("interval"), this.config.control.interval);
     this.trigger("start");

@@ -12,6 +12,8 @@ import { controlRoutes } from "./admin/control-service.ts";
 import { AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { buildCatalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { edgeSyncClient } from "./ctl/keys.ts";
+import { EdgePublisher } from "./edge-publisher.ts";
 import { IntentStore } from "./intent-store.ts";
 import { parseListen } from "./listen.ts";
 import { Reconciler } from "./reconciler.ts";
@@ -180,6 +182,28 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     agent_listen: config.agent_listen,
   });
   reconciler.start();
+  const edgeUrl = config.edge.url;
+  const edgeToken = process.env[config.edge.token_env];
+  let publisher: EdgePublisher | undefined;
+  if (edgeUrl && edgeToken) {
+    publisher = new EdgePublisher({
+      client: edgeSyncClient(edgeUrl, edgeToken),
+      log: log.child({ component: "edge-publisher", edge: edgeUrl }),
+      facts: () => ({
+        replicas: reconciler.table.list(),
+        address: (node) => registry.get(node)?.advertiseAddress,
+        load: (id, rank, node) => reconciler.runtime.get(`${id}#${rank}@${node}`)?.load,
+        staticEndpoints: reconciler.currentConfig.endpoints,
+        now: now(),
+      }),
+    });
+    publisher.start(catalog);
+  } else if (edgeUrl) {
+    log.warn("edge.url is set but the EdgeSync secret is not: not publishing to the edge", {
+      token_env: config.edge.token_env,
+    });
+  } else
+    log.info("no edge.url: endpoints and load are not published (router-only setups use ctl endpoints set)");
   log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
 
   return {
@@ -191,11 +215,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     reload(next) {
       const nextCatalog = buildCatalog(next.config);
       reconciler.reload(next.config, nextCatalog);
+      publisher?.setCatalog(nextCatalog);
       log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
     },
     async close() {
       clearInterval(ticker);
       reconciler.stop();
+      publisher?.stop();
       intents.close();
       streams.closeAll();
       await Promise.all([closeServer(agentServer), closeServer(adminServer)]);

@@ -1,0 +1,169 @@
+import { create } from "@bufbuild/protobuf";
+import { errorMessage, type Logger } from "../common/log.ts";
+import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
+import { type Endpoint, EndpointLoadSchema, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { Catalog } from "./catalog.ts";
+import type { EndpointConfig } from "./config/schema.ts";
+import type { EdgeSyncClient } from "./ctl/keys.ts";
+import { replicaStatus } from "./reconcile/table.ts";
+import type { ReplicaRecord } from "./reconcile/types.ts";
+
+/**
+ * Control plane → edge (design §2): the catalog, the endpoint set and live
+ * load, through the Worker's EdgeSync service. The endpoint set is every
+ * ready replica (its rank 0, the only rank that serves HTTP) plus the static
+ * endpoints of the config; it is written only when it changes, because the
+ * edge stores it in KV (one write a second per key, minutes to propagate).
+ * Load goes to the edge's memory instead, batched at least a second apart
+ * and only for endpoints whose numbers moved.
+ */
+export interface EdgeFacts {
+  replicas: readonly ReplicaRecord[];
+  address: (node: string) => string | undefined;
+  load: (replicaId: string, rank: number, node: string) => ShardLoad | undefined;
+  staticEndpoints: readonly EndpointConfig[];
+  now: number;
+}
+
+/** Pure: the endpoint set the edge should have now. */
+export function endpointSet(f: EdgeFacts): Endpoint[] {
+  const out: Endpoint[] = f.staticEndpoints.map((e) =>
+    create(EndpointSchema, {
+      id: e.id,
+      url: e.url,
+      models: [...e.models],
+      pool: e.pool,
+      weight: e.weight,
+      priority: e.priority,
+      via: "direct",
+    }),
+  );
+  for (const r of f.replicas) {
+    if (replicaStatus(r, f.now) !== "ready") continue;
+    const head = r.shards.find((s) => s.rank === 0);
+    const host = head && f.address(head.node);
+    if (!head || !host || head.ports.http === 0) continue;
+    out.push(
+      create(EndpointSchema, {
+        id: r.id,
+        url: `http://${host.includes(":") ? `[${host}]` : host}:${head.ports.http}`,
+        models: [r.model],
+        pool: "default",
+        weight: 1,
+        priority: 0,
+        via: "direct",
+      }),
+    );
+  }
+  return out.sort((a, b) => a.id.localeCompare(b.id));
+}
+
+const fingerprint = (list: readonly Endpoint[]) =>
+  JSON.stringify(list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via]));
+
+export interface EdgePublisherOptions {
+  client: EdgeSyncClient;
+  log: Logger;
+  facts: () => EdgeFacts;
+  /** How often to look for changes; load is never pushed more often. */
+  intervalMs?: number;
+}
+
+export class EdgePublisher {
+  private timer: NodeJS.Timeout | undefined;
+  private published = "";
+  private catalogPending = true;
+  private catalog: Catalog | undefined;
+  private readonly lastLoad = new Map<string, string>();
+  private busy = false;
+  failures = 0;
+  endpointWrites = 0;
+  loadPushes = 0;
+
+  constructor(private readonly opts: EdgePublisherOptions) {}
+
+  start(catalog: Catalog): void {
+    this.setCatalog(catalog);
+    this.timer = setInterval(() => void this.tick(), this.opts.intervalMs ?? 1_000);
+    void this.tick();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  setCatalog(catalog: Catalog): void {
+    this.catalog = catalog;
+    this.catalogPending = true;
+  }
+
+  async tick(): Promise<void> {
+    if (this.busy) return;
+    this.busy = true;
+    const { client, log } = this.opts;
+    try {
+      if (this.catalogPending && this.catalog) {
+        await client.putCatalog({
+          models: this.catalog.models.map((m) => ({
+            name: m.name,
+            aliases: [...m.aliases],
+            fallbacks: [...m.fallbacks],
+            routing: m.routing,
+          })),
+        });
+        this.catalogPending = false;
+        log.info("catalog published to the edge", { models: this.catalog.models.length });
+      }
+      const facts = this.opts.facts();
+      const endpoints = endpointSet(facts);
+      const fp = fingerprint(endpoints);
+      if (fp !== this.published) {
+        const { version } = await client.putEndpointSets({ endpoints });
+        this.published = fp;
+        this.endpointWrites++;
+        log.info("endpoint set published to the edge", {
+          version: String(version),
+          endpoints: endpoints.length,
+        });
+      }
+      await this.pushLoad(facts);
+      if (this.failures > 0) log.info("edge reachable again", { afterFailures: this.failures });
+      this.failures = 0;
+    } catch (err) {
+      // Keep trying: the edge may be deploying, or the network between us
+      // down. Engines keep serving meanwhile; only freshness suffers.
+      if (this.failures++ % 30 === 0)
+        log.warn("edge sync failed", { error: errorMessage(err), failures: this.failures });
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async pushLoad(f: EdgeFacts): Promise<void> {
+    const loads = [];
+    for (const r of f.replicas) {
+      const head = r.shards.find((s) => s.rank === 0);
+      if (!head) continue;
+      const l = f.load(r.id, 0, head.node);
+      if (!l) continue;
+      const state = head.state === "ready" ? "ready" : head.state === "draining" ? "draining" : "down";
+      const key = `${l.waiting}/${l.running}/${l.kvUsage.toFixed(3)}/${l.prefixCacheHitRate.toFixed(3)}/${state}`;
+      if (this.lastLoad.get(r.id) === key) continue;
+      this.lastLoad.set(r.id, key);
+      loads.push(
+        create(EndpointLoadSchema, {
+          endpointId: r.id,
+          waiting: l.waiting,
+          running: l.running,
+          kvUsage: l.kvUsage,
+          prefixCacheHitRate: l.prefixCacheHitRate,
+          scrapedAtUnixMs: l.scrapedAtUnixMs,
+          state,
+        }),
+      );
+    }
+    if (loads.length === 0) return;
+    await this.opts.client.pushLoad({ loads });
+    this.loadPushes++;
+  }
+}
