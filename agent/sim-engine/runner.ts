@@ -26,6 +26,8 @@ interface Lane {
   timer: NodeJS.Timeout | undefined;
   scheduled: boolean;
   idle: boolean;
+  /** Requests that arrived but join no step that started before their arrival. */
+  inbox: SeqSpec[];
 }
 
 /** Work done per wake-up before yielding to I/O, in real milliseconds. */
@@ -61,6 +63,7 @@ export class Runner {
       timer: undefined,
       scheduled: false,
       idle: true,
+      inbox: [],
     }));
   }
 
@@ -73,10 +76,11 @@ export class Runner {
   }
 
   /** Least-loaded core, like vLLM's data-parallel front end. */
-  submit(spec: Omit<SeqSpec, "arrival">, sink: TokenSink): void {
+  submit(spec: Omit<SeqSpec, "arrival">, sink: TokenSink, arrival = this.simNow()): void {
     let lane = this.lanes[0]!;
-    for (const l of this.lanes) if (l.core.load() < lane.core.load()) lane = l;
-    lane.core.submit({ ...spec, arrival: this.simNow() });
+    const load = (l: Lane) => l.core.load() + l.inbox.length;
+    for (const l of this.lanes) if (load(l) < load(lane)) lane = l;
+    lane.inbox.push({ ...spec, arrival });
     this.sinks.set(spec.id, { sink, lane });
     this.wake(lane);
   }
@@ -85,6 +89,12 @@ export class Runner {
     const entry = this.sinks.get(id);
     if (!entry) return;
     this.sinks.delete(id);
+    const inbox = entry.lane.inbox;
+    const queued = inbox.findIndex((s) => s.id === id);
+    if (queued >= 0) {
+      inbox.splice(queued, 1); // never reached the engine: nothing to count
+      return;
+    }
     entry.lane.core.cancel(id, reason, Math.max(entry.lane.clock, this.simNow()));
     this.wake(entry.lane);
   }
@@ -92,6 +102,17 @@ export class Runner {
   stop(): void {
     this.stopped = true;
     for (const l of this.lanes) if (l.timer) clearTimeout(l.timer);
+  }
+
+  /** Moves arrived requests into the engine; busy, only those that arrived by the step's start. */
+  private admit(lane: Lane, start: number, all: boolean): void {
+    if (lane.inbox.length === 0) return;
+    const keep: SeqSpec[] = [];
+    for (const spec of lane.inbox) {
+      if (all || spec.arrival <= start) lane.core.submit({ ...spec, arrival: Math.min(spec.arrival, start) });
+      else keep.push(spec);
+    }
+    lane.inbox = keep;
   }
 
   private wake(lane: Lane): void {
@@ -109,13 +130,26 @@ export class Runner {
     const sliceEnd = performance.now() + SLICE_MS;
     for (;;) {
       if (!lane.step) {
-        const step = lane.core.startStep();
-        if (!step) {
-          lane.idle = true;
+        const now = this.simNow();
+        if (!lane.idle && now < lane.clock) {
+          // The last step was delivered early; the next one starts at its simulated time and
+          // takes the requests that have arrived by then, so plan it no sooner.
+          const ms = ((lane.clock - now) / this.speed) * 1000;
+          lane.timer = setTimeout(() => this.run(lane), Math.max(1, Math.floor(ms)));
           return;
         }
         // Back to back while busy; an idle GPU starts when the work arrives.
-        const start = lane.idle ? Math.max(lane.clock, this.simNow()) : lane.clock;
+        const start = lane.idle ? Math.max(lane.clock, now) : lane.clock;
+        this.admit(lane, start, lane.idle);
+        const step = lane.core.startStep();
+        if (!step) {
+          if (!lane.idle && lane.inbox.length > 0) {
+            lane.idle = true; // work arrived after this step would have started: start when it came
+            continue;
+          }
+          lane.idle = true;
+          return;
+        }
         lane.idle = false;
         lane.step = step;
         lane.end = start + step.seconds + (step.samples ? this.slowTokenSeconds : 0);

@@ -214,8 +214,15 @@ export class SimServer {
     let done = false;
     let cached = 0;
 
+    // When the engine took the request, in simulated seconds: lets a benchmark replay the exact arrivals.
+    const arrival = runner.simNow();
+    const simHeaders = { "x-llmgw-sim-arrival": arrival.toFixed(6) };
     if (stream || fate === "crash") {
-      res.writeHead(200, { ...(stream ? SSE_HEADERS : JSON_HEADERS), ...this.loadHeader(res) });
+      res.writeHead(200, {
+        ...(stream ? SSE_HEADERS : JSON_HEADERS),
+        ...simHeaders,
+        ...this.loadHeader(res),
+      });
       res.flushHeaders();
     }
     res.on("close", () => {
@@ -244,6 +251,7 @@ export class SimServer {
         res.writeHead(200, {
           ...JSON_HEADERS,
           "content-length": Buffer.byteLength(json),
+          ...simHeaders,
           ...this.loadHeader(res),
         });
         res.end(json);
@@ -323,6 +331,7 @@ export class SimServer {
         ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
       },
       { onEvent },
+      arrival,
     );
   }
 
