@@ -81,6 +81,14 @@ function stop(code = 0): void {
 }
 process.on("SIGINT", () => stop());
 process.on("SIGTERM", () => stop());
+process.on("SIGHUP", () => stop());
+// When whatever started us goes away without a signal reaching us (npm
+// killed by a supervisor, a closed terminal), we are re-parented: stop too,
+// rather than leave a fleet running nobody can see.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) stop();
+}, 1_000).unref();
 
 async function main(): Promise<void> {
   mkdirSync(AGENTS, { recursive: true });
