@@ -131,7 +131,10 @@ async function main(): Promise<void> {
     modulesRoot: join(dir, "edge"),
     port: await freePort(),
     kvNamespaces: ["LLMGW_KV"],
-    durableObjects: { KEY_LEDGER: { className: "KeyLedger", useSQLite: true } },
+    durableObjects: {
+      KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
+      REVOCATIONS: { className: "RevocationLog", useSQLite: true },
+    },
     bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: "{}" },
   });
   const passMf = new Miniflare({

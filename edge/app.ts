@@ -3,10 +3,12 @@ import type { z } from "zod";
 import type { RouterConfig } from "../controlplane/config/schema.ts";
 import { authenticate } from "./auth.ts";
 import { Breakers } from "./breaker.ts";
+import { ChargeBatcher } from "./charge-batcher.ts";
 import { routingTable } from "./config-store.ts";
 import { EDGESYNC_PREFIX, handleEdgeSync } from "./edgesync.ts";
 import type { Env } from "./env.ts";
-import { limitsOf, modelAllowed, resolveBand } from "./key-rules.ts";
+import type { ChargeInput } from "./key-ledger.ts";
+import { type KeyRecord, limitsOf, modelAllowed, resolveBand } from "./key-rules.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { Picker } from "./picker.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
@@ -18,6 +20,7 @@ import {
   readBodyLimited,
   validate,
 } from "./request-schema.ts";
+import { revocationLog, revocationWatch } from "./revocations.ts";
 import { routerSettings } from "./settings.ts";
 import { upstreamFor } from "./upstream.ts";
 
@@ -55,6 +58,41 @@ function ledgerOf(env: Env, keyId: string) {
   return env.KEY_LEDGER.get(env.KEY_LEDGER.idFromName(keyId));
 }
 
+interface PendingCharge {
+  env: Env;
+  charge: ChargeInput;
+  periodMs: number;
+}
+
+const charges = new ChargeBatcher<PendingCharge>(async (keyId, items) => {
+  const first = items[0]!;
+  await ledgerOf(first.env, keyId).chargeMany(
+    items.map((i) => i.charge),
+    first.periodMs,
+  );
+});
+
+/**
+ * The key behind the Authorization header, refused if revoked. Revocation is
+ * checked against the isolate's view of the RevocationLog, refreshed at most
+ * every few seconds; if the log cannot be reached the view is kept (fail
+ * open for that interval) rather than failing every request.
+ */
+async function keyFor(c: Context<AppEnv>): Promise<KeyRecord> {
+  const key = await authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
+  try {
+    await revocationWatch.refresh((epoch) => revocationLog(c.env).since(epoch));
+  } catch (err) {
+    console.error("revocation log unreachable", err);
+  }
+  if (revocationWatch.isRevoked(key.id)) throw errors.unauthorized("This API key has been revoked.");
+  return key;
+}
+
+function hasLimits(key: KeyRecord): boolean {
+  return key.rpm > 0 || key.tpm > 0 || (key.budget_tokens > 0 && key.budget_period_ms > 0);
+}
+
 export const app = new Hono<AppEnv>();
 
 app.onError((err) => {
@@ -76,7 +114,7 @@ app.get("/healthz", (c) => c.json({ status: "ok" }));
 app.all(`${EDGESYNC_PREFIX}*`, (c) => handleEdgeSync(c.req.raw, c.env, settingsOf(c.env)));
 
 app.get("/v1/models", async (c) => {
-  const key = await authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
+  const key = await keyFor(c);
   const table = await routingTable(c.env.LLMGW_KV);
   const data = table
     .modelNames()
@@ -91,7 +129,7 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
     try {
       const env = c.env;
       const settings = settingsOf(env);
-      const key = await authenticate(c.req.header("authorization") ?? null, env.LLMGW_KV);
+      const key = await keyFor(c);
       const bytes = await readBodyLimited(c.req.raw, settings.max_body_bytes);
       const body = validate(schema, parseJsonBody(bytes));
       const table = await routingTable(env.LLMGW_KV);
@@ -110,8 +148,9 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
         settings.admission.bands,
         settings.admission.default_band,
       );
-      const ledger = ledgerOf(env, key.id);
-      const adm = await ledger.admit(limitsOf(key));
+      // Keys without limits skip the ledger round trip at admission; their
+      // usage is still charged (and revocation comes from the log above).
+      const adm = hasLimits(key) ? await ledgerOf(env, key.id).admit(limitsOf(key)) : { ok: true as const };
       if (!adm.ok) {
         if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
         if (adm.reason === "budget") {
@@ -147,16 +186,17 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
       const charged = run
         .then((r) => r.outcome)
         .then((o: Outcome) =>
-          ledger.charge(
-            {
+          charges.add(key.id, {
+            env,
+            periodMs: key.budget_period_ms,
+            charge: {
               requestId,
               model: o.model ?? model,
               prompt_tokens: o.usage?.prompt_tokens ?? 0,
               completion_tokens: o.usage?.completion_tokens ?? 0,
               partial: !o.completed && o.status < 400,
             },
-            key.budget_period_ms,
-          ),
+          }),
         )
         .catch((err) => console.error("charging failed", requestId, err));
       c.executionCtx.waitUntil(charged);

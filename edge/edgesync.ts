@@ -11,6 +11,7 @@ import { catalogModelSchema, endpointRecordSchema } from "./catalog.ts";
 import { CATALOG_KEY, ENDPOINTS_KEY, invalidateRoutingTable } from "./config-store.ts";
 import type { Env } from "./env.ts";
 import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
+import { revocationLog, revocationWatch } from "./revocations.ts";
 
 /**
  * EdgeSync: the control plane's (and the CLI's) way in. Hosted at the
@@ -217,7 +218,8 @@ export function edgeSyncImpl(env: Env, settings: RouterConfig): ServiceImpl<type
       // The ledger first: it is what every admission consults, so the key
       // stops working everywhere the moment this call returns. KV follows
       // for isolates that would otherwise keep a cached copy.
-      await ledger(env, key.id).revoke();
+      await Promise.all([ledger(env, key.id).revoke(), revocationLog(env).record(key.id)]);
+      revocationWatch.add(key.id);
       await kv.put(keyKvName(key.hash), JSON.stringify({ ...key, revoked: true }));
       keyCache.invalidate(key.hash);
       return {};

@@ -1,9 +1,11 @@
 import type { KeyLedger } from "./key-ledger.ts";
+import type { RevocationLog } from "./revocations.ts";
 
 /** The Worker's bindings, as wrangler.toml declares them. */
 export interface Env {
   LLMGW_KV: KVNamespace;
   KEY_LEDGER: DurableObjectNamespace<KeyLedger>;
+  REVOCATIONS: DurableObjectNamespace<RevocationLog>;
   /** Bearer secret for EdgeSync (a Worker secret; locally `--var`). */
   EDGE_SYNC_TOKEN?: string;
   /** Router settings as JSON, parsed with routerSchema; absent means defaults. */

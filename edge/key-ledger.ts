@@ -87,6 +87,10 @@ export class KeyLedger extends DurableObject<Env> {
    * a no-op, so the caller may retry the call safely.
    */
   async charge(c: ChargeInput, budgetPeriodMs: number): Promise<{ charged: boolean }> {
+    return { charged: this.chargeOne(c, budgetPeriodMs) };
+  }
+
+  private chargeOne(c: ChargeInput, budgetPeriodMs: number): boolean {
     const now = Date.now();
     const inserted = this.sql
       .exec(
@@ -95,7 +99,7 @@ export class KeyLedger extends DurableObject<Env> {
         now,
       )
       .toArray();
-    if (inserted.length === 0) return { charged: false };
+    if (inserted.length === 0) return false;
     const prompt = Math.max(0, Math.floor(c.prompt_tokens));
     const completion = Math.max(0, Math.floor(c.completion_tokens));
     const tokens = prompt + completion;
@@ -118,7 +122,16 @@ export class KeyLedger extends DurableObject<Env> {
     if (++this.charges % 1000 === 0) {
       this.sql.exec("DELETE FROM charges WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
     }
-    return { charged: true };
+    return true;
+  }
+
+  /** A batch of charges from one isolate (charge-batcher.ts), in one transaction. */
+  async chargeMany(items: ChargeInput[], budgetPeriodMs: number): Promise<number> {
+    let n = 0;
+    this.ctx.storage.transactionSync(() => {
+      for (const c of items) if (this.chargeOne(c, budgetPeriodMs)) n++;
+    });
+    return n;
   }
 
   async usage(): Promise<UsageTotals> {
@@ -138,9 +151,5 @@ export class KeyLedger extends DurableObject<Env> {
   /** Takes effect for the very next admission, wherever it comes from. */
   async revoke(): Promise<void> {
     this.sql.exec("UPDATE totals SET revoked = 1 WHERE id = 1");
-  }
-
-  async unrevoke(): Promise<void> {
-    this.sql.exec("UPDATE totals SET revoked = 0 WHERE id = 1");
   }
 }

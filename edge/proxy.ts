@@ -10,7 +10,7 @@ import {
 } from "./openai-errors.ts";
 import type { Picker } from "./picker.ts";
 import { readUsage, SseSplitter, StreamUsage, type Usage, usageModeOf } from "./sse-usage.ts";
-import { PhaseTimeout, tighter, withTimeout } from "./timeouts.ts";
+import { PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl, type UpstreamFetch } from "./upstream.ts";
 
 /**
@@ -70,6 +70,7 @@ type Attempt =
 const RETRYABLE_STATUS = new Set([408, 429, 500, 502, 503, 504]);
 const MAX_ERROR_BODY = 64 * 1024;
 const MAX_RESPONSE_BODY = 32 * 1024 * 1024;
+const STREAM_BUFFER_BYTES = 4 * 1024 * 1024;
 const encoder = new TextEncoder();
 
 export async function proxy(input: ProxyInput): Promise<ProxyResult> {
@@ -308,19 +309,22 @@ async function attempt(
   const decoder = new TextDecoder();
   const splitter = new SseSplitter();
   const tracker = new StreamUsage(usageModeOf(input.body.stream_options as never));
+  const watchdog = new Watchdog(totalDeadline, abort);
+  watchdog.arm("first_token", t.first_token - (Date.now() - attemptStart));
   let head = "";
-  const firstDeadline = attemptStart + t.first_token;
   try {
     while (tracker.dataEvents === 0 && !tracker.done && !tracker.error) {
-      const n = Date.now();
-      const [ms, phase] = tighter("first_token", firstDeadline - n, totalDeadline, n);
-      const r = await withTimeout(reader.read(), ms, phase === "first_token" ? "first_token" : phase, abort);
+      const r = await reader.read();
       if (r.done) break;
       for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) head += tracker.event(ev);
     }
   } catch (err) {
-    if (err instanceof PhaseTimeout) {
-      const e = err.phase === "first_token" ? new PhaseTimeout("first_token", t.first_token) : err;
+    watchdog.stop();
+    if (watchdog.fired) {
+      const e =
+        watchdog.fired.phase === "first_token"
+          ? new PhaseTimeout("first_token", t.first_token)
+          : watchdog.fired;
       return fail(timeoutError(e, ep), true, true);
     }
     return fail(
@@ -333,21 +337,22 @@ async function attempt(
     );
   }
   if (tracker.error && tracker.dataEvents === 0) {
+    watchdog.stop();
     const e = tracker.error;
-    const status = 500;
-    return fail(new ApiError(status, e.message, e.type, e.code, e.param), true, true);
+    return fail(new ApiError(500, e.message, e.type, e.code, e.param), true, true);
   }
   if (tracker.dataEvents === 0 && !tracker.done) {
+    watchdog.stop();
     return fail(
       errors.noCapacity(`The engine (${ep.id}) closed the stream before the first token.`, "upstream_error"),
       true,
       true,
     );
   }
+  watchdog.arm("idle", t.idle);
 
   // Committed: from here on the client has bytes, so no more retries.
   let cancelled = false;
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
   let finish!: (o: Outcome) => void;
   const outcome = new Promise<Outcome>((r) => {
     finish = r;
@@ -358,31 +363,23 @@ async function attempt(
     abort();
   };
   input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
-  const body = new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c;
-      if (head) c.enqueue(encoder.encode(head));
-    },
-    cancel() {
-      onClientGone();
-    },
-  });
+  // A native byte stream (no JS on the runtime's side of each chunk), with
+  // room for a few MiB so writes never wait for a slow client: the engine
+  // side is read as fast as it arrives.
+  const pipe = new IdentityTransformStream({ highWaterMark: STREAM_BUFFER_BYTES });
+  const writer = pipe.writable.getWriter();
+  writer.closed.catch(onClientGone);
+  let lastWrite: Promise<void> = Promise.resolve();
   const send = (text: string) => {
     if (cancelled || !text) return;
-    try {
-      controller.enqueue(encoder.encode(text));
-    } catch {
-      cancelled = true;
-    }
+    lastWrite = writer.write(encoder.encode(text));
+    lastWrite.catch(onClientGone);
   };
+  if (head) send(head);
   const endWith = (err: OpenAIErrorBody | undefined) => {
     if (cancelled) return;
     if (err) send(sseErrorEvent(err));
-    try {
-      controller.close();
-    } catch {
-      // already closed by a cancel racing us
-    }
+    writer.close().catch(() => {});
   };
 
   // Read eagerly rather than when the client pulls: every chunk the engine
@@ -392,12 +389,14 @@ async function attempt(
     let verdict: "ok" | "fail" | "abandon" = "ok";
     try {
       while (!tracker.done && !tracker.error) {
-        const [ms, phase] = tighter("idle", t.idle, totalDeadline, Date.now());
-        const r = await withTimeout(reader.read(), ms, phase, abort);
+        const r = await reader.read();
         if (r.done) break;
+        watchdog.touch();
         let out = "";
         for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) out += tracker.event(ev);
         send(out);
+        // Past the buffer the client really is slow: wait for it.
+        if ((writer.desiredSize ?? 1) <= 0) await lastWrite.catch(() => {});
       }
       if (cancelled) verdict = "abandon";
       else if (tracker.error) {
@@ -417,18 +416,18 @@ async function attempt(
       if (cancelled) verdict = "abandon";
       else {
         verdict = "fail";
-        const e =
-          err instanceof PhaseTimeout
-            ? timeoutError(err, ep).body()
-            : {
-                message: `The engine (${ep.id}) failed mid-stream: ${describe(err)}`,
-                type: "server_error",
-                param: null,
-                code: "upstream_disconnected",
-              };
+        const e = watchdog.fired
+          ? timeoutError(watchdog.fired, ep).body()
+          : {
+              message: `The engine (${ep.id}) failed mid-stream: ${describe(err)}`,
+              type: "server_error",
+              param: null,
+              code: "upstream_disconnected",
+            };
         endWith(e);
       }
     } finally {
+      watchdog.stop();
       input.clientSignal?.removeEventListener("abort", onClientGone);
       settled = true;
       picker.end(ep.id);
@@ -460,7 +459,7 @@ async function attempt(
 
   return {
     kind: "committed",
-    response: new Response(body, {
+    response: new Response(pipe.readable, {
       status: 200,
       headers: {
         "content-type": "text/event-stream; charset=utf-8",

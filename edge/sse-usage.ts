@@ -101,6 +101,8 @@ export class StreamUsage {
       this.done = true;
       return "data: [DONE]\n\n";
     }
+    const fast = this.fastData(data, raw);
+    if (fast !== undefined) return fast;
     let obj: Record<string, unknown>;
     try {
       obj = JSON.parse(data) as Record<string, unknown>;
@@ -127,5 +129,41 @@ export class StreamUsage {
     // A content chunk with usage the client did not ask for on every chunk.
     delete obj.usage;
     return `data: ${JSON.stringify(obj)}\n\n`;
+  }
+
+  /**
+   * The common case without a full JSON round trip per chunk: vLLM (and the
+   * sim) serialise compactly with `usage` as the last key, so the usage
+   * object is the tail of the chunk and can be read and cut off as a
+   * substring. Anything else (errors, other layouts) returns undefined and
+   * takes the general path.
+   */
+  private fastData(data: string, raw: string): string | undefined {
+    if (data.charCodeAt(0) !== 123 /* { */ || data.startsWith('{"error"')) return undefined;
+    const at = data.lastIndexOf(',"usage":');
+    if (at < 0) {
+      if (data.includes('"usage"') || data.includes('"error"')) return undefined;
+      this.dataEvents++;
+      return `${raw}\n\n`;
+    }
+    const tail = data.slice(at + 9, -1);
+    if (tail === "null") {
+      this.dataEvents++;
+      return this.mode === "all" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
+    }
+    if (tail.charCodeAt(0) !== 123 || data.charCodeAt(data.length - 1) !== 125) return undefined;
+    let u: Usage | undefined;
+    try {
+      u = readUsage(JSON.parse(tail));
+    } catch {
+      return undefined;
+    }
+    if (!u) return undefined;
+    this.usage = u;
+    const usageOnly = data.includes('"choices":[]');
+    if (!usageOnly) this.dataEvents++;
+    if (this.mode === "all") return `${raw}\n\n`;
+    if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
+    return `data: ${data.slice(0, at)}}\n\n`;
   }
 }

@@ -47,3 +47,64 @@ export function tighter(phase: Phase, phaseMs: number, totalDeadline: number, no
   const left = totalDeadline - now;
   return left < phaseMs ? [left, "total"] : [phaseMs, phase];
 }
+
+/**
+ * One timer per stream instead of one per read: `touch()` on activity only
+ * records the time, and the timer re-arms itself for what is left when it
+ * fires early. On expiry it calls `onFire` (which aborts the upstream, so
+ * the pending read rejects) and remembers which phase ran out.
+ */
+export class Watchdog {
+  fired: PhaseTimeout | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private last = 0;
+  private phase: Phase = "idle";
+  private limit = Number.POSITIVE_INFINITY;
+  private readonly created: number;
+
+  constructor(
+    private readonly totalDeadline: number,
+    private readonly onFire: (t: PhaseTimeout) => void,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.created = now();
+  }
+
+  /** Starts (or switches to) a phase: at most `ms` without activity from now. */
+  arm(phase: Phase, ms: number): void {
+    this.phase = phase;
+    this.limit = ms;
+    this.last = this.now();
+    this.schedule();
+  }
+
+  touch(): void {
+    this.last = this.now();
+  }
+
+  stop(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private schedule(): void {
+    this.stop();
+    const n = this.now();
+    const wait = Math.min(this.limit - (n - this.last), this.totalDeadline - n);
+    this.timer = setTimeout(() => this.check(), Math.max(0, wait));
+  }
+
+  private check(): void {
+    this.timer = undefined;
+    const n = this.now();
+    if (n >= this.totalDeadline) this.fire(new PhaseTimeout("total", this.totalDeadline - this.created));
+    else if (n - this.last >= this.limit) this.fire(new PhaseTimeout(this.phase, this.limit));
+    else this.schedule();
+  }
+
+  private fire(t: PhaseTimeout): void {
+    if (this.fired) return;
+    this.fired = t;
+    this.onFire(t);
+  }
+}
