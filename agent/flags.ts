@@ -37,6 +37,10 @@ export interface AgentFlags {
   pingTimeoutMs: number;
   stableAfterMs: number;
   scrapeIntervalMs: number;
+  /** Hidden (tests, local stack): the supervisor's restart backoff and orphan grace. */
+  restartBackoffMs: number | undefined;
+  restartMaxBackoffMs: number | undefined;
+  orphanGraceMs: number | undefined;
 }
 
 function defaultAddress(): string {
@@ -68,6 +72,10 @@ function dur(v: string | undefined, flag: string, fallback: number): number {
   }
 }
 
+function optDur(v: string | undefined, flag: string): number | undefined {
+  return v === undefined ? undefined : dur(v, flag, 0);
+}
+
 export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
   const { values } = parseArgs({
     args: argv,
@@ -87,6 +95,10 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
       "ping-timeout": { type: "string" },
       "stable-after": { type: "string" },
       "scrape-interval": { type: "string" },
+      // Hidden: not in AGENT_HELP, for tests and the local stack.
+      "restart-backoff": { type: "string" },
+      "restart-max-backoff": { type: "string" },
+      "orphan-grace": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -122,5 +134,8 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     pingTimeoutMs: dur(values["ping-timeout"], "--ping-timeout", 5_000),
     stableAfterMs: dur(values["stable-after"], "--stable-after", 10_000),
     scrapeIntervalMs: dur(values["scrape-interval"], "--scrape-interval", 2_000),
+    restartBackoffMs: optDur(values["restart-backoff"], "--restart-backoff"),
+    restartMaxBackoffMs: optDur(values["restart-max-backoff"], "--restart-max-backoff"),
+    orphanGraceMs: optDur(values["orphan-grace"], "--orphan-grace"),
   };
 }

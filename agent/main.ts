@@ -39,12 +39,20 @@ export async function main(argv: string[]): Promise<number> {
 
   // Engines run detached and outlive this process; the supervisor re-adopts
   // whatever a previous agent left running before the first Register, so
-  // the control plane sees them as running, not missing.
+  // the control plane sees them as running, not missing. Statuses emitted
+  // while adopting (before the stream client exists) are dropped: the
+  // Register carries the full list.
+  let client: StreamClient | undefined;
   const supervisor = await Supervisor.open({
     stateDir: f.stateDir,
     node: { advertiseAddress: f.advertiseAddress },
     bins: { vllm: f.vllmBin, sglang: f.sglangBin },
     scrapeIntervalMs: f.scrapeIntervalMs,
+    restart: {
+      ...(f.restartBackoffMs !== undefined ? { baseMs: f.restartBackoffMs } : {}),
+      ...(f.restartMaxBackoffMs !== undefined ? { maxMs: f.restartMaxBackoffMs } : {}),
+    },
+    ...(f.orphanGraceMs !== undefined ? { orphanGraceMs: f.orphanGraceMs } : {}),
     logger: log.child({ component: "supervisor" }),
     gpus: async () =>
       (await inventory.collect(ownPids())).inventory.gpus.map((g) => ({
@@ -53,7 +61,7 @@ export async function main(argv: string[]): Promise<number> {
         memoryFreeMib: g.memoryFreeMiB,
       })),
     onStatus: (status) => {
-      client.send(create(AgentMessageSchema, { msg: { case: "shardStatus", value: status } }));
+      client?.send(create(AgentMessageSchema, { msg: { case: "shardStatus", value: status } }));
     },
   });
   const ownPids = () =>
@@ -64,7 +72,7 @@ export async function main(argv: string[]): Promise<number> {
         .filter((p) => p > 0),
     );
 
-  const client: StreamClient = new StreamClient({
+  client = new StreamClient({
     url: f.controlPlane,
     log,
     pingIntervalMs: f.pingIntervalMs,
