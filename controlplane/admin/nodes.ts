@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { InventorySchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { inventoryToProto } from "../../common/inventory.ts";
 import { type Node, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { NodeRecord } from "../registry.ts";
 
@@ -30,23 +30,6 @@ export function nodeToProto(n: NodeRecord, intent: NodeIntent = { cordoned: fals
     cordoned: intent.cordoned,
     draining: intent.draining,
     drainDeadlineUnixMs: BigInt(intent.drainDeadline ?? 0),
-    inventory: create(InventorySchema, {
-      cpuCores: n.inventory.cpuCores,
-      ramTotalMib: BigInt(n.inventory.ramTotalMiB),
-      hostname: n.inventory.hostname,
-      simulated: n.inventory.simulated,
-      gpus: n.inventory.gpus.map((g) => ({
-        index: g.index,
-        uuid: g.uuid,
-        name: g.name,
-        memoryTotalMib: BigInt(g.memoryTotalMiB),
-        memoryFreeMib: BigInt(g.memoryFreeMiB),
-        memoryUsedMib: BigInt(g.memoryUsedMiB),
-        pciBusId: g.pciBusId,
-        driverVersion: g.driverVersion,
-        computeCapability: g.computeCapability,
-        foreign: g.foreign.map((f) => ({ pid: f.pid, usedMib: BigInt(f.usedMiB) })),
-      })),
-    }),
+    inventory: inventoryToProto(n.inventory),
   });
 }

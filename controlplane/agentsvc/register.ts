@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { inventoryFromProto } from "../../common/inventory.ts";
 import type { Register } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { RegistrationInfo } from "../registry.ts";
 
@@ -76,24 +77,7 @@ export function checkRegister(msg: Register): RegisterCheck {
       agentInstance: msg.agentInstance,
       advertiseAddress: msg.advertiseAddress,
       fabric: { ...msg.fabric },
-      inventory: {
-        gpus: inv.gpus.map((g) => ({
-          index: g.index,
-          uuid: g.uuid,
-          name: g.name,
-          memoryTotalMiB: Number(g.memoryTotalMib),
-          memoryFreeMiB: Number(g.memoryFreeMib),
-          memoryUsedMiB: Number(g.memoryUsedMib),
-          pciBusId: g.pciBusId,
-          driverVersion: g.driverVersion,
-          computeCapability: g.computeCapability,
-          foreign: g.foreign.map((f) => ({ pid: f.pid, usedMiB: Number(f.usedMib) })),
-        })),
-        cpuCores: inv.cpuCores,
-        ramTotalMiB: Number(inv.ramTotalMib),
-        hostname: inv.hostname,
-        simulated: inv.simulated,
-      },
+      inventory: inventoryFromProto(inv),
     },
   };
 }

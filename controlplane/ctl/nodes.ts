@@ -1,4 +1,5 @@
 import type { Client } from "@connectrpc/connect";
+import { type GpuInfo, inventoryFromProto } from "../../common/inventory.ts";
 import { type ControlService, type Node, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import { ago, renderTable } from "./table.ts";
 
@@ -19,18 +20,7 @@ export interface NodeJson {
   simulated: boolean;
   cpuCores: number;
   ramTotalMiB: number;
-  gpus: {
-    index: number;
-    uuid: string;
-    name: string;
-    memoryTotalMiB: number;
-    memoryFreeMiB: number;
-    memoryUsedMiB: number;
-    pciBusId: string;
-    driverVersion: string;
-    computeCapability: string;
-    foreign: { pid: number; usedMiB: number }[];
-  }[];
+  gpus: GpuInfo[];
 }
 
 const STATE_NAME: Record<number, NodeJson["state"]> = {
@@ -42,7 +32,7 @@ const STATE_NAME: Record<number, NodeJson["state"]> = {
 const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : "");
 
 export function nodeJson(n: Node): NodeJson {
-  const inv = n.inventory;
+  const inv = inventoryFromProto(n.inventory);
   return {
     name: n.name,
     state: STATE_NAME[n.state] ?? "unknown",
@@ -56,21 +46,10 @@ export function nodeJson(n: Node): NodeJson {
     agentInstance: n.agentInstance,
     advertiseAddress: n.advertiseAddress,
     fabric: { ...n.fabric },
-    simulated: inv?.simulated ?? false,
-    cpuCores: inv?.cpuCores ?? 0,
-    ramTotalMiB: Number(inv?.ramTotalMib ?? 0n),
-    gpus: (inv?.gpus ?? []).map((g) => ({
-      index: g.index,
-      uuid: g.uuid,
-      name: g.name,
-      memoryTotalMiB: Number(g.memoryTotalMib),
-      memoryFreeMiB: Number(g.memoryFreeMib),
-      memoryUsedMiB: Number(g.memoryUsedMib),
-      pciBusId: g.pciBusId,
-      driverVersion: g.driverVersion,
-      computeCapability: g.computeCapability,
-      foreign: g.foreign.map((f) => ({ pid: f.pid, usedMiB: Number(f.usedMib) })),
-    })),
+    simulated: inv.simulated,
+    cpuCores: inv.cpuCores,
+    ramTotalMiB: inv.ramTotalMiB,
+    gpus: inv.gpus,
   };
 }
 

@@ -1,3 +1,4 @@
+import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { killEngines } from "../harness/engines.ts";
@@ -8,20 +9,23 @@ import { type Proc, waitUntil } from "../harness/process.ts";
 // parallel 8 × pipeline parallel 2) must land on A; the 1-GPU model's three
 // replicas bin-pack onto what is left, which is B.
 //
-// startup_grace holds placement until all three agents have registered, as
-// it holds it after a control plane restart until agents have reported what
-// they run. lost_freeze_fraction is raised because this test kills two of three
+// The control plane starts with no models; once all three agents have
+// registered, the models are added to the file and SIGHUP reloads it, so
+// placement sees the whole fleet however slowly the agents start.
+// lost_freeze_fraction is raised because this test kills two of three
 // nodes on purpose; at the default (half) the control plane would rightly
 // refuse to call them lost.
-const CONFIG = `
+const CONTROL = `
 control:
   interval: 1s
   unreachable_after: 2s
   lost_after: 4s
-  startup_grace: 4s
+  startup_grace: 1s
   heartbeat_interval: 300ms
   lost_freeze_fraction: 0.8
   port_range: [23000, 23099]
+`;
+const MODELS = `
 models:
   - name: big
     profiles:
@@ -57,7 +61,7 @@ describe("placement, the reconciler and explain (real processes)", () => {
   const agents: Record<string, Proc> = {};
 
   beforeAll(async () => {
-    cp = await startControlPlane(CONFIG);
+    cp = await startControlPlane(CONTROL);
     const extra = ["--vllm-bin", "test/bin/vllm", "--stable-after", "1s"];
     agents.a1 = startAgent(cp, "a1", { fabric: { ib: "fabric-a" }, extra });
     agents.a2 = startAgent(cp, "a2", { fabric: { ib: "fabric-a" }, extra });
@@ -77,6 +81,14 @@ describe("placement, the reconciler and explain (real processes)", () => {
   }
 
   it("places the 2-node model on one fabric and the 1-GPU replicas on what is left; every agent starts its shards", async () => {
+    await waitUntil(
+      "three nodes ready",
+      async () => (await cp.nodes()).filter((n) => n.state === "ready").length === 3,
+    );
+    expect(await replicas()).toEqual([]);
+    appendFileSync(cp.configPath, MODELS);
+    cp.proc.child.kill("SIGHUP");
+    await cp.proc.waitFor("configuration reloaded");
     const ready = await waitUntil(
       "all four replicas ready",
       async () => {
