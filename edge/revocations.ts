@@ -1,6 +1,8 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "./env.ts";
 
+export { POLL_MS, RevocationWatch, revocationWatch } from "./revocation-watch.ts";
+
 /**
  * Revocation that reaches every isolate within seconds, independent of KV
  * (whose changes can take a minute or more to reach other locations).
@@ -11,7 +13,6 @@ import type { Env } from "./env.ts";
  * key stops working everywhere within POLL_MS of the RevokeKey call. Keys
  * with limits are also refused by their own KeyLedger at admission, at once.
  */
-export const POLL_MS = 2_000;
 const LOG_NAME = "global";
 
 export class RevocationLog extends DurableObject<Env> {
@@ -43,32 +44,3 @@ export class RevocationLog extends DurableObject<Env> {
 export function revocationLog(env: Env) {
   return env.REVOCATIONS.get(env.REVOCATIONS.idFromName(LOG_NAME));
 }
-
-/** The isolate's view of the log. */
-export class RevocationWatch {
-  private epoch = 0;
-  private checkedAt = Number.NEGATIVE_INFINITY;
-  private readonly revoked = new Set<string>();
-
-  constructor(private readonly now: () => number = Date.now) {}
-
-  /** Brings the view up to date if it is older than POLL_MS (one call per isolate per interval). */
-  async refresh(fetchSince: (epoch: number) => Promise<{ epoch: number; ids: string[] }>): Promise<void> {
-    if (this.now() - this.checkedAt < POLL_MS) return;
-    const r = await fetchSince(this.epoch);
-    for (const id of r.ids) this.revoked.add(id);
-    this.epoch = r.epoch;
-    this.checkedAt = this.now();
-  }
-
-  /** Known at once in the isolate that handled the RevokeKey call. */
-  add(keyId: string): void {
-    this.revoked.add(keyId);
-  }
-
-  isRevoked(keyId: string): boolean {
-    return this.revoked.has(keyId);
-  }
-}
-
-export const revocationWatch = new RevocationWatch();

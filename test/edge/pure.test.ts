@@ -1,12 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { Breakers } from "../../edge/breaker.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
+import { ChargeBatcher } from "../../edge/charge-batcher.ts";
 import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "../../edge/key-rules.ts";
 import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
 import { Picker } from "../../edge/picker.ts";
 import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
+import { POLL_MS, RevocationWatch } from "../../edge/revocation-watch.ts";
 import { SseSplitter, StreamUsage, usageModeOf } from "../../edge/sse-usage.ts";
-import { PhaseTimeout, tighter, withTimeout } from "../../edge/timeouts.ts";
+import { PhaseTimeout, tighter, Watchdog, withTimeout } from "../../edge/timeouts.ts";
 import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
 
 /** The edge's pure modules, hosted in Node: no Worker needed. */
@@ -294,5 +296,111 @@ describe("upstream seam", () => {
   it("joins endpoint URLs with or without /v1", () => {
     expect(engineUrl("http://h:1", "/v1/completions")).toBe("http://h:1/v1/completions");
     expect(engineUrl("http://h:1/v1/", "/v1/completions")).toBe("http://h:1/v1/completions");
+  });
+});
+
+describe("SSE fast path", () => {
+  // The substring fast path must give exactly what the JSON round trip gives.
+  const chunks = [
+    '{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"usage":{"prompt_tokens":9,"total_tokens":9,"completion_tokens":0}}',
+    '{"id":"c","choices":[{"index":0,"delta":{"content":" \\"usage\\": {}"}}],"usage":{"prompt_tokens":9,"total_tokens":10,"completion_tokens":1}}',
+    '{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}',
+    '{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":4}}}',
+    '{"id":"c", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}',
+    '{"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}',
+  ];
+  it.each(["none", "final", "all"] as const)("matches the general path in mode %s", (mode) => {
+    const t = new StreamUsage(mode);
+    for (const c of chunks) {
+      const out = t.event(`data: ${c}`);
+      const obj = JSON.parse(c);
+      const usageOnly = Array.isArray(obj.choices) && obj.choices.length === 0 && obj.usage;
+      if (mode === "all") expect(out).toBe(`data: ${c}\n\n`);
+      else if (usageOnly) expect(out).toBe(mode === "final" ? `data: ${c}\n\n` : "");
+      else {
+        delete obj.usage;
+        expect(JSON.parse(out.slice(6))).toEqual(obj);
+      }
+    }
+    expect(t.usage).toEqual({ prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 });
+    expect(t.dataEvents).toBe(4);
+  });
+});
+
+describe("ChargeBatcher", () => {
+  it("groups charges per key into one flush, and each caller waits for its batch", async () => {
+    const flushed: [string, number[]][] = [];
+    const b = new ChargeBatcher<number>(async (k, items) => {
+      flushed.push([k, [...items]]);
+    }, 5);
+    await Promise.all([b.add("a", 1), b.add("a", 2), b.add("b", 3), b.add("a", 4)]);
+    expect(flushed).toEqual([
+      ["a", [1, 2, 4]],
+      ["b", [3]],
+    ]);
+  });
+  it("retries a failed flush once, then rejects", async () => {
+    let calls = 0;
+    const ok = new ChargeBatcher<number>(async () => {
+      if (++calls === 1) throw new Error("blip");
+    }, 1);
+    await ok.add("a", 1);
+    expect(calls).toBe(2);
+    const bad = new ChargeBatcher<number>(async () => {
+      throw new Error("down");
+    }, 1);
+    await expect(bad.add("a", 1)).rejects.toThrow("down");
+  });
+});
+
+describe("RevocationWatch", () => {
+  it("polls at most every POLL_MS and accumulates revoked ids by epoch", async () => {
+    let now = 0;
+    const w = new RevocationWatch(() => now);
+    const asked: number[] = [];
+    const log = [
+      { epoch: 1, id: "k1" },
+      { epoch: 2, id: "k2" },
+    ];
+    const since = async (e: number) => {
+      asked.push(e);
+      const rows = log.filter((r) => r.epoch > e);
+      return { epoch: rows.at(-1)?.epoch ?? e, ids: rows.map((r) => r.id) };
+    };
+    await w.refresh(since);
+    expect(w.isRevoked("k2")).toBe(true);
+    log.push({ epoch: 3, id: "k3" });
+    now = POLL_MS - 1;
+    await w.refresh(since);
+    expect(w.isRevoked("k3")).toBe(false);
+    now = POLL_MS;
+    await w.refresh(since);
+    expect(w.isRevoked("k3")).toBe(true);
+    expect(asked).toEqual([0, 2]);
+  });
+});
+
+describe("Watchdog", () => {
+  it("fires for the phase whose limit passes without activity, once", async () => {
+    const fired: string[] = [];
+    const w = new Watchdog(Date.now() + 10_000, (t) => fired.push(t.phase));
+    w.arm("first_token", 30);
+    await new Promise((r) => setTimeout(r, 15));
+    w.arm("idle", 40);
+    for (let i = 0; i < 4; i++) {
+      await new Promise((r) => setTimeout(r, 15));
+      w.touch();
+    }
+    expect(fired).toEqual([]);
+    await new Promise((r) => setTimeout(r, 80));
+    expect(fired).toEqual(["idle"]);
+    w.stop();
+  });
+  it("fires total when the overall deadline comes first", async () => {
+    const fired: string[] = [];
+    const w = new Watchdog(Date.now() + 20, (t) => fired.push(t.phase));
+    w.arm("idle", 1000);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(fired).toEqual(["total"]);
   });
 });

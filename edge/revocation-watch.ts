@@ -1,0 +1,34 @@
+/**
+ * Each isolate's view of the RevocationLog (revocations.ts): the set of
+ * revoked key ids, brought up to date at most every POLL_MS by asking the
+ * log for what came after the last epoch seen. Pure; the fetch is injected.
+ */
+export const POLL_MS = 2_000;
+
+export class RevocationWatch {
+  private epoch = 0;
+  private checkedAt = Number.NEGATIVE_INFINITY;
+  private readonly revoked = new Set<string>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /** Brings the view up to date if it is older than POLL_MS (one call per isolate per interval). */
+  async refresh(fetchSince: (epoch: number) => Promise<{ epoch: number; ids: string[] }>): Promise<void> {
+    if (this.now() - this.checkedAt < POLL_MS) return;
+    const r = await fetchSince(this.epoch);
+    for (const id of r.ids) this.revoked.add(id);
+    this.epoch = r.epoch;
+    this.checkedAt = this.now();
+  }
+
+  /** Known at once in the isolate that handled the RevokeKey call. */
+  add(keyId: string): void {
+    this.revoked.add(keyId);
+  }
+
+  isRevoked(keyId: string): boolean {
+    return this.revoked.has(keyId);
+  }
+}
+
+export const revocationWatch = new RevocationWatch();
