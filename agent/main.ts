@@ -7,6 +7,7 @@ import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import { AGENT_HELP, type AgentFlags, parseAgentFlags } from "./flags.ts";
 import { type InventorySource, nvidiaSmiInventory, simulatedInventory } from "./inventory.ts";
 import { buildRegister } from "./register-message.ts";
+import { lockStateDir } from "./state-lock.ts";
 import { StreamClient } from "./stream-client.ts";
 import { Supervisor } from "./supervisor.ts";
 
@@ -35,6 +36,13 @@ export async function main(argv: string[]): Promise<number> {
     return 2;
   }
   mkdirSync(f.stateDir, { recursive: true });
+  let unlock: () => void;
+  try {
+    unlock = lockStateDir(f.stateDir);
+  } catch (err) {
+    process.stderr.write(`llmgw agent: ${errorMessage(err)}\n`);
+    return 1;
+  }
   if (f.simulateGpus) log.warn("GPUs are simulated", { spec: f.simulateGpus });
 
   // Engines run detached and outlive this process; the supervisor re-adopts
@@ -127,5 +135,6 @@ export async function main(argv: string[]): Promise<number> {
   // Engines are left running: an agent restart must never stop inference.
   await client.stop();
   supervisor.close();
+  unlock();
   return 0;
 }
