@@ -56,17 +56,24 @@ export async function secretsEqual(a: string, b: string): Promise<boolean> {
 interface Entry {
   key: KeyRecord | null;
   until: number;
+  refreshing?: boolean;
 }
 
 export class KeyCache {
   private readonly entries = new Map<string, Entry>();
   constructor(private readonly now: () => number = Date.now) {}
 
+  /**
+   * The cached record, or undefined when the caller should read KV. An
+   * expired entry is served stale while one caller re-reads it, so a busy
+   * key costs one KV read per TTL, not one per concurrent request.
+   */
   get(hash: string): KeyRecord | null | undefined {
     const e = this.entries.get(hash);
     if (!e) return undefined;
     if (e.until < this.now()) {
-      this.entries.delete(hash);
+      if (e.refreshing) return e.key;
+      e.refreshing = true;
       return undefined;
     }
     return e.key;
@@ -78,6 +85,12 @@ export class KeyCache {
       if (oldest !== undefined) this.entries.delete(oldest);
     }
     this.entries.set(hash, { key, until: this.now() + (key ? POSITIVE_TTL_MS : NEGATIVE_TTL_MS) });
+  }
+
+  /** A re-read failed: let the next caller try again. */
+  abandon(hash: string): void {
+    const e = this.entries.get(hash);
+    if (e) e.refreshing = false;
   }
 
   invalidate(hash: string): void {
@@ -96,7 +109,13 @@ export async function authenticate(header: string | null, kv: KVNamespace): Prom
   const hash = await sha256Hex(secret);
   let key = keyCache.get(hash);
   if (key === undefined) {
-    const raw = await kv.get(keyKvName(hash), "json");
+    let raw: unknown;
+    try {
+      raw = await kv.get(keyKvName(hash), "json");
+    } catch (err) {
+      keyCache.abandon(hash);
+      throw err;
+    }
     const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
     key = parsed?.success ? parsed.data : null;
     keyCache.set(hash, key);

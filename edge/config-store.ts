@@ -35,8 +35,22 @@ async function readDoc<T>(
   return r.success ? r.data : empty;
 }
 
+let refreshing = false;
+
 export async function routingTable(kv: KVNamespace): Promise<RoutingTable> {
   if (cached && cached.until > Date.now()) return cached.table;
+  // Stale while one request revalidates: the others keep the old table
+  // rather than all reading KV at the same moment.
+  if (cached && refreshing) return cached.table;
+  refreshing = true;
+  try {
+    return await load(kv);
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function load(kv: KVNamespace): Promise<RoutingTable> {
   const [catalog, endpoints] = await Promise.all([
     readDoc<CatalogDoc>(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
     readDoc<EndpointsDoc>(kv, ENDPOINTS_KEY, endpointsDocSchema, EMPTY_ENDPOINTS),

@@ -9,16 +9,24 @@ export class RevocationWatch {
   private epoch = 0;
   private checkedAt = Number.NEGATIVE_INFINITY;
   private readonly revoked = new Set<string>();
+  private polling = false;
 
   constructor(private readonly now: () => number = Date.now) {}
 
   /** Brings the view up to date if it is older than POLL_MS (one call per isolate per interval). */
   async refresh(fetchSince: (epoch: number) => Promise<{ epoch: number; ids: string[] }>): Promise<void> {
-    if (this.now() - this.checkedAt < POLL_MS) return;
-    const r = await fetchSince(this.epoch);
-    for (const id of r.ids) this.revoked.add(id);
-    this.epoch = r.epoch;
-    this.checkedAt = this.now();
+    // One poll at a time: concurrent requests use the current view instead
+    // of all calling the log when the interval runs out together.
+    if (this.polling || this.now() - this.checkedAt < POLL_MS) return;
+    this.polling = true;
+    try {
+      const r = await fetchSince(this.epoch);
+      for (const id of r.ids) this.revoked.add(id);
+      this.epoch = r.epoch;
+      this.checkedAt = this.now();
+    } finally {
+      this.polling = false;
+    }
   }
 
   /** Known at once in the isolate that handled the RevokeKey call. */
