@@ -260,24 +260,20 @@ export class Reconciler {
         return;
       }
       case "stop": {
+        const r = this.table.get(a.replicaId);
+        const graceMs = (r && this.catalog.profile(r.model, r.profile)?.stopGraceMs) ?? 30_000;
         for (const s of a.shards) {
-          const profile = this.catalog.profile(
-            this.table.get(a.replicaId)?.model ?? "",
-            this.table.get(a.replicaId)?.profile,
-          );
+          // A drained node's shards get until the operator's deadline to
+          // finish what they serve; any other drain gets the profile's grace.
+          const drainDeadline = this.deps.intents.get(s.node).drainDeadline;
+          const deadlineMs = drainDeadline ? Math.max(graceMs, drainDeadline - this.now()) : graceMs;
           const msg =
             a.mode === "drain"
               ? create(ControlMessageSchema, {
-                  msg: {
-                    case: "drainShard",
-                    value: { replicaId: a.replicaId, deadlineMs: profile?.stopGraceMs ?? 30_000 },
-                  },
+                  msg: { case: "drainShard", value: { replicaId: a.replicaId, deadlineMs } },
                 })
               : create(ControlMessageSchema, {
-                  msg: {
-                    case: "stopShard",
-                    value: { replicaId: a.replicaId, reason: a.reason, graceMs: profile?.stopGraceMs ?? 0 },
-                  },
+                  msg: { case: "stopShard", value: { replicaId: a.replicaId, reason: a.reason, graceMs } },
                 });
           streams.send(s.node, msg);
         }
