@@ -16,11 +16,15 @@
  * Targets: edge p50 TTFT within 2 ms of the pass-through, and at least
  * 80 % of its requests per second.
  *
+ * Also printed: CPU time of the Worker's own workerd process per request
+ * (from /proc), which unlike req/s does not depend on what else the machine
+ * is running.
+ *
  * Env: CONCURRENCY (16), REQUESTS per target per round (400), ROUNDS (3),
  * MAX_TOKENS (16), SIM_SPEED (1000).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (same workerd build); not a direct dependency.
@@ -38,6 +42,9 @@ const SIM_SPEED = process.env.SIM_SPEED ?? "1000";
 interface Target {
   name: string;
   url: string;
+  /** The workerd process serving it, for CPU per request (undefined: not a Worker). */
+  pid?: number | undefined;
+  cpuMs: number;
   headers: Record<string, string>;
   ttft: number[];
   ms: number;
@@ -76,17 +83,43 @@ async function one(t: Target, i: number): Promise<void> {
   t.done++;
 }
 
+/** CPU time (user + system) a process has used, in ms. */
+function cpuMs(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  // utime and stime are fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** The workerd process Miniflare started for the Worker listening on `port`. */
+function workerdPid(port: number): number | undefined {
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8");
+      if (cmd.includes("workerd") && cmd.includes(`entry=127.0.0.1:${port}\0`)) return Number(d);
+    } catch {
+      // gone already
+    }
+  }
+  return undefined;
+}
+
 async function run(t: Target, n: number, record: boolean): Promise<void> {
-  const scratch: Target = { ...t, ttft: [], ms: 0, done: 0, errors: 0 };
+  const scratch: Target = { ...t, ttft: [], ms: 0, done: 0, errors: 0, cpuMs: 0 };
   const target = record ? t : scratch;
   let next = 0;
+  const cpu0 = cpuMs(t.pid);
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
       while (next < n) await one(target, next++);
     }),
   );
-  if (record) t.ms += performance.now() - t0;
+  if (record) {
+    t.ms += performance.now() - t0;
+    t.cpuMs += cpuMs(t.pid) - cpu0;
+  }
 }
 
 function pct(xs: number[], p: number): number {
@@ -157,10 +190,12 @@ async function main(): Promise<void> {
     const secret = newSecret();
     await sync.putKey({ key: { id: "bench", hash: hashSecret(secret), name: "bench", maxBand: "gold" } });
     const key = { secret };
-    const mk = (name: string, url: string, headers: Record<string, string> = {}): Target => ({
+    const mk = (name: string, url: string, headers: Record<string, string> = {}, pid?: number): Target => ({
       name,
       url,
       headers,
+      pid,
+      cpuMs: 0,
       ttft: [],
       ms: 0,
       done: 0,
@@ -168,8 +203,13 @@ async function main(): Promise<void> {
     });
     const targets = [
       mk("engine direct", sim.url),
-      mk("bare pass-through Worker", passUrl),
-      mk("llmgw edge", edgeUrl, { authorization: `Bearer ${key.secret}` }),
+      mk("bare pass-through Worker", passUrl, {}, workerdPid(Number(new URL(passUrl).port))),
+      mk(
+        "llmgw edge",
+        edgeUrl,
+        { authorization: `Bearer ${key.secret}` },
+        workerdPid(Number(new URL(edgeUrl).port)),
+      ),
     ];
     process.stderr.write("warming up...\n");
     for (const t of targets) await run(t, 200, false);
@@ -192,6 +232,7 @@ async function main(): Promise<void> {
         rps.toFixed(0),
         (pct(t.ttft, 50) - ptP50).toFixed(2),
         `${((rps / ptRps) * 100).toFixed(0)} %`,
+        t.pid === undefined ? "-" : (t.cpuMs / t.done).toFixed(2),
         String(t.errors),
       ];
     });
@@ -202,6 +243,7 @@ async function main(): Promise<void> {
       "req/s",
       "Δp50 vs pass-through ms",
       "req/s vs pass-through",
+      "workerd CPU ms/req",
       "errors",
     ];
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
