@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { doublingDelay } from "../common/backoff.ts";
 import { createLogger, errorMessage, type Logger } from "../common/log.ts";
+import { shardStateName } from "../common/shard-state.ts";
 import {
   type ShardLoad,
   ShardState,
@@ -148,10 +149,6 @@ const STATE_NAMES: Record<PersistedState, ShardState> = {
 function persistedName(s: ShardState): PersistedState | null {
   for (const [k, v] of Object.entries(STATE_NAMES)) if (v === s) return k as PersistedState;
   return null;
-}
-
-export function stateName(s: ShardState): string {
-  return ShardState[s]?.toLowerCase() ?? String(s);
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -600,7 +597,7 @@ export class Supervisor {
       next = `; restart ${shard.failures} in ${seconds(delay)}`;
       this.after(shard, run, delay, () => void this.launch(shard));
     }
-    this.log.warn("engine failed", { replica: shard.spec.replicaId, state: stateName(state), reason });
+    this.log.warn("engine failed", { replica: shard.spec.replicaId, state: shardStateName(state), reason });
     this.transition(shard, state, reason + next);
   }
 
@@ -845,7 +842,7 @@ export class Supervisor {
       shard.tail = [];
       if (state !== ShardState.STOPPED) shard.exit = undefined;
     }
-    this.log.info("shard state", { replica: shard.spec.replicaId, state: stateName(state), reason });
+    this.log.info("shard state", { replica: shard.spec.replicaId, state: shardStateName(state), reason });
     this.persist();
     this.options.onStatus?.(this.status(shard), "transition");
   }

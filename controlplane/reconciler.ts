@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import type { Logger } from "../common/log.ts";
+import { shardStateName } from "../common/shard-state.ts";
 import {
   ControlMessageSchema,
   type ShardLoad,
-  ShardState,
   type ShardStatus,
   type StartShard,
   StartShardSchema,
@@ -35,19 +35,11 @@ export interface ReconcilerDeps {
   now?: () => number;
 }
 
-const REPORTED: Partial<Record<ShardState, ReportedShardState>> = {
-  [ShardState.STARTING]: "starting",
-  [ShardState.READY]: "ready",
-  [ShardState.DRAINING]: "draining",
-  [ShardState.STOPPED]: "stopped",
-  [ShardState.FAILED_STARTUP]: "failed_startup",
-  [ShardState.FAILED_RUNNING]: "failed_running",
-};
-
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
 export function observedFrom(s: ShardStatus): ObservedShard | undefined {
-  const reported = REPORTED[s.state];
-  if (!reported) return undefined;
+  const name = shardStateName(s.state);
+  if (name === "unspecified") return undefined;
+  const reported: ReportedShardState = name;
   const failed = reported === "failed_startup" || reported === "failed_running";
   // The agent restarts single-node shards itself (and keeps doing so while
   // the control plane is away); a gang restart on top would fight it. The

@@ -1,16 +1,7 @@
 import type { Client } from "@connectrpc/connect";
-import { ShardState } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { shardStateName } from "../../common/shard-state.ts";
 import type { ControlService, Replica } from "../../proto/gen/control/v1/control_pb.ts";
 import { ago, renderTable } from "./table.ts";
-
-const SHARD_STATE: Record<number, string> = {
-  [ShardState.STARTING]: "starting",
-  [ShardState.READY]: "ready",
-  [ShardState.DRAINING]: "draining",
-  [ShardState.STOPPED]: "stopped",
-  [ShardState.FAILED_STARTUP]: "failed_startup",
-  [ShardState.FAILED_RUNNING]: "failed_running",
-};
 
 const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : null);
 
@@ -27,7 +18,7 @@ export function replicaJson(r: Replica) {
     shards: r.shards.map((s) => ({
       rank: s.rank,
       node: s.nodeName,
-      state: SHARD_STATE[s.state] ?? "unknown",
+      state: shardStateName(s.state),
       gpus: [...s.gpuIndices],
       ports: { http: s.ports?.http ?? 0, distInit: [...(s.ports?.distInit ?? [])] },
       pid: s.pid || null,
