@@ -93,7 +93,7 @@ describe("drain (real processes)", () => {
       .split("\n")
       .filter((l) => l.includes("reconcile pass"));
     const placedAt = passes.findIndex(
-      (l) => l.includes(`"reason":"${from} draining"`) && l.includes("place tiny/1gpu/"),
+      (l) => /place tiny\/1gpu\/\d+/.test(l) && !l.includes(`place ${first.id}:`),
     );
     const stoppedAt = passes.findIndex((l) =>
       /stop tiny\/1gpu\/\d+: node \w+ draining; 1 replacement\(s\) ready elsewhere/.test(l),
