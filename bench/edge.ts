@@ -154,7 +154,7 @@ async function main(): Promise<void> {
   const token = newSecret();
   const runtime = {
     compatibilityDate: "2026-04-01",
-    compatibilityFlags: ["enable_request_signal"],
+    compatibilityFlags: ["enable_request_signal", "nodejs_compat"],
     host: "127.0.0.1",
   };
   const edgeMf = new Miniflare({
