@@ -23,14 +23,19 @@
  * Env: CONCURRENCY (16), REQUESTS per target per round (400), ROUNDS (3),
  * MAX_TOKENS (16), SIM_SPEED (1000).
  */
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (same workerd build); not a direct dependency.
 import { Miniflare } from "miniflare";
-import { edgeSyncClient, hashSecret, newSecret } from "../controlplane/ctl/keys.ts";
-import { startSim, WRANGLER } from "../test/edge/helpers.ts";
+import {
+  bundleWorker,
+  createKey,
+  runtimeOf,
+  setEndpoints,
+  startEdgeMiniflare,
+  startSim,
+} from "../test/edge/helpers.ts";
 import { freePort, REPO } from "../test/harness/process.ts";
 
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
@@ -127,69 +132,27 @@ function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
 }
 
-/** Bundles a Worker the way `wrangler deploy` does and returns the entry module's path. */
-function bundle(config: string, outdir: string, entry: string): string {
-  const r = spawnSync(
-    process.execPath,
-    [WRANGLER, "deploy", "--dry-run", "--config", config, "--outdir", outdir],
-    {
-      cwd: REPO,
-      encoding: "utf8",
-    },
-  );
-  if (r.status !== 0) throw new Error(`wrangler deploy --dry-run failed:\n${r.stdout}\n${r.stderr}`);
-  return join(outdir, entry);
-}
-
 async function main(): Promise<void> {
   process.stderr.write("bundling, starting sim engine, edge and pass-through Worker...\n");
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-edge-"));
-  const edgeScript = bundle(join(REPO, "wrangler.toml"), join(dir, "edge"), "worker.js");
-  const passScript = bundle(
-    join(REPO, "bench", "passthrough.wrangler.toml"),
-    join(dir, "pass"),
-    "passthrough-worker.js",
-  );
+  const passConfig = join(REPO, "bench", "passthrough.wrangler.toml");
+  const passScript = bundleWorker(passConfig, dir, "passthrough-worker.js");
   const sim = await startSim("bench", ["--sim-speed", SIM_SPEED, "--max-num-seqs", "512"]);
-  const token = newSecret();
-  const runtime = {
-    compatibilityDate: "2026-04-01",
-    compatibilityFlags: ["enable_request_signal", "nodejs_compat"],
-    host: "127.0.0.1",
-  };
-  const edgeMf = new Miniflare({
-    ...runtime,
-    modules: true,
-    scriptPath: edgeScript,
-    modulesRoot: join(dir, "edge"),
-    port: await freePort(),
-    kvNamespaces: ["LLMGW_KV"],
-    durableObjects: {
-      KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
-      REVOCATIONS: { className: "RevocationLog", useSQLite: true },
-    },
-    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: "{}" },
-  });
+  const edge = await startEdgeMiniflare();
   const passMf = new Miniflare({
-    ...runtime,
+    ...runtimeOf(passConfig),
+    host: "127.0.0.1",
     modules: true,
     scriptPath: passScript,
-    modulesRoot: join(dir, "pass"),
+    modulesRoot: dir,
     port: await freePort(),
     bindings: { UPSTREAM: sim.url },
   });
-  const edgeUrl = String(await edgeMf.ready).replace(/\/$/, "");
+  const edgeUrl = edge.url;
   const passUrl = String(await passMf.ready).replace(/\/$/, "");
   try {
-    const sync = edgeSyncClient(edgeUrl, token);
-    await sync.putEndpointSets({
-      endpoints: [
-        { id: "bench-1", url: sim.url, models: ["bench"], pool: "default", weight: 1, via: "direct" },
-      ],
-    });
-    const secret = newSecret();
-    await sync.putKey({ key: { id: "bench", hash: hashSecret(secret), name: "bench", maxBand: "gold" } });
-    const key = { secret };
+    await setEndpoints(edge, [{ id: "bench-1", url: sim.url, models: ["bench"] }]);
+    const key = await createKey(edge);
     const mk = (name: string, url: string, headers: Record<string, string> = {}, pid?: number): Target => ({
       name,
       url,
@@ -262,7 +225,7 @@ async function main(): Promise<void> {
         `≥ 80 % of its req/s: ${ratio >= 0.8 ? "met" : "MISSED"} (${(ratio * 100).toFixed(0)} %)\n`,
     );
   } finally {
-    await Promise.all([edgeMf.dispose(), passMf.dispose(), sim.stop()]);
+    await Promise.all([edge.stop(), passMf.dispose(), sim.stop()]);
     rmSync(dir, { recursive: true, force: true });
   }
 }
