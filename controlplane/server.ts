@@ -1,21 +1,32 @@
 import { randomUUID } from "node:crypto";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
-import { createServer as createHttp2Server, type Http2Server } from "node:http2";
+import {
+  createServer as createHttp2Server,
+  createSecureServer,
+  type Http2SecureServer,
+  type Http2Server,
+  type Http2ServerRequest,
+} from "node:http2";
 import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
 import { join } from "node:path";
+import type { TLSSocket } from "node:tls";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
 import { controlRoutes } from "./admin/control-service.ts";
+import { Enrollment } from "./agentsvc/enroll.ts";
 import { AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { buildCatalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { edgeSyncClient } from "./ctl/keys.ts";
 import { EdgePublisher } from "./edge-publisher.ts";
 import { IntentStore } from "./intent-store.ts";
+import { JoinTokenStore } from "./join-tokens.ts";
 import { parseListen } from "./listen.ts";
+import { type Ca, ensureServerCert, loadOrCreateCa, type ServerCert } from "./pki/ca.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 
@@ -55,6 +66,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
+  const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now) : undefined;
   // Assigned below; the stream hooks only fire once listeners are up.
   let reconciler: Reconciler;
   const streams = new AgentStreams({
@@ -65,6 +77,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     heartbeatIntervalMs: c.heartbeat_interval,
     readMaxBytes: c.max_message_bytes,
     now,
+    requireIdentity: tls !== undefined,
     hooks: {
       onTransition: (t) => {
         log.info("node state changed", { ...t });
@@ -122,6 +135,14 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     Object.entries(streams.stats.rejected).map(([reason, value]) => ({ labels: { reason }, value })),
   );
 
+  if (tls) {
+    const e = tls.enrollment;
+    metrics.counter("llmgw_agent_enrollments_total", "Enroll calls, by result.", () => [
+      { labels: { result: "enrolled" }, value: e.stats.enrolled },
+      ...Object.entries(e.stats.refused).map(([result, value]) => ({ labels: { result }, value })),
+    ]);
+  }
+
   metrics.gauge("llmgw_replicas", "Replicas in the table.", () => reconciler.table.size);
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
   metrics.gauge(
@@ -144,23 +165,63 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         connect: () => {
           throw new ConnectError("served by the stream handler", Code.Internal);
         },
-        enroll: () => {
-          throw new ConnectError(
-            "enrollment (mTLS) is not enabled on this control plane",
-            Code.Unimplemented,
-          );
+        enroll: (req) => {
+          if (!tls) {
+            throw new ConnectError(
+              "enrollment (mTLS) is not enabled on this control plane (agent_tls.enabled)",
+              Code.Unimplemented,
+            );
+          }
+          return tls.enrollment.enroll(req);
         },
       });
     },
     readMaxBytes: c.max_message_bytes,
   });
-  const agentServer: Http2Server = createHttp2Server({}, (req, res) => {
-    if (req.url === CONNECT_PATH) streams.handle(req, res);
-    else agentRouter(req, res);
-  });
+  // With mTLS every client may connect (rejectUnauthorized: false) so that
+  // a new agent can call Enroll; the stream itself demands a certificate.
+  const agentServer: Http2Server | Http2SecureServer = tls
+    ? createSecureServer(
+        {
+          ...tls.context(),
+          requestCert: true,
+          rejectUnauthorized: false,
+          allowHTTP1: false,
+        },
+        (req, res) => {
+          if (req.url === CONNECT_PATH) streams.handle(req, res, peerIdentity(req));
+          else agentRouter(req, res);
+        },
+      )
+    : createHttp2Server({}, (req, res) => {
+        if (req.url === CONNECT_PATH) streams.handle(req, res);
+        else agentRouter(req, res);
+      });
+  // The server certificate is checked again twice a day, so one that nears
+  // expiry on a long-running control plane is replaced without a restart.
+  const renewTimer = tls
+    ? setInterval(
+        () => {
+          tls
+            .renew()
+            .then((renewed) => {
+              if (renewed) (agentServer as Http2SecureServer).setSecureContext(tls.context());
+            })
+            .catch((err) => log.error("agent listener certificate renewal failed", { error: String(err) }));
+        },
+        12 * 3_600_000,
+      )
+    : undefined;
+  renewTimer?.unref();
   const adminServer: HttpServer = createHttpServer(
     connectNodeAdapter({
-      routes: controlRoutes({ registry, intents, reconciler, now }),
+      routes: controlRoutes({
+        registry,
+        intents,
+        reconciler,
+        now,
+        ...(tls ? { joinTokens: tls.enrollment } : {}),
+      }),
       fallback: (req, res) => {
         if (req.url === "/healthz") {
           res.writeHead(200, { "content-type": "text/plain" });
@@ -178,9 +239,17 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
 
   const agentPort = await listen(agentServer, config.agent_listen);
   const adminPort = await listen(adminServer, config.admin_listen);
-  log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
-    agent_listen: config.agent_listen,
-  });
+  if (tls) {
+    log.info("agent listener is mTLS: agents enroll with a join token (llmgw ctl tokens create)", {
+      agent_listen: config.agent_listen,
+      hostnames: defaultTlsHostnames(config.agent_tls.hostnames),
+      ca_fingerprint: tls.ca.fingerprint,
+    });
+  } else {
+    log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
+      agent_listen: config.agent_listen,
+    });
+  }
   reconciler.start();
   const edgeUrl = config.edge.url;
   const edgeToken = process.env[config.edge.token_env];
@@ -220,16 +289,91 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     },
     async close() {
       clearInterval(ticker);
+      if (renewTimer) clearInterval(renewTimer);
       reconciler.stop();
       publisher?.stop();
       intents.close();
+      tls?.tokens.close();
       streams.closeAll();
       await Promise.all([closeServer(agentServer), closeServer(adminServer)]);
     },
   };
 }
 
-function listen(server: HttpServer | Http2Server, addr: string): Promise<number> {
+interface AgentTls {
+  ca: Ca;
+  tokens: JoinTokenStore;
+  enrollment: Enrollment;
+  /** key, cert chain and CA for the listener's secure context. */
+  context(): { key: string; cert: string; ca: string };
+  /** Issues the server certificate again when due; true when it did. */
+  renew(): Promise<boolean>;
+}
+
+/** The SANs of the agent listener's certificate when the config names none. */
+function defaultTlsHostnames(configured: readonly string[] | undefined): string[] {
+  return configured ? [...configured] : [hostname(), "localhost", "127.0.0.1"];
+}
+
+/** The CA, the listener's certificate and the token store, under data_dir. */
+async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => number): Promise<AgentTls> {
+  const { config } = loaded;
+  const t = config.agent_tls;
+  const hostnames = defaultTlsHostnames(t.hostnames);
+  const dir = join(config.data_dir, "pki");
+  const { ca, created } = await loadOrCreateCa(dir, now);
+  if (created) log.info("created the agent CA", { dir, fingerprint: ca.fingerprint });
+  const issue = async (): Promise<boolean> => {
+    const next = await ensureServerCert(ca, dir, hostnames, now);
+    if (next.issued)
+      log.info("issued the agent listener certificate", {
+        reason: next.issued,
+        hostnames,
+        notAfter: next.notAfter.toISOString(),
+      });
+    server = next;
+    return next.issued !== undefined;
+  };
+  let server: ServerCert | undefined;
+  await issue();
+  const tokens = new JoinTokenStore(join(config.data_dir, "llmgw.db"));
+  const enrollment = new Enrollment({
+    ca,
+    tokens,
+    clientCertValidityMs: t.client_cert_validity,
+    defaultTokenTtlMs: t.join_token_ttl,
+    log: log.child({ component: "enroll" }),
+    now,
+  });
+  return {
+    ca,
+    tokens,
+    enrollment,
+    // The chain includes the CA, so an agent holding only a join token can
+    // read the CA certificate off the handshake and check its fingerprint.
+    context: () => ({ key: server!.keyPem, cert: `${server!.certPem.trim()}\n${ca.certPem.trim()}\n`, ca: ca.certPem }),
+    renew: issue,
+  };
+}
+
+const CLIENT_AUTH = "1.3.6.1.5.5.7.3.2";
+
+/**
+ * The node a TLS peer may speak for: the CN of a client certificate that
+ * chains to our CA and is meant for client authentication. Undefined for
+ * anyone else (no certificate, another CA, the server's own certificate).
+ */
+function peerIdentity(req: Http2ServerRequest): string | undefined {
+  const socket = req.socket as TLSSocket;
+  if (!socket.authorized) return undefined;
+  const cert = socket.getPeerCertificate();
+  if (!cert || !cert.subject) return undefined;
+  if (!cert.ext_key_usage?.includes(CLIENT_AUTH)) return undefined;
+  const cn = cert.subject.CN;
+  return typeof cn === "string" ? cn : undefined;
+}
+
+function listen(server: HttpServer | Http2Server | Http2SecureServer, addr: string): Promise<number> {
   const { host, port } = parseListen(addr);
   return new Promise((resolve, reject) => {
     server.once("error", reject);
@@ -240,7 +384,7 @@ function listen(server: HttpServer | Http2Server, addr: string): Promise<number>
   });
 }
 
-function closeServer(server: HttpServer | Http2Server): Promise<void> {
+function closeServer(server: HttpServer | Http2Server | Http2SecureServer): Promise<void> {
   return new Promise((resolve) => {
     server.close(() => resolve());
     setTimeout(resolve, 2_000).unref();

@@ -219,12 +219,35 @@ export const endpointSchema = z.strictObject({
     .describe("Spill-over priority of the endpoint (see the routing docs)"),
 });
 
+// mTLS on the agent listener (docs/agents.md, "Security: mTLS and
+// enrollment"). Off by default until every agent has enrolled.
+export const agentTlsSchema = z.strictObject({
+  enabled: z.boolean().default(false).describe("Serve the agent listener over mTLS with enrollment"),
+  // No default here: this file is also bundled into the edge Worker, which
+  // has no node:os. Unset means the machine's hostname, localhost and
+  // 127.0.0.1, filled in by the control plane (controlplane/pki).
+  hostnames: z
+    .array(z.string().min(1).max(253))
+    .min(1)
+    .optional()
+    .describe("Names and IPs agents dial; the server certificate's SANs (default: hostname, localhost, 127.0.0.1)"),
+  client_cert_validity: duration
+    .prefault("365d")
+    .refine((ms) => ms >= 3_600_000, "must be at least 1h")
+    .describe("Validity of the client certificates enrolled agents get"),
+  join_token_ttl: duration
+    .prefault("1h")
+    .refine((ms) => ms > 0, "must be positive")
+    .describe("Default lifetime of a join token (ctl tokens create --ttl overrides it)"),
+});
+
 export const configSchema = z.strictObject({
   // Separate from the agents' port so diagnostics and the operator API can be
   // firewalled apart from the fleet-facing surface.
   admin_listen: listenAddress.default(":9090"),
   agent_listen: listenAddress.default(":7443"),
   data_dir: z.string().default(".data"),
+  agent_tls: agentTlsSchema.prefault({}),
   edge: z
     .strictObject({
       url: z.string().optional(),
@@ -241,6 +264,7 @@ export const configSchema = z.strictObject({
 
 export type Config = z.output<typeof configSchema>;
 export type ControlConfig = Config["control"];
+export type AgentTlsConfig = Config["agent_tls"];
 export type RouterConfig = Config["router"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;
