@@ -7,6 +7,9 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
 
   --control-plane URL     control plane agent listener (default http://127.0.0.1:7443)
   --node NAME             this node's name (default: the hostname)
+  --join-token TOKEN      enroll with this token (from \`llmgw ctl tokens create\`) when the state
+                          dir holds no client certificate yet; https:// control planes only
+  --ca-file PATH          trust this CA certificate instead of pinning the one the token names
   --simulate-gpus SPEC    play a GPU node: 8xH100-80GB, or 4xH100-80GB,4xA100-40GB
   --simulate-foreign I=MIB  simulated VRAM held by a foreign process on GPU I (repeatable)
   --fabric KEY=VALUE      operator-given fabric label, e.g. ib=island-a (repeatable);
@@ -25,6 +28,9 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
 export interface AgentFlags {
   controlPlane: string;
   node: string;
+  /** mTLS enrollment (https:// only): used when the state dir has no certificate. */
+  joinToken: string | undefined;
+  caFile: string | undefined;
   simulateGpus: string | undefined;
   simulateForeign: Map<number, number>;
   fabric: Record<string, string>;
@@ -83,6 +89,8 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     options: {
       "control-plane": { type: "string" },
       node: { type: "string" },
+      "join-token": { type: "string" },
+      "ca-file": { type: "string" },
       "simulate-gpus": { type: "string" },
       "simulate-foreign": { type: "string", multiple: true },
       fabric: { type: "string", multiple: true },
@@ -119,9 +127,14 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
   const controlPlane = values["control-plane"] ?? "http://127.0.0.1:7443";
   if (!/^https?:\/\/[^/]+/.test(controlPlane))
     throw new Error(`--control-plane: "${controlPlane}" is not an http(s) URL`);
+  const secure = controlPlane.startsWith("https://");
+  if (!secure && (values["join-token"] !== undefined || values["ca-file"] !== undefined))
+    throw new Error("--join-token and --ca-file need an https:// --control-plane (mTLS)");
   return {
     controlPlane,
     node,
+    joinToken: values["join-token"] ?? process.env.LLMGW_JOIN_TOKEN,
+    caFile: values["ca-file"] === undefined ? undefined : resolve(values["ca-file"]),
     simulateGpus: values["simulate-gpus"],
     simulateForeign,
     fabric,

@@ -45,6 +45,32 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (f.simulateGpus) log.warn("GPUs are simulated", { spec: f.simulateGpus });
 
+  // mTLS: load the stored client certificate, or enroll with the join token.
+  // Loaded lazily: plaintext agents never pay for the X.509 code.
+  let tls: { ca: string; cert: string; key: string } | undefined;
+  if (f.controlPlane.startsWith("https://")) {
+    const { loadOrEnrollWithRetry } = await import("./enroll.ts");
+    try {
+      tls = await loadOrEnrollWithRetry({
+        url: f.controlPlane,
+        node: f.node,
+        stateDir: f.stateDir,
+        joinToken: f.joinToken,
+        caFile: f.caFile,
+        log,
+      });
+    } catch (err) {
+      log.error("cannot enroll with the control plane", { error: errorMessage(err) });
+      process.stderr.write(`llmgw agent: ${errorMessage(err)}\n`);
+      unlock();
+      return 1;
+    }
+  } else {
+    log.warn(
+      "the control plane stream is plaintext h2c: use an https:// control plane with mTLS outside development",
+    );
+  }
+
   // Engines run detached and outlive this process; the supervisor re-adopts
   // whatever a previous agent left running before the first Register, so
   // the control plane sees them as running, not missing. Statuses emitted
@@ -86,6 +112,7 @@ export async function main(argv: string[]): Promise<number> {
     pingIntervalMs: f.pingIntervalMs,
     pingTimeoutMs: f.pingTimeoutMs,
     stableAfterMs: f.stableAfterMs,
+    ...(tls ? { tls } : {}),
     register: async () => {
       const { inventory: inv, problems } = await inventory.collect(ownPids());
       for (const p of problems) log.warn("inventory problem", { problem: p });

@@ -33,6 +33,8 @@ export interface StreamClientOptions {
   pingIntervalMs?: number;
   pingTimeoutMs?: number;
   random?: () => number;
+  /** mTLS (https:// control planes): the CA to trust and this node's client certificate. */
+  tls?: { ca: string; cert: string; key: string };
 }
 
 export type StreamState = "connecting" | "connected" | "backoff" | "stopped";
@@ -87,6 +89,7 @@ export class StreamClient {
       pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
       pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
       pingIdleConnection: true,
+      ...(this.opts.tls ? { nodeOptions: { ...this.opts.tls } } : {}),
     });
     const client = createClient(AgentService, transport);
     const log = this.opts.log;

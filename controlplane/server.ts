@@ -200,17 +200,14 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // The server certificate is checked again twice a day, so one that nears
   // expiry on a long-running control plane is replaced without a restart.
   const renewTimer = tls
-    ? setInterval(
-        () => {
-          tls
-            .renew()
-            .then((renewed) => {
-              if (renewed) (agentServer as Http2SecureServer).setSecureContext(tls.context());
-            })
-            .catch((err) => log.error("agent listener certificate renewal failed", { error: String(err) }));
-        },
-        12 * 3_600_000,
-      )
+    ? setInterval(() => {
+        tls
+          .renew()
+          .then((renewed) => {
+            if (renewed) (agentServer as Http2SecureServer).setSecureContext(tls.context());
+          })
+          .catch((err) => log.error("agent listener certificate renewal failed", { error: String(err) }));
+      }, 12 * 3_600_000)
     : undefined;
   renewTimer?.unref();
   const adminServer: HttpServer = createHttpServer(
@@ -351,7 +348,11 @@ async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => numbe
     enrollment,
     // The chain includes the CA, so an agent holding only a join token can
     // read the CA certificate off the handshake and check its fingerprint.
-    context: () => ({ key: server!.keyPem, cert: `${server!.certPem.trim()}\n${ca.certPem.trim()}\n`, ca: ca.certPem }),
+    context: () => ({
+      key: server!.keyPem,
+      cert: `${server!.certPem.trim()}\n${ca.certPem.trim()}\n`,
+      ca: ca.certPem,
+    }),
     renew: issue,
   };
 }
@@ -367,7 +368,7 @@ function peerIdentity(req: Http2ServerRequest): string | undefined {
   const socket = req.socket as TLSSocket;
   if (!socket.authorized) return undefined;
   const cert = socket.getPeerCertificate();
-  if (!cert || !cert.subject) return undefined;
+  if (!cert?.subject) return undefined;
   if (!cert.ext_key_usage?.includes(CLIENT_AUTH)) return undefined;
   const cn = cert.subject.CN;
   return typeof cn === "string" ? cn : undefined;

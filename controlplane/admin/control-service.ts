@@ -14,6 +14,13 @@ export interface ControlServiceDeps {
   intents: IntentStore;
   reconciler: Reconciler;
   now?: () => number;
+  /** Present when agent_tls is enabled (agentsvc/enroll.ts). */
+  joinTokens?: {
+    createToken(
+      ttlMs: number,
+      uses: number,
+    ): { token: string; expiresAt: number; uses: number; caFingerprint: string };
+  };
 }
 
 /** Operators get a drain deadline unless they name one. */
@@ -71,6 +78,24 @@ export function controlRoutes(deps: ControlServiceDeps) {
         intents.drain(req.node, now() + (req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS), now());
         reconciler.trigger(`${req.node} draining`);
         return {};
+      },
+      createJoinToken: (req) => {
+        if (!deps.joinTokens) {
+          throw new ConnectError(
+            "agent mTLS is not enabled on this control plane: set agent_tls.enabled: true",
+            Code.FailedPrecondition,
+          );
+        }
+        const ttl = Number(req.ttlMs);
+        if (!Number.isSafeInteger(ttl))
+          throw new ConnectError("ttl_ms is out of range", Code.InvalidArgument);
+        const t = deps.joinTokens.createToken(ttl, req.uses);
+        return {
+          token: t.token,
+          expiresAtUnixMs: BigInt(t.expiresAt),
+          uses: t.uses,
+          caFingerprint: t.caFingerprint,
+        };
       },
     });
   };

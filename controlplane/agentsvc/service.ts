@@ -38,6 +38,11 @@ export interface AgentServiceOptions {
   registerTimeoutMs?: number;
   now?: () => number;
   hooks?: AgentServiceHooks;
+  /**
+   * mTLS: a stream must come with the CN of an authorized client certificate
+   * and may only register that node. Off on the plaintext (h2c) listener.
+   */
+  requireIdentity?: boolean;
 }
 
 interface Session {
@@ -90,12 +95,17 @@ export class AgentStreams {
     return Math.max(1_000, Math.round(this.opts.registry.size * 15));
   }
 
-  handle(req: Http2ServerRequest, res: Http2ServerResponse): void {
+  /**
+   * Serves one Connect stream. `identity` is the subject CN of the peer's
+   * authorized client certificate, when it presented one (server.ts reads it
+   * from the TLS socket).
+   */
+  handle(req: Http2ServerRequest, res: Http2ServerResponse, identity?: string): void {
     serveConnectBidi(req, res, {
       input: AgentMessageSchema,
       output: ControlMessageSchema,
       readMaxBytes: this.opts.readMaxBytes,
-      open: (stream) => this.open(stream),
+      open: (stream) => this.open(stream, identity),
     });
   }
 
@@ -109,7 +119,7 @@ export class AgentStreams {
     stream.end();
   }
 
-  private open(stream: BidiStream<ControlMessage>): BidiCallbacks<AgentMessage> {
+  private open(stream: BidiStream<ControlMessage>, identity?: string): BidiCallbacks<AgentMessage> {
     let session: Session | undefined;
     const timer = setTimeout(() => {
       if (!session) this.refuse(stream, "protocol", "no Register within the timeout");
@@ -119,7 +129,7 @@ export class AgentStreams {
         if (stream.ended) return;
         if (!session) {
           clearTimeout(timer);
-          session = this.register(stream, msg);
+          session = this.register(stream, msg, identity);
           return;
         }
         this.onMessage(session, msg);
@@ -136,11 +146,37 @@ export class AgentStreams {
     };
   }
 
-  private register(stream: BidiStream<ControlMessage>, msg: AgentMessage): Session | undefined {
+  private register(
+    stream: BidiStream<ControlMessage>,
+    msg: AgentMessage,
+    identity: string | undefined,
+  ): Session | undefined {
     const { registry, log } = this.opts;
     if (msg.msg.case !== "register") {
       this.refuse(stream, "protocol", "the first message on the stream must be Register");
       return undefined;
+    }
+    // A rogue or broken agent can only speak for its own node (design §8).
+    if (this.opts.requireIdentity) {
+      const claimed = msg.msg.value.nodeName;
+      if (!identity) {
+        log.warn("agent refused: no authorized client certificate", { node: claimed });
+        this.refuse(
+          stream,
+          "unauthenticated",
+          "this control plane requires an agent client certificate signed by its CA: enroll with --join-token",
+        );
+        return undefined;
+      }
+      if (identity !== claimed) {
+        log.warn("agent refused: certificate is for another node", { node: claimed, certificate: identity });
+        this.refuse(
+          stream,
+          "wrong_identity",
+          `the client certificate is for node "${identity}", but the agent registers as "${claimed}"`,
+        );
+        return undefined;
+      }
     }
     const checked = checkRegister(msg.msg.value);
     if (!checked.ok) {

@@ -230,7 +230,9 @@ export const agentTlsSchema = z.strictObject({
     .array(z.string().min(1).max(253))
     .min(1)
     .optional()
-    .describe("Names and IPs agents dial; the server certificate's SANs (default: hostname, localhost, 127.0.0.1)"),
+    .describe(
+      "Names and IPs agents dial; the server certificate's SANs (default: hostname, localhost, 127.0.0.1)",
+    ),
   client_cert_validity: duration
     .prefault("365d")
     .refine((ms) => ms >= 3_600_000, "must be at least 1h")

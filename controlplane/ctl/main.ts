@@ -19,6 +19,8 @@ commands:
   drain NODE [--deadline 10m]
                         move NODE's replicas elsewhere, then stop what is left by the deadline
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
+  tokens create [--ttl 1h] [--uses 1]
+                        a join token for agent enrollment (mTLS), shown once
 
 --control-plane defaults to ${DEFAULT_CONTROL_PLANE} (or $LLMGW_CONTROL_PLANE).
 `;
@@ -40,6 +42,8 @@ export async function main(argv: string[]): Promise<number> {
       "control-plane": { type: "string" },
       json: { type: "boolean" },
       deadline: { type: "string" },
+      ttl: { type: "string" },
+      uses: { type: "string" },
     },
   });
   const url = values["control-plane"] ?? process.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE;
@@ -81,6 +85,28 @@ export async function main(argv: string[]): Promise<number> {
           await client.drain({ node, deadlineMs });
         }
         process.stdout.write(`${node}: ${command === "drain" ? "draining" : `${command}ed`}\n`);
+        return 0;
+      }
+      case "tokens": {
+        if (positionals[0] !== "create")
+          throw new Error("usage: llmgw ctl tokens create [--ttl 1h] [--uses 1] [--json]");
+        const ttlMs = values.ttl ? parseDuration(values.ttl) : 0;
+        if (values.ttl && ttlMs <= 0) throw new Error("--ttl must be positive");
+        const uses = values.uses === undefined ? 1 : Number(values.uses);
+        if (!Number.isInteger(uses) || uses < 1) throw new Error("--uses must be a positive integer");
+        const t = await client.createJoinToken({ ttlMs: BigInt(ttlMs), uses });
+        const expires = new Date(Number(t.expiresAtUnixMs)).toISOString();
+        if (values.json) {
+          process.stdout.write(
+            `${JSON.stringify({ token: t.token, expiresAt: expires, uses: t.uses, caFingerprint: t.caFingerprint })}\n`,
+          );
+        } else {
+          process.stdout.write(`${t.token}\n`);
+          process.stderr.write(
+            `join token for ${t.uses} enrollment${t.uses === 1 ? "" : "s"}, valid until ${expires}; it is not shown again.\n` +
+              `start an agent with: llmgw agent --control-plane https://HOST:PORT --node NAME --join-token ${t.token}\n`,
+          );
+        }
         return 0;
       }
       default:

@@ -1,0 +1,209 @@
+import { X509Certificate } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { join } from "node:path";
+import { type PeerCertificate, connect as tlsConnect } from "node:tls";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { errorMessage, type Logger } from "../common/log.ts";
+import { writeFileAtomic } from "../controlplane/pki/ca.ts";
+import { parseJoinToken } from "../controlplane/pki/token.ts";
+import { createCsr, sha256Hex } from "../controlplane/pki/x509.ts";
+import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+
+/**
+ * The agent's side of mTLS enrollment (design §4). On the first start
+ * against an https:// control plane the state dir holds no certificate: the
+ * agent makes a P-256 key and a CSR for its node name, pins the control
+ * plane's CA (the fingerprint in the join token, or --ca-file), and trades
+ * token and CSR for a client certificate over TLS. Every later start just
+ * loads `agent.key`, `agent.crt` and `ca.crt` from the state dir.
+ */
+export interface ClientTls {
+  key: string;
+  cert: string;
+  ca: string;
+}
+
+/** A problem retrying cannot fix: the agent says what to do and exits. */
+export class EnrollError extends Error {}
+
+export interface EnrollOptions {
+  url: string;
+  node: string;
+  stateDir: string;
+  joinToken: string | undefined;
+  caFile: string | undefined;
+  log: Logger;
+  now?: () => number;
+}
+
+const RENEW_WARN_MS = 30 * 86_400_000;
+
+export const stateFiles = (dir: string) => ({
+  key: join(dir, "agent.key"),
+  cert: join(dir, "agent.crt"),
+  ca: join(dir, "ca.crt"),
+});
+
+function pemFingerprint(pem: string): string {
+  return sha256Hex(new X509Certificate(pem).raw);
+}
+
+/** The client certificate to connect with: stored, or enrolled now. */
+export async function loadOrEnroll(o: EnrollOptions): Promise<ClientTls> {
+  const files = stateFiles(o.stateDir);
+  const now = o.now ?? Date.now;
+  if (existsSync(files.key) && existsSync(files.cert) && existsSync(files.ca)) {
+    const tls = {
+      key: readFileSync(files.key, "utf8"),
+      cert: readFileSync(files.cert, "utf8"),
+      ca: readFileSync(files.ca, "utf8"),
+    };
+    const cert = new X509Certificate(tls.cert);
+    const cn = /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1];
+    const expires = Date.parse(cert.validTo);
+    if (expires <= now()) {
+      if (!o.joinToken) {
+        throw new EnrollError(
+          `the client certificate in ${files.cert} expired at ${new Date(expires).toISOString()}: enroll again with a new --join-token (llmgw ctl tokens create)`,
+        );
+      }
+      o.log.warn("client certificate expired: enrolling again", { expired: new Date(expires).toISOString() });
+    } else {
+      if (cn !== o.node) {
+        o.log.warn("the stored client certificate is for another node: the control plane will refuse it", {
+          certificate: cn,
+          node: o.node,
+          file: files.cert,
+        });
+      }
+      if (expires - now() < RENEW_WARN_MS) {
+        o.log.warn("client certificate expires soon: enroll again with a new --join-token", {
+          expires: new Date(expires).toISOString(),
+        });
+      }
+      if (o.joinToken) o.log.info("already enrolled: --join-token is not needed and was ignored");
+      o.log.info("using the stored client certificate", {
+        node: cn,
+        expires: new Date(expires).toISOString(),
+      });
+      return tls;
+    }
+  }
+  if (!o.joinToken) {
+    throw new EnrollError(
+      `no client certificate in ${o.stateDir} and no --join-token: create one with \`llmgw ctl tokens create\` and start the agent once with --join-token TOKEN`,
+    );
+  }
+  return enroll(o, o.joinToken);
+}
+
+async function enroll(o: EnrollOptions, joinToken: string): Promise<ClientTls> {
+  let token: ReturnType<typeof parseJoinToken>;
+  try {
+    token = parseJoinToken(joinToken);
+  } catch (err) {
+    throw new EnrollError(errorMessage(err));
+  }
+  let caPem: string;
+  if (o.caFile) {
+    caPem = readFileSync(o.caFile, "utf8");
+    const fp = pemFingerprint(caPem);
+    if (fp !== token.fingerprint) {
+      throw new EnrollError(
+        `CA fingerprint mismatch: ${o.caFile} has sha256 ${fp}, the join token expects ${token.fingerprint}`,
+      );
+    }
+  } else {
+    caPem = await pinCa(o.url, token.fingerprint);
+  }
+  o.log.info("enrolling with the control plane", { caFingerprint: token.fingerprint });
+  const { keyPem, csrPem } = await createCsr(o.node);
+  const transport = createConnectTransport({ baseUrl: o.url, httpVersion: "2", nodeOptions: { ca: caPem } });
+  let res: { certPem: string; caPem: string };
+  try {
+    res = await createClient(AgentService, transport).enroll(
+      { token: joinToken.trim(), nodeName: o.node, csrPem },
+      { timeoutMs: 15_000 },
+    );
+  } catch (err) {
+    if (
+      err instanceof ConnectError &&
+      [Code.PermissionDenied, Code.InvalidArgument, Code.Unimplemented, Code.Unauthenticated].includes(
+        err.code,
+      )
+    ) {
+      throw new EnrollError(`enrollment refused by the control plane: ${err.rawMessage}`);
+    }
+    throw err;
+  }
+  if (pemFingerprint(res.caPem) !== token.fingerprint)
+    throw new EnrollError("the control plane returned a CA other than the one the join token pins");
+  const cert = new X509Certificate(res.certPem);
+  if (!cert.checkIssued(new X509Certificate(res.caPem)))
+    throw new EnrollError("the control plane returned a certificate its CA did not issue");
+  const files = stateFiles(o.stateDir);
+  // agent.crt last: its presence is what "enrolled" means on the next start.
+  writeFileAtomic(files.ca, res.caPem);
+  writeFileAtomic(files.key, keyPem, 0o600);
+  writeFileAtomic(files.cert, res.certPem);
+  o.log.info("enrolled: client certificate stored", { file: files.cert, expires: cert.validTo });
+  return { key: keyPem, cert: res.certPem, ca: res.caPem };
+}
+
+/**
+ * Reads the certificate chain the control plane presents (without trusting
+ * it) and returns, as PEM, the one whose DER hashes to `fingerprint`. The
+ * Enroll call then verifies the server properly against that CA.
+ */
+export async function pinCa(url: string, fingerprint: string): Promise<string> {
+  const u = new URL(url);
+  const port = Number(u.port || 443);
+  const host = u.hostname.replace(/^\[|\]$/g, "");
+  const chain = await new Promise<Buffer[]>((resolve, reject) => {
+    const socket = tlsConnect({
+      host,
+      port,
+      ...(isIP(host) ? {} : { servername: host }),
+      rejectUnauthorized: false,
+      ALPNProtocols: ["h2"],
+    });
+    socket.setTimeout(10_000, () => socket.destroy(new Error(`TLS handshake with ${u.host} timed out`)));
+    socket.once("error", reject);
+    socket.once("secureConnect", () => {
+      const out: Buffer[] = [];
+      let c: PeerCertificate | undefined = socket.getPeerCertificate(true);
+      const seen = new Set<PeerCertificate>();
+      while (c?.raw && !seen.has(c)) {
+        seen.add(c);
+        out.push(c.raw);
+        c = (c as { issuerCertificate?: PeerCertificate }).issuerCertificate;
+      }
+      socket.end();
+      resolve(out);
+    });
+  });
+  const ca = chain.find((der) => sha256Hex(der) === fingerprint);
+  if (!ca) {
+    throw new EnrollError(
+      `CA fingerprint mismatch: the control plane at ${u.host} presents ${chain.map((d) => sha256Hex(d)).join(", ") || "no certificate"}, the join token expects ${fingerprint} — a wrong address, another control plane, or someone in between`,
+    );
+  }
+  return new X509Certificate(ca).toString();
+}
+
+/** Enrolls, retrying while the control plane is unreachable; EnrollError is final. */
+export async function loadOrEnrollWithRetry(o: EnrollOptions): Promise<ClientTls> {
+  let delay = 1_000;
+  for (;;) {
+    try {
+      return await loadOrEnroll(o);
+    } catch (err) {
+      if (err instanceof EnrollError) throw err;
+      o.log.warn("enrollment failed, retrying", { error: errorMessage(err), inMs: delay });
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 30_000);
+    }
+  }
+}

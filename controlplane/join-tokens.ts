@@ -1,0 +1,103 @@
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+
+/**
+ * Join tokens: secrets that let an agent enroll (get a client certificate)
+ * a limited number of times before an expiry. Only the SHA-256 of each
+ * secret is stored, in the same SQLite file as operator intent
+ * (`data_dir/llmgw.db`, its own table), so a copy of the database does not
+ * let anyone enroll.
+ */
+export type TokenCheck =
+  | { ok: true; usesLeft: number; expiresAt: number }
+  | { ok: false; reason: "unknown" | "expired" | "used_up"; message: string };
+
+export const MAX_TOKEN_USES = 10_000;
+
+function hash(secret: string): string {
+  return createHash("sha256").update(secret).digest("hex");
+}
+
+export class JoinTokenStore {
+  private readonly db: DatabaseSync;
+
+  constructor(path: string) {
+    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+    this.db = new DatabaseSync(path);
+    this.db.exec(`
+      PRAGMA journal_mode = WAL;
+      PRAGMA busy_timeout = 2000;
+      CREATE TABLE IF NOT EXISTS join_tokens (
+        hash TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        uses_left INTEGER NOT NULL,
+        last_used_at INTEGER,
+        last_used_by TEXT
+      );
+    `);
+  }
+
+  /** A new secret (32 random bytes, base64url). Only its hash is kept. */
+  create(ttlMs: number, uses: number, now: number): { secret: string; expiresAt: number } {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new RangeError("ttl must be positive");
+    if (!Number.isInteger(uses) || uses < 1 || uses > MAX_TOKEN_USES)
+      throw new RangeError(`uses must be between 1 and ${MAX_TOKEN_USES}`);
+    const secret = randomBytes(32).toString("base64url");
+    const expiresAt = now + ttlMs;
+    this.db
+      .prepare("INSERT INTO join_tokens (hash, created_at, expires_at, uses_left) VALUES (?, ?, ?, ?)")
+      .run(hash(secret), now, expiresAt, uses);
+    this.prune(now);
+    return { secret, expiresAt };
+  }
+
+  /** Whether `secret` would be accepted now, without using it. */
+  check(secret: string, now: number): TokenCheck {
+    const row = this.db
+      .prepare("SELECT expires_at, uses_left FROM join_tokens WHERE hash = ?")
+      .get(hash(secret));
+    if (!row)
+      return { ok: false, reason: "unknown", message: "the join token is not known to this control plane" };
+    const expiresAt = Number(row.expires_at);
+    const usesLeft = Number(row.uses_left);
+    if (usesLeft <= 0)
+      return { ok: false, reason: "used_up", message: "the join token has already been used up" };
+    if (expiresAt <= now)
+      return {
+        ok: false,
+        reason: "expired",
+        message: `the join token expired at ${new Date(expiresAt).toISOString()}`,
+      };
+    return { ok: true, usesLeft, expiresAt };
+  }
+
+  /**
+   * Uses `secret` once, atomically: of two enrollments racing for a token's
+   * last use, exactly one wins.
+   */
+  consume(secret: string, now: number, by: string): TokenCheck {
+    const r = this.db
+      .prepare(
+        "UPDATE join_tokens SET uses_left = uses_left - 1, last_used_at = ?, last_used_by = ? WHERE hash = ? AND uses_left > 0 AND expires_at > ?",
+      )
+      .run(now, by, hash(secret), now);
+    if (Number(r.changes) === 1) {
+      const c = this.check(secret, now);
+      // The use just taken may have been the last one.
+      return c.ok ? c : { ok: true, usesLeft: 0, expiresAt: now };
+    }
+    return this.check(secret, now);
+  }
+
+  /** Rows a day past expiry go: "expired" stays a precise answer for a while. */
+  prune(now: number): void {
+    this.db.prepare("DELETE FROM join_tokens WHERE expires_at < ?").run(now - 86_400_000);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

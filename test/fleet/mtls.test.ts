@@ -1,0 +1,243 @@
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { connect as h2connect } from "node:http2";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildRegister } from "../../agent/register-message.ts";
+import { AsyncQueue } from "../../common/async-queue.ts";
+import { loadOrCreateCa, signClientCsr } from "../../controlplane/pki/ca.ts";
+import { createCsr } from "../../controlplane/pki/x509.ts";
+import {
+  type AgentMessage,
+  AgentMessageSchema,
+  AgentService,
+  type ControlMessage,
+} from "../../proto/gen/agent/v1/agent_pb.ts";
+import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
+import { type Proc, waitUntil } from "../harness/process.ts";
+
+const CONFIG = `
+agent_tls:
+  enabled: true
+  hostnames: [localhost, 127.0.0.1]
+control:
+  heartbeat_interval: 300ms
+`;
+
+function register(name: string) {
+  return buildRegister({
+    nodeName: name,
+    agentVersion: "raw",
+    agentInstance: `${name}-raw`,
+    advertiseAddress: "127.0.0.1",
+    fabric: {},
+    shards: [],
+    inventory: { cpuCores: 1, ramTotalMiB: 1, hostname: name, simulated: true, gpus: [] },
+  });
+}
+
+/** A Connect stream over TLS with the given client credentials; what comes back until it ends. */
+async function tlsStream(
+  url: string,
+  tls: { ca: string; cert?: string; key?: string },
+  node: string,
+): Promise<{ received: ControlMessage[]; error?: string }> {
+  const transport = createConnectTransport({ baseUrl: url, httpVersion: "2", nodeOptions: tls });
+  const client = createClient(AgentService, transport);
+  const out = new AsyncQueue<AgentMessage>();
+  out.push(create(AgentMessageSchema, { msg: { case: "register", value: register(node) } }));
+  const received: ControlMessage[] = [];
+  const ac = new AbortController();
+  const timer = setTimeout(() => ac.abort(), 5_000);
+  try {
+    for await (const m of client.connect(out, { signal: ac.signal })) {
+      received.push(m);
+      if (m.msg.case === "registerAck") out.close();
+    }
+    return { received };
+  } catch (err) {
+    return { received, error: String(err) };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe("mTLS between agents and the control plane", () => {
+  let cp: ControlPlaneHandle;
+  let tlsCp: ControlPlaneHandle;
+  let https: string;
+  let caPem: string;
+  const procs: Proc[] = [];
+  const agent = (node: string, o: Parameters<typeof startAgent>[2] = {}) => {
+    const p = startAgent(tlsCp, node, o);
+    procs.push(p);
+    return p;
+  };
+  const token = async (...args: string[]) => {
+    const r = await cp.ctl("tokens", "create", ...args);
+    expect(r.code, r.stderr).toBe(0);
+    return r.stdout.trim();
+  };
+  const metrics = async () => (await fetch(`${cp.adminUrl}/metrics`)).text();
+
+  beforeAll(async () => {
+    cp = await startControlPlane(CONFIG);
+    https = cp.agentUrl.replace(/^http:/, "https:");
+    // The harness's agents dial cp.agentUrl: the same control plane, over https.
+    tlsCp = { ...cp, agentUrl: https };
+    caPem = readFileSync(join(cp.dir, "data", "pki", "ca.crt"), "utf8");
+  });
+  afterAll(async () => {
+    for (const p of procs) await p.kill();
+    await cp?.proc.kill();
+  });
+
+  it("creates the CA and a server certificate, and says the listener is mTLS", async () => {
+    const pki = join(cp.dir, "data", "pki");
+    expect(statSync(join(pki, "ca.key")).mode & 0o777).toBe(0o600);
+    expect(statSync(join(pki, "server.key")).mode & 0o777).toBe(0o600);
+    expect(cp.proc.output()).toContain("agent listener is mTLS");
+    expect(cp.proc.output()).not.toContain("agent listener is plaintext h2c");
+  });
+
+  it("enrolls an agent with a join token; it registers and is ready", async () => {
+    const t = await token("--ttl", "10m", "--uses", "1");
+    expect(t).toMatch(/^[A-Za-z0-9_-]{43}\.[0-9a-f]{64}$/);
+    const a = agent("tls-a", { extra: ["--join-token", t] });
+    await a.waitFor("enrolled: client certificate stored");
+    await a.waitFor("registered with control plane");
+    const state = join(cp.dir, "agents", "tls-a");
+    expect(statSync(join(state, "agent.key")).mode & 0o777).toBe(0o600);
+    expect(existsSync(join(state, "agent.crt")) && existsSync(join(state, "ca.crt"))).toBe(true);
+    const nodes = await cp.ctl("nodes");
+    expect(nodes.stdout).toMatch(/tls-a\s+ready/);
+    expect(await metrics()).toMatch(/llmgw_agent_enrollments_total\{result="enrolled"\} 1/);
+
+    // Restarted without the token: it reconnects with the stored certificate.
+    await a.kill();
+    const again = agent("tls-a");
+    await again.waitFor("using the stored client certificate");
+    await again.waitFor("registered with control plane");
+    expect(again.output()).not.toContain("enrolling with the control plane");
+    await waitUntil("tls-a ready and connected", async () =>
+      (await cp.nodes()).some((n) => n.name === "tls-a" && n.state === "ready" && n.connected),
+    );
+  });
+
+  it("refuses an agent that claims another node with this node's certificate", async () => {
+    const stolen = tempDir("stolen");
+    mkdirSync(stolen, { recursive: true });
+    for (const f of ["agent.key", "agent.crt", "ca.crt"])
+      copyFileSync(join(cp.dir, "agents", "tls-a", f), join(stolen, f));
+    const b = agent("tls-b", { stateDir: stolen });
+    await b.waitFor(/control plane refused this agent.*wrong_identity/);
+    expect(b.output()).toContain('the client certificate is for node \\"tls-a\\"');
+    await b.kill();
+    expect((await cp.nodes()).some((n) => n.name === "tls-b")).toBe(false);
+    expect(await metrics()).toMatch(/llmgw_agent_rejections_total\{reason="wrong_identity"\} [1-9]/);
+    expect(cp.proc.output()).toMatch(/agent refused: certificate is for another node/);
+  });
+
+  it("tells an agent with neither certificate nor token what to do, and exits", async () => {
+    const p = agent("tls-c");
+    expect(await p.exited).toBe(1);
+    expect(p.output()).toMatch(
+      /no client certificate in .* and no --join-token: create one with `llmgw ctl tokens create`/,
+    );
+  });
+
+  it("refuses a used-up, an expired, an unknown and a wrong-CA token with a clear message", async () => {
+    const once = await token();
+    const first = agent("tls-d", { extra: ["--join-token", once] });
+    await first.waitFor("registered with control plane");
+    const reuse = agent("tls-e", { extra: ["--join-token", once] });
+    expect(await reuse.exited).toBe(1);
+    expect(reuse.output()).toContain(
+      "enrollment refused by the control plane: the join token has already been used up",
+    );
+
+    const short = await token("--ttl", "1s");
+    await new Promise((r) => setTimeout(r, 1_500));
+    const late = agent("tls-f", { extra: ["--join-token", short] });
+    expect(await late.exited).toBe(1);
+    expect(late.output()).toMatch(/enrollment refused by the control plane: the join token expired at/);
+
+    const fp = once.split(".")[1]!;
+    const unknown = agent("tls-g", { extra: ["--join-token", `${"x".repeat(43)}.${fp}`] });
+    expect(await unknown.exited).toBe(1);
+    expect(unknown.output()).toContain("the join token is not known to this control plane");
+
+    const fresh = await token();
+    const wrongFp = `${fresh.split(".")[0]}.${"0".repeat(64)}`;
+    const mitm = agent("tls-h", { extra: ["--join-token", wrongFp] });
+    expect(await mitm.exited).toBe(1);
+    expect(mitm.output()).toMatch(/CA fingerprint mismatch: the control plane at 127\.0\.0\.1:\d+ presents/);
+    // The mismatch is found before Enroll: the token is still good.
+    const ok = agent("tls-h", { extra: ["--join-token", fresh], stateDir: tempDir("tls-h2") });
+    await ok.waitFor("registered with control plane");
+    expect(await metrics()).toMatch(/llmgw_agent_enrollments_total\{result="token_used_up"\} 1/);
+  });
+
+  it("accepts --ca-file instead of pinning from the handshake, and checks it against the token", async () => {
+    const dir = tempDir("cafile");
+    const caFile = join(dir, "ca.crt");
+    copyFileSync(join(cp.dir, "data", "pki", "ca.crt"), caFile);
+    const t = await token();
+    const a = agent("tls-i", { extra: ["--join-token", t, "--ca-file", caFile] });
+    await a.waitFor("registered with control plane");
+
+    const other = await loadOrCreateCa(tempDir("other-ca"));
+    const otherFile = join(dir, "other.crt");
+    (await import("node:fs")).writeFileSync(otherFile, other.ca.certPem);
+    const b = agent("tls-j", { extra: ["--join-token", await token(), "--ca-file", otherFile] });
+    expect(await b.exited).toBe(1);
+    expect(b.output()).toMatch(/CA fingerprint mismatch: .*other\.crt has sha256/);
+  });
+
+  it("does not let a client without an authorized certificate open the Connect stream", async () => {
+    // h2c against the TLS listener: no HTTP/2 session at all.
+    const h2c = await new Promise<string>((resolve) => {
+      const s = h2connect(cp.agentUrl);
+      s.on("error", (e) => resolve(`error: ${e.message}`));
+      s.on("close", () => resolve("closed"));
+      const req = s.request({ ":method": "POST", ":path": "/agent.v1.AgentService/Connect" });
+      req.on("error", (e) => resolve(`error: ${e.message}`));
+      req.on("response", (h) => resolve(`status ${h[":status"]}`));
+      req.end();
+      setTimeout(() => resolve("timeout"), 5_000);
+    });
+    expect(h2c).toMatch(/^(error|closed)/);
+
+    // TLS, trusting the CA, without a client certificate.
+    const anon = await tlsStream(https, { ca: caPem }, "anon");
+    expect(anon.received[0]?.msg).toMatchObject({ case: "reject", value: { code: "unauthenticated" } });
+
+    // A certificate from another CA for a real node name is no better.
+    const other = await loadOrCreateCa(tempDir("rogue-ca"));
+    const { keyPem, csrPem } = await createCsr("tls-a");
+    const cert = await signClientCsr(other.ca, csrPem, "tls-a", 86_400_000);
+    const rogue = await tlsStream(https, { ca: caPem, cert, key: keyPem }, "tls-a");
+    expect(rogue.received[0]?.msg).toMatchObject({ case: "reject", value: { code: "unauthenticated" } });
+
+    expect(await metrics()).toMatch(/llmgw_agent_rejections_total\{reason="unauthenticated"\} [2-9]/);
+    // tls-a's own agent is untouched.
+    expect((await cp.nodes()).find((n) => n.name === "tls-a")).toMatchObject({
+      state: "ready",
+      connected: true,
+    });
+  });
+
+  it("refuses ctl tokens create on a plaintext control plane", async () => {
+    const plain = await startControlPlane("");
+    try {
+      const r = await plain.ctl("tokens", "create");
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain("agent mTLS is not enabled on this control plane");
+      expect(plain.proc.output()).toContain("agent listener is plaintext h2c");
+    } finally {
+      await plain.proc.kill();
+    }
+  });
+});
