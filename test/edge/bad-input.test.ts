@@ -8,6 +8,7 @@ import {
   setEndpoints,
   startEdge,
   startSim,
+  stopStarted,
   type TestKey,
 } from "./helpers.ts";
 
@@ -227,7 +228,7 @@ describe("malformed requests", () => {
   }, 90_000);
 
   afterAll(async () => {
-    await Promise.all([edge?.stop(), sim?.stop()]);
+    await stopStarted();
   });
 
   function send(c: Case): Promise<Response> {

@@ -5,7 +5,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEndpointsFile } from "../../controlplane/ctl/endpoints.ts";
 import { runLlmgw } from "../harness/process.ts";
-import { type Edge, type Sim, startEdge, startSim } from "./helpers.ts";
+import { type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
 
 /**
  * The operator's side: `llmgw keys ...` and `llmgw ctl endpoints set` over
@@ -22,7 +22,7 @@ describe("keys and endpoints CLI", () => {
   }, 90_000);
 
   afterAll(async () => {
-    await Promise.all([edge?.stop(), sim?.stop()]);
+    await stopStarted();
   });
 
   it("router-only mode: endpoints from a YAML file, then keys create/list/usage/revoke", async () => {

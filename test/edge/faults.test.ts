@@ -9,6 +9,7 @@ import {
   setEndpoints,
   startEdge,
   startSim,
+  stopStarted,
   type TestKey,
 } from "./helpers.ts";
 
@@ -63,7 +64,7 @@ describe("edge under engine faults", () => {
   }, 90_000);
 
   afterAll(async () => {
-    await Promise.all([edge?.stop(), ...sims.map((s) => s.stop())]);
+    await stopStarted();
   });
 
   const post = (body: unknown) =>

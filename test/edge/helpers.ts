@@ -65,7 +65,7 @@ export async function startEdge(router: Record<string, unknown> = {}, name = "ed
     { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
     name,
   );
-  return { url: w.url, token, proc: w.proc, sync: edgeSyncClient(w.url, token), stop: w.stop };
+  return track({ url: w.url, token, proc: w.proc, sync: edgeSyncClient(w.url, token), stop: w.stop });
 }
 
 /** Bundles a Worker the way `wrangler deploy` does; returns the entry module's path. */
@@ -121,7 +121,7 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
     bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
   });
   const url = String(await mf.ready).replace(/\/$/, "");
-  return {
+  return track({
     url,
     port,
     token,
@@ -130,7 +130,7 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
       await mf.dispose();
       rmSync(dir, { recursive: true, force: true });
     },
-  };
+  });
 }
 
 export interface Sim {
@@ -156,7 +156,7 @@ export async function startSim(model: string, flags: string[] = [], port?: numbe
     ...flags,
   ]);
   await proc.waitFor(/sim engine ready/, 30_000);
-  return { url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() };
+  return track({ url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() });
 }
 
 export interface EngineCounters {
@@ -304,4 +304,28 @@ export async function streamThenHangUp(
     sock.on("error", reject);
     sock.on("close", () => resolve({ events: seen, head: text.slice(0, text.indexOf("\r\n\r\n")) }));
   });
+}
+
+/**
+ * Everything startEdge/startSim/startEdgeMiniflare started in this test
+ * process, so afterAll can stop it all — including what did start when a
+ * sibling in the same Promise.all failed (which would otherwise outlive the
+ * test run as an orphan).
+ */
+const running = new Set<{ stop(): Promise<void> }>();
+
+function track<T extends { stop(): Promise<void> }>(x: T): T {
+  const stop = x.stop.bind(x);
+  const tracked = Object.assign(x, {
+    stop: async () => {
+      running.delete(tracked);
+      await stop();
+    },
+  });
+  running.add(tracked);
+  return tracked;
+}
+
+export async function stopStarted(): Promise<void> {
+  await Promise.all([...running].map((x) => x.stop().catch(() => {})));
 }

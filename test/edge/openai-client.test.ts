@@ -7,6 +7,7 @@ import {
   setEndpoints,
   startEdge,
   startSim,
+  stopStarted,
   type TestKey,
 } from "./helpers.ts";
 
@@ -37,7 +38,7 @@ describe("edge with the openai client", () => {
   }, 90_000);
 
   afterAll(async () => {
-    await Promise.all([edge?.stop(), simA?.stop(), simB?.stop()]);
+    await stopStarted();
   });
 
   it("serves a non-streamed chat completion with usage and routing headers", async () => {

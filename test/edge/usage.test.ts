@@ -9,6 +9,7 @@ import {
   setEndpoints,
   startEdge,
   startSim,
+  stopStarted,
   streamThenHangUp,
   type TestKey,
 } from "./helpers.ts";
@@ -56,7 +57,7 @@ describe("usage accounting", () => {
   }, 90_000);
 
   afterAll(async () => {
-    await Promise.all([edge?.stop(), ...(sims ?? []).map((s) => s.stop())]);
+    await stopStarted();
   });
 
   async function engines(): Promise<Counters> {
