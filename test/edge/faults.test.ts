@@ -33,11 +33,11 @@ describe("edge under engine faults", () => {
   let breakerPort: number;
   let key: TestKey;
   let client: OpenAI;
-  const sims: Sim[] = [];
 
   beforeAll(async () => {
     [deadPort, breakerPort] = await Promise.all([freePort(), freePort()]);
-    [edge, good, crash, hangFirst, hangMid] = await Promise.all([
+    let crash2: Sim;
+    [edge, good, crash, crash2, hangFirst, hangMid] = await Promise.all([
       startEdge({
         retries: 2,
         failure_threshold: 3,
@@ -46,15 +46,16 @@ describe("edge under engine faults", () => {
       }),
       startSim("good", ["--served-model-name", "good", "retry"]),
       startSim("crash", ["--sim-crash-after", "0", "--sim-speed", "20"]),
+      startSim("crash2", ["--sim-crash-after", "0", "--sim-speed", "20"]),
       startSim("hangfirst", ["--sim-hang-after", "0", "--sim-hang-phase", "first-token"]),
       startSim("hangmid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream"]),
     ]);
-    sims.push(good, crash, hangFirst, hangMid);
     await setEndpoints(edge, [
       // priority 0 is tried first, so the dead endpoint is always attempt 1.
       { id: "dead", url: `http://127.0.0.1:${deadPort}`, models: ["retry"], priority: 0 },
       { id: "good-1", url: good.url, models: ["retry", "good"], priority: 1 },
       { id: "crash-1", url: crash.url, models: ["crash"] },
+      { id: "crash2-1", url: crash2.url, models: ["crash2"] },
       { id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] },
       { id: "hangmid-1", url: hangMid.url, models: ["hangmid"] },
       { id: "breaker-1", url: `http://127.0.0.1:${breakerPort}`, models: ["brk"] },
@@ -100,6 +101,22 @@ describe("edge under engine faults", () => {
     expect(Object.keys(last.error).sort()).toEqual(["code", "message", "param", "type"]);
     expect(text).not.toContain("[DONE]");
     expect(events.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("surfaces that error event through the openai client as an APIError mid-iteration", async () => {
+    const stream = await client.chat.completions.create({
+      model: "crash2",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 200,
+      stream: true,
+    });
+    let chunks = 0;
+    const err = await (async () => {
+      for await (const c of stream) chunks += c.choices.length;
+    })().catch((e) => e);
+    expect(chunks).toBeGreaterThanOrEqual(1);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(String(err.message)).toMatch(/closed the stream|failed mid-stream/);
   });
 
   it("answers 504 when an engine sends no token within first_token", async () => {
@@ -148,8 +165,7 @@ describe("edge under engine faults", () => {
     expect(open.headers.get("x-llmgw-attempts")).toBe("0");
     expect((await open.json()).error.code).toBe("no_capacity");
     // Bring the engine up; after the cooldown one probe goes through and closes it.
-    const revived = await startSim("brk", [], breakerPort);
-    sims.push(revived);
+    await startSim("brk", [], breakerPort); // stopped with the rest in afterAll
     const stillOpen = await post(chatBody("brk"));
     expect(stillOpen.headers.get("x-llmgw-attempts")).toBe("0");
     await new Promise((r) => setTimeout(r, COOLDOWN_MS + 100));
