@@ -229,6 +229,33 @@ describe("mTLS between agents and the control plane", () => {
     });
   });
 
+  it("keeps its CA across a control plane restart: enrolled agents reconnect, nothing is re-issued", async () => {
+    const before = cp.proc.output();
+    const fp = /"ca_fingerprint":"([0-9a-f]{64})"/.exec(before)?.[1];
+    expect(fp).toBeDefined();
+    await cp.proc.kill();
+    await cp.restart();
+    const after = cp.proc.output();
+    expect(after).toContain(`"ca_fingerprint":"${fp}"`);
+    expect(after).not.toContain("created the agent CA");
+    expect(after).not.toContain("issued the agent listener certificate");
+    const want = ["tls-a", "tls-d", "tls-h", "tls-i"];
+    const back = async () => {
+      const nodes = await cp.nodes();
+      return want.every((n) => nodes.some((x) => x.name === n && x.connected && x.state === "ready"));
+    };
+    try {
+      await waitUntil("enrolled agents reconnected", back, 45_000);
+    } catch (err) {
+      const nodes = (await cp.nodes()).map((n) => `${n.name}:${n.state}:${n.connected}`).join(" ");
+      const logs = procs
+        .filter((p) => p.child.exitCode === null)
+        .map((p) => `--- ${p.name}\n${p.output().slice(-1500)}`)
+        .join("\n");
+      throw new Error(`${(err as Error).message}; nodes: ${nodes}\n${logs}`);
+    }
+  });
+
   it("refuses ctl tokens create on a plaintext control plane", async () => {
     const plain = await startControlPlane("");
     try {
