@@ -10,6 +10,7 @@ import { writeFileAtomic } from "../controlplane/pki/ca.ts";
 import { parseJoinToken } from "../controlplane/pki/token.ts";
 import { createCsr, sha256Hex } from "../controlplane/pki/x509.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+import { tlsHint } from "./stream-client.ts";
 
 /**
  * The agent's side of mTLS enrollment (design §4). On the first start
@@ -136,6 +137,8 @@ async function enroll(o: EnrollOptions, joinToken: string): Promise<ClientTls> {
     ) {
       throw new EnrollError(`enrollment refused by the control plane: ${err.rawMessage}`);
     }
+    const hint = tlsHint(err, o.url);
+    if (hint) throw new EnrollError(`cannot enroll: ${hint} (${errorMessage(err)})`);
     throw err;
   }
   if (pemFingerprint(res.caPem) !== token.fingerprint)

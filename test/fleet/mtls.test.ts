@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { connect as h2connect } from "node:http2";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -190,7 +190,7 @@ describe("mTLS between agents and the control plane", () => {
 
     const other = await loadOrCreateCa(tempDir("other-ca"));
     const otherFile = join(dir, "other.crt");
-    (await import("node:fs")).writeFileSync(otherFile, other.ca.certPem);
+    writeFileSync(otherFile, other.ca.certPem);
     const b = agent("tls-j", { extra: ["--join-token", await token(), "--ca-file", otherFile] });
     expect(await b.exited).toBe(1);
     expect(b.output()).toMatch(/CA fingerprint mismatch: .*other\.crt has sha256/);
@@ -227,6 +227,35 @@ describe("mTLS between agents and the control plane", () => {
       state: "ready",
       connected: true,
     });
+  });
+
+  it("says what to do when the control plane's certificate does not verify", async () => {
+    // An agent enrolled with a CA the control plane no longer has (CA replaced).
+    const stale = tempDir("stale-ca");
+    const old = await loadOrCreateCa(tempDir("old-ca"));
+    const { keyPem, csrPem } = await createCsr("tls-k");
+    writeFileSync(join(stale, "agent.key"), keyPem, { mode: 0o600 });
+    writeFileSync(join(stale, "agent.crt"), await signClientCsr(old.ca, csrPem, "tls-k", 86_400_000));
+    writeFileSync(join(stale, "ca.crt"), old.ca.certPem);
+    const k = agent("tls-k", { stateDir: stale });
+    await k.waitFor(/control plane stream failed.*does not chain to the CA this agent trusts/);
+    await k.kill();
+
+    // A name the listener's certificate does not carry: a clear, final error.
+    const named = await startControlPlane("agent_tls:\n  enabled: true\n  hostnames: [localhost]\n");
+    try {
+      const t = (await named.ctl("tokens", "create")).stdout.trim();
+      const p = startAgent({ ...named, agentUrl: named.agentUrl.replace(/^http:/, "https:") }, "tls-l", {
+        extra: ["--join-token", t],
+      });
+      procs.push(p);
+      expect(await p.exited).toBe(1);
+      expect(p.output()).toContain(
+        "the control plane's certificate does not name 127.0.0.1: add it to agent_tls.hostnames",
+      );
+    } finally {
+      await named.proc.kill();
+    }
   });
 
   it("keeps its CA across a control plane restart: enrolled agents reconnect, nothing is re-issued", async () => {
