@@ -40,12 +40,15 @@ export class JoinTokenStore {
     `);
   }
 
-  /** A new secret (32 random bytes, base64url). Only its hash is kept. */
+  /**
+   * A new secret (32 random bytes, hex: it never starts with "-", which a
+   * command line would read as a flag). Only its hash is kept.
+   */
   create(ttlMs: number, uses: number, now: number): { secret: string; expiresAt: number } {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new RangeError("ttl must be positive");
     if (!Number.isInteger(uses) || uses < 1 || uses > MAX_TOKEN_USES)
       throw new RangeError(`uses must be between 1 and ${MAX_TOKEN_USES}`);
-    const secret = randomBytes(32).toString("base64url");
+    const secret = randomBytes(32).toString("hex");
     const expiresAt = now + ttlMs;
     this.db
       .prepare("INSERT INTO join_tokens (hash, created_at, expires_at, uses_left) VALUES (?, ?, ?, ?)")

@@ -104,7 +104,7 @@ describe("mTLS between agents and the control plane", () => {
 
   it("enrolls an agent with a join token; it registers and is ready", async () => {
     const t = await token("--ttl", "10m", "--uses", "1");
-    expect(t).toMatch(/^[A-Za-z0-9_-]{43}\.[0-9a-f]{64}$/);
+    expect(t).toMatch(/^[0-9a-f]{64}\.[0-9a-f]{64}$/);
     const a = agent("tls-a", { extra: ["--join-token", t] });
     await a.waitFor("enrolled: client certificate stored");
     await a.waitFor("registered with control plane");
