@@ -1,18 +1,11 @@
 import { connect } from "node:http2";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildRegister } from "../../agent/register-message.ts";
-import { AsyncQueue } from "../../common/async-queue.ts";
-import {
-  type AgentMessage,
-  AgentMessageSchema,
-  AgentService,
-  type ControlMessage,
-} from "../../proto/gen/agent/v1/agent_pb.ts";
+import { type AgentMessage, AgentMessageSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { type Proc, runLlmgw, waitUntil } from "../harness/process.ts";
+import { rawAgentStream } from "../harness/raw-agent-stream.ts";
 
 const CONFIG = `
 control:
@@ -49,29 +42,7 @@ function register(name: string, gpus = 8, instance = `${name}-raw`) {
   });
 }
 
-/** Opens a raw stream, sends `messages`, and collects what comes back until the server ends it. */
-async function rawStream(
-  url: string,
-  messages: AgentMessage[],
-): Promise<{ received: ControlMessage[]; error?: string }> {
-  const client = createClient(AgentService, createConnectTransport({ baseUrl: url, httpVersion: "2" }));
-  const out = new AsyncQueue<AgentMessage>();
-  for (const m of messages) out.push(m);
-  const received: ControlMessage[] = [];
-  const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort(), 3_000);
-  try {
-    for await (const m of client.connect(out, { signal: ac.signal })) {
-      received.push(m);
-      if (m.msg.case === "registerAck") out.close();
-    }
-    return { received };
-  } catch (err) {
-    return { received, error: String(err) };
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const rawStream = (url: string, messages: AgentMessage[]) => rawAgentStream(url, messages);
 
 const msg = (m: MessageInitShape<typeof AgentMessageSchema>["msg"]) => create(AgentMessageSchema, { msg: m });
 

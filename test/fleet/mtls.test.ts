@@ -2,21 +2,14 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileS
 import { connect as h2connect } from "node:http2";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildRegister } from "../../agent/register-message.ts";
-import { AsyncQueue } from "../../common/async-queue.ts";
 import { loadOrCreateCa, signClientCsr } from "../../controlplane/pki/ca.ts";
 import { createCsr } from "../../controlplane/pki/x509.ts";
-import {
-  type AgentMessage,
-  AgentMessageSchema,
-  AgentService,
-  type ControlMessage,
-} from "../../proto/gen/agent/v1/agent_pb.ts";
+import { AgentMessageSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
+import { rawAgentStream } from "../harness/raw-agent-stream.ts";
 
 const CONFIG = `
 agent_tls:
@@ -39,29 +32,9 @@ function register(name: string) {
 }
 
 /** A Connect stream over TLS with the given client credentials; what comes back until it ends. */
-async function tlsStream(
-  url: string,
-  tls: { ca: string; cert?: string; key?: string },
-  node: string,
-): Promise<{ received: ControlMessage[]; error?: string }> {
-  const transport = createConnectTransport({ baseUrl: url, httpVersion: "2", nodeOptions: tls });
-  const client = createClient(AgentService, transport);
-  const out = new AsyncQueue<AgentMessage>();
-  out.push(create(AgentMessageSchema, { msg: { case: "register", value: register(node) } }));
-  const received: ControlMessage[] = [];
-  const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort(), 5_000);
-  try {
-    for await (const m of client.connect(out, { signal: ac.signal })) {
-      received.push(m);
-      if (m.msg.case === "registerAck") out.close();
-    }
-    return { received };
-  } catch (err) {
-    return { received, error: String(err) };
-  } finally {
-    clearTimeout(timer);
-  }
+function tlsStream(url: string, tls: { ca: string; cert?: string; key?: string }, node: string) {
+  const msg = create(AgentMessageSchema, { msg: { case: "register", value: register(node) } });
+  return rawAgentStream(url, [msg], { tls, timeoutMs: 5_000 });
 }
 
 describe("mTLS between agents and the control plane", () => {
