@@ -4,7 +4,7 @@ import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
 import { type Endpoint, EndpointLoadSchema, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
-import type { EdgeSyncClient } from "./ctl/keys.ts";
+import type { EdgeSyncClient } from "./edgesync-client.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
 

@@ -6,7 +6,7 @@ import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
 import { formatIssues } from "../config/load.ts";
 import { endpointSchema } from "../config/schema.ts";
-import { DEFAULT_EDGE, edgeSyncClient } from "./keys.ts";
+import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines

@@ -1,10 +1,10 @@
 import { createHash, randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
-import { type Client, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { ConnectError } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { errorMessage } from "../../common/log.ts";
-import { type ApiKey, EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
 import { renderTable } from "./table.ts";
 
 /**
@@ -13,21 +13,6 @@ import { renderTable } from "./table.ts";
  * leaves this process, so neither the edge nor the control plane can leak
  * a usable key.
  */
-export const DEFAULT_EDGE = "http://127.0.0.1:8787";
-export type EdgeSyncClient = Client<typeof EdgeSyncService>;
-
-/** An EdgeSync client (also used by `llmgw ctl endpoints`); the token comes from LLMGW_EDGE_TOKEN. */
-export function edgeSyncClient(baseUrl: string, token = process.env.LLMGW_EDGE_TOKEN ?? ""): EdgeSyncClient {
-  const auth: Interceptor = (next) => (req) => {
-    if (token) req.header.set("authorization", `Bearer ${token}`);
-    return next(req);
-  };
-  // HTTP/1.1 and unary calls: what a Worker can serve.
-  return createClient(
-    EdgeSyncService,
-    createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }),
-  );
-}
 
 const HELP = `usage: llmgw keys <command> [--edge URL]
 

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (the same workerd build); not a direct dependency.
 import { Miniflare } from "miniflare";
-import { type EdgeSyncClient, edgeSyncClient, hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
+import { hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
+import { type EdgeSyncClient, edgeSyncClient } from "../../controlplane/edgesync-client.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../harness/process.ts";
 
 /**
