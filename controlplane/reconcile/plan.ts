@@ -88,6 +88,18 @@ export function specMismatch(spec: ShardSpecSummary | undefined, p: CatalogProfi
 
 class Pass {
   readonly actions: Action[] = [];
+
+  /** Stops every live shard of `r` and lets the replica slot go. */
+  private retire(r: ReplicaRecord, reason: string): void {
+    this.actions.push({
+      kind: "stop",
+      replicaId: r.id,
+      shards: r.shards.filter((s) => !isDead(s)).map(ref),
+      mode: "stop",
+      retire: true,
+      reason,
+    });
+  }
   private fleetView: Fleet | undefined;
   private readonly nodes = new Map<string, PlacementNode>();
   private readonly backoff: Map<string, ModelBackoff>;
@@ -212,14 +224,7 @@ class Pass {
     if (r.origin === "reported" && !r.adopted) {
       const mismatch = specMismatch(r.spec, prof);
       if (mismatch) {
-        this.actions.push({
-          kind: "stop",
-          replicaId: r.id,
-          shards: r.shards.filter((s) => !isDead(s)).map(ref),
-          mode: "stop",
-          retire: true,
-          reason: `reported replica does not match ${prof.key}: ${mismatch}`,
-        });
+        this.retire(r, `reported replica does not match ${prof.key}: ${mismatch}`);
         return "gone";
       }
       if (r.shards.length < prof.nodes) {
@@ -285,14 +290,7 @@ class Pass {
       const order = [...staying].sort((a, b) => Number(ready(a)) - Number(ready(b)) || b.index - a.index);
       const surplus = new Set(order.slice(0, staying.length - desired));
       for (const r of surplus) {
-        this.actions.push({
-          kind: "stop",
-          replicaId: r.id,
-          shards: r.shards.filter((s) => !isDead(s)).map(ref),
-          mode: "stop",
-          retire: true,
-          reason: `surplus: ${prof.key} wants ${desired} replica(s), ${staying.length} running`,
-        });
+        this.retire(r, `surplus: ${prof.key} wants ${desired} replica(s), ${staying.length} running`);
       }
       staying = staying.filter((r) => !surplus.has(r));
     }
@@ -313,14 +311,7 @@ class Pass {
           reason: `node ${nodes.join(", ")} draining; ${readyStaying} replacement(s) ready elsewhere`,
         });
       } else if (this.now >= deadline) {
-        this.actions.push({
-          kind: "stop",
-          replicaId: r.id,
-          shards: r.shards.filter((s) => !isDead(s)).map(ref),
-          mode: "stop",
-          retire: true,
-          reason: `drain deadline of ${nodes.join(", ")} passed without a ready replacement`,
-        });
+        this.retire(r, `drain deadline of ${nodes.join(", ")} passed without a ready replacement`);
       }
     }
 
