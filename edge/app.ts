@@ -3,11 +3,11 @@ import type { z } from "zod";
 import type { RouterConfig } from "../controlplane/config/schema.ts";
 import { authenticate } from "./auth.ts";
 import { Breakers } from "./breaker.ts";
+import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
 import { routingTable } from "./config-store.ts";
 import { EDGESYNC_PREFIX, handleEdgeSync } from "./edgesync.ts";
 import type { Env } from "./env.ts";
-import type { ChargeInput } from "./key-ledger.ts";
 import { type KeyRecord, limitsOf, modelAllowed, resolveBand } from "./key-rules.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { Picker } from "./picker.ts";
@@ -47,11 +47,7 @@ function settingsOf(env: Env): RouterConfig {
 }
 
 function newRequestId(): string {
-  const b = new Uint8Array(12);
-  crypto.getRandomValues(b);
-  let hex = "";
-  for (const x of b) hex += x.toString(16).padStart(2, "0");
-  return `req_${hex}`;
+  return `req_${crypto.randomUUID().replaceAll("-", "")}`;
 }
 
 function ledgerOf(env: Env, keyId: string) {
@@ -64,13 +60,23 @@ interface PendingCharge {
   periodMs: number;
 }
 
-const charges = new ChargeBatcher<PendingCharge>(async (keyId, items) => {
+async function flushCharges(keyId: string, items: PendingCharge[], batchId: string): Promise<void> {
   const first = items[0]!;
-  await ledgerOf(first.env, keyId).chargeMany(
-    items.map((i) => i.charge),
+  await ledgerOf(first.env, keyId).charge(
+    sumCharges(
+      batchId,
+      items.map((i) => i.charge),
+    ),
     first.periodMs,
   );
-});
+}
+
+// Keys with RPM, TPM or a budget are charged within milliseconds, so the
+// next admission sees the tokens just used. Keys without limits only feed
+// usage totals: their charges gather for a second, one ledger call per key
+// per second per isolate instead of one per burst of requests.
+const limitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 10);
+const unlimitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 1_000);
 
 /**
  * The key behind the Authorization header, refused if revoked. Revocation is
@@ -186,7 +192,7 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
       const charged = run
         .then((r) => r.outcome)
         .then((o: Outcome) =>
-          charges.add(key.id, {
+          (hasLimits(key) ? limitedCharges : unlimitedCharges).add(key.id, {
             env,
             periodMs: key.budget_period_ms,
             charge: {

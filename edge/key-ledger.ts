@@ -1,4 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
+import type { ChargeBatch } from "./charge.ts";
 import type { Env } from "./env.ts";
 import type { KeyLimits } from "./key-rules.ts";
 import {
@@ -17,17 +18,8 @@ import {
  * A thin shell: the rules are in rate-window.ts. Windows live in memory
  * (if the object is evicted they restart empty, which only ever errs toward
  * admitting); totals, budget use, the revoked flag and the set of charged
- * request ids are in SQLite.
+ * batch ids are in SQLite.
  */
-export interface ChargeInput {
-  requestId: string;
-  model: string;
-  prompt_tokens: number;
-  completion_tokens: number;
-  /** The answer was cut short (client disconnect, engine failure). */
-  partial: boolean;
-}
-
 export interface UsageTotals {
   requests: number;
   prompt_tokens: number;
@@ -39,8 +31,8 @@ export interface UsageTotals {
   revoked: boolean;
 }
 
-// Ids are kept this long to make charging idempotent across retries of the
-// charge call itself; a request cannot be charged later than this anyway.
+// Batch ids are kept this long to make charging idempotent across retries
+// of the charge call itself; a batch cannot be retried later than this anyway.
 const CHARGE_ID_RETENTION_MS = 24 * 3_600_000;
 
 export class KeyLedger extends DurableObject<Env> {
@@ -53,7 +45,7 @@ export class KeyLedger extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS charges (request_id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS charge_batches (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS totals (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
@@ -83,55 +75,49 @@ export class KeyLedger extends DurableObject<Env> {
   }
 
   /**
-   * Charges one finished request, once: a second charge with the same id is
-   * a no-op, so the caller may retry the call safely.
+   * Charges one batch of finished requests (charge-batcher.ts), once: a
+   * second call with the same batch id is a no-op, so the caller may retry
+   * the call safely. One row and one update per batch, however many
+   * requests it holds.
    */
-  async charge(c: ChargeInput, budgetPeriodMs: number): Promise<{ charged: boolean }> {
-    return { charged: this.chargeOne(c, budgetPeriodMs) };
-  }
-
-  private chargeOne(c: ChargeInput, budgetPeriodMs: number): boolean {
+  async charge(batch: ChargeBatch, budgetPeriodMs: number): Promise<{ charged: boolean }> {
     const now = Date.now();
-    const inserted = this.sql
-      .exec(
-        "INSERT INTO charges (request_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING request_id",
-        c.requestId,
-        now,
-      )
-      .toArray();
-    if (inserted.length === 0) return false;
-    const prompt = Math.max(0, Math.floor(c.prompt_tokens));
-    const completion = Math.max(0, Math.floor(c.completion_tokens));
-    const tokens = prompt + completion;
-    const start = budgetPeriodStart(now, budgetPeriodMs);
-    this.sql.exec(
-      `UPDATE totals SET requests = requests + 1, prompt_tokens = prompt_tokens + ?,
-         completion_tokens = completion_tokens + ?, partial_requests = partial_requests + ?,
-         budget_used = CASE WHEN budget_period_start = ? THEN budget_used + ? ELSE ? END,
-         budget_period_start = ?
-       WHERE id = 1`,
-      prompt,
-      completion,
-      c.partial ? 1 : 0,
-      start,
-      tokens,
-      tokens,
-      start,
-    );
-    this.tokens.add(now, tokens);
-    if (++this.charges % 1000 === 0) {
-      this.sql.exec("DELETE FROM charges WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
-    }
-    return true;
-  }
-
-  /** A batch of charges from one isolate (charge-batcher.ts), in one transaction. */
-  async chargeMany(items: ChargeInput[], budgetPeriodMs: number): Promise<number> {
-    let n = 0;
+    let charged = false;
     this.ctx.storage.transactionSync(() => {
-      for (const c of items) if (this.chargeOne(c, budgetPeriodMs)) n++;
+      const inserted = this.sql
+        .exec(
+          "INSERT INTO charge_batches (id, at) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING id",
+          batch.id,
+          now,
+        )
+        .toArray();
+      if (inserted.length === 0) return;
+      charged = true;
+      const prompt = Math.max(0, Math.floor(batch.prompt_tokens));
+      const completion = Math.max(0, Math.floor(batch.completion_tokens));
+      const tokens = prompt + completion;
+      const start = budgetPeriodStart(now, budgetPeriodMs);
+      this.sql.exec(
+        `UPDATE totals SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
+           completion_tokens = completion_tokens + ?, partial_requests = partial_requests + ?,
+           budget_used = CASE WHEN budget_period_start = ? THEN budget_used + ? ELSE ? END,
+           budget_period_start = ?
+         WHERE id = 1`,
+        Math.max(0, Math.floor(batch.requests)),
+        prompt,
+        completion,
+        Math.max(0, Math.floor(batch.partial_requests)),
+        start,
+        tokens,
+        tokens,
+        start,
+      );
+      this.tokens.add(now, tokens);
+      if (++this.charges % 1000 === 0) {
+        this.sql.exec("DELETE FROM charge_batches WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
+      }
     });
-    return n;
+    return { charged };
   }
 
   async usage(): Promise<UsageTotals> {

@@ -61,8 +61,10 @@ export class SseSplitter {
 }
 
 export class StreamUsage {
-  /** Latest cumulative usage seen. */
-  usage: Usage | undefined;
+  private parsed: Usage | undefined;
+  // The usage object of the latest chunk, as text: with usage on every
+  // chunk only the last one matters, so it is parsed when asked for, once.
+  private usageText: string | undefined;
   /** `data: [DONE]` seen: the engine finished the stream normally. */
   done = false;
   /** An error event from the engine (already normalised). */
@@ -71,6 +73,25 @@ export class StreamUsage {
   dataEvents = 0;
 
   constructor(private readonly mode: UsageMode) {}
+
+  /** Latest cumulative usage seen. */
+  get usage(): Usage | undefined {
+    if (this.usageText !== undefined) {
+      try {
+        const u = readUsage(JSON.parse(this.usageText));
+        if (u) this.parsed = u;
+      } catch {
+        // A malformed usage tail: keep the last one that was parsed.
+      }
+      this.usageText = undefined;
+    }
+    return this.parsed;
+  }
+
+  set usage(u: Usage | undefined) {
+    this.parsed = u;
+    this.usageText = undefined;
+  }
 
   /** One event (without its blank line); returns what to forward, "" to drop it. */
   event(raw: string): string {
@@ -152,14 +173,7 @@ export class StreamUsage {
       return this.mode === "all" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
     }
     if (tail.charCodeAt(0) !== 123 || data.charCodeAt(data.length - 1) !== 125) return undefined;
-    let u: Usage | undefined;
-    try {
-      u = readUsage(JSON.parse(tail));
-    } catch {
-      return undefined;
-    }
-    if (!u) return undefined;
-    this.usage = u;
+    this.usageText = tail;
     const usageOnly = data.includes('"choices":[]');
     if (!usageOnly) this.dataEvents++;
     if (this.mode === "all") return `${raw}\n\n`;

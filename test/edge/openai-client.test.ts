@@ -51,7 +51,7 @@ describe("edge with the openai client", () => {
     expect(response.headers.get("x-llmgw-endpoint")).toBe("alpha-1");
     expect(response.headers.get("x-llmgw-attempts")).toBe("1");
     expect(response.headers.get("x-llmgw-band")).toBe("gold");
-    expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{24}$/);
+    expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/);
   });
 
   it("streams a chat completion; usage is stripped unless asked for", async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Breakers } from "../../edge/breaker.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
+import { sumCharges } from "../../edge/charge.ts";
 import { ChargeBatcher } from "../../edge/charge-batcher.ts";
 import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "../../edge/key-rules.ts";
 import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
@@ -104,6 +105,17 @@ describe("SSE usage", () => {
 
     const all = new StreamUsage("all");
     expect(all.event(chunk(1))).toBe(`${chunk(1)}\n\n`);
+  });
+
+  it("keeps the last usage that parses when a later usage tail is malformed", () => {
+    const t = new StreamUsage("none");
+    t.event(chunk(3));
+    expect(t.usage?.completion_tokens).toBe(3);
+    const broken = chunk(4).replace('"completion_tokens":4', '"completion_tokens":4,,');
+    expect(t.event(broken)).not.toContain("usage");
+    expect(t.usage?.completion_tokens).toBe(3);
+    t.event(chunk(5));
+    expect(t.usage?.completion_tokens).toBe(5);
   });
 
   it("normalises an engine's error event (vLLM int code)", () => {
@@ -327,6 +339,25 @@ describe("SSE fast path", () => {
   });
 });
 
+describe("sumCharges", () => {
+  it("sums a batch and counts partial answers", () => {
+    const c = (p: number, k: number, partial = false) => ({
+      requestId: "r",
+      model: "m",
+      prompt_tokens: p,
+      completion_tokens: k,
+      partial,
+    });
+    expect(sumCharges("b1", [c(10, 5), c(7, 2, true), c(-3, 1.7)])).toEqual({
+      id: "b1",
+      requests: 3,
+      prompt_tokens: 17,
+      completion_tokens: 8,
+      partial_requests: 1,
+    });
+  });
+});
+
 describe("ChargeBatcher", () => {
   it("groups charges per key into one flush, and each caller waits for its batch", async () => {
     const flushed: [string, number[]][] = [];
@@ -339,13 +370,22 @@ describe("ChargeBatcher", () => {
       ["b", [3]],
     ]);
   });
-  it("retries a failed flush once, then rejects", async () => {
-    let calls = 0;
-    const ok = new ChargeBatcher<number>(async () => {
-      if (++calls === 1) throw new Error("blip");
-    }, 1);
+  it("retries a failed flush once with the same batch id, then rejects", async () => {
+    const ids: string[] = [];
+    let n = 0;
+    const ok = new ChargeBatcher<number>(
+      async (_k, _items, id) => {
+        ids.push(id);
+        if (ids.length === 1) throw new Error("blip");
+      },
+      1,
+      200,
+      () => `batch-${++n}`,
+    );
     await ok.add("a", 1);
-    expect(calls).toBe(2);
+    expect(ids).toEqual(["batch-1", "batch-1"]);
+    await ok.add("a", 2);
+    expect(ids.at(-1)).toBe("batch-2");
     const bad = new ChargeBatcher<number>(async () => {
       throw new Error("down");
     }, 1);

@@ -1,0 +1,35 @@
+/**
+ * What a finished request is charged, and what one isolate sends its key's
+ * ledger for many of them at once. Pure, so the Worker, the ledger and tests
+ * share it.
+ */
+export interface ChargeInput {
+  requestId: string;
+  model: string;
+  prompt_tokens: number;
+  completion_tokens: number;
+  /** The answer was cut short (client disconnect, engine failure). */
+  partial: boolean;
+}
+
+/** What one isolate sends for a key at a time: its finished requests, summed. */
+export interface ChargeBatch {
+  /** Unique per batch; makes a retried call charge nothing twice. */
+  id: string;
+  requests: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  partial_requests: number;
+}
+
+/** Sums finished requests into one batch (token counts as whole, non-negative numbers). */
+export function sumCharges(id: string, items: readonly ChargeInput[]): ChargeBatch {
+  const b: ChargeBatch = { id, requests: 0, prompt_tokens: 0, completion_tokens: 0, partial_requests: 0 };
+  for (const c of items) {
+    b.requests++;
+    b.prompt_tokens += Math.max(0, Math.floor(c.prompt_tokens));
+    b.completion_tokens += Math.max(0, Math.floor(c.completion_tokens));
+    if (c.partial) b.partial_requests++;
+  }
+  return b;
+}
