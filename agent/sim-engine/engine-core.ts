@@ -9,6 +9,8 @@
  * comes out of a step. A token a step produced for a request that was
  * aborted meanwhile is discarded and not counted, so the counters equal the
  * sum of the usage the engine reports (or would have reported) per request.
+ * A pooling (embeddings) sequence counts its prompt tokens when its prefill
+ * completes, and no generation tokens.
  */
 import { KvCache } from "./kv-cache.ts";
 import { type LatencyParams, stepSeconds } from "./latency-model.ts";
@@ -70,7 +72,9 @@ export class EngineCore {
     const plan = this.scheduler.plan();
     if (!plan) return undefined;
     let samples = false;
-    for (const it of plan.items) if (it.seq.computed + it.tokens >= it.seq.tokens.length) samples = true;
+    for (const it of plan.items) {
+      if (!it.seq.spec.pooling && it.seq.computed + it.tokens >= it.seq.tokens.length) samples = true;
+    }
     this.current = { plan, seconds: stepSeconds(this.cfg.latency, plan.shape), samples };
     return this.current;
   }
@@ -85,6 +89,14 @@ export class EngineCore {
       const seq = ev.seq;
       if (ev.kind === "aborted") {
         m.success.abort++;
+        continue;
+      }
+      if (ev.kind === "pooled") {
+        // vLLM counts a pooling request's prompt and first-token latency when its
+        // prefill is done, and it finishes as "stop"; it generates nothing.
+        m.promptTokens += seq.promptLen;
+        m.ttft.observe(Math.max(0, ev.at - seq.spec.arrival));
+        this.countFinished(seq, "stop", ev.at);
         continue;
       }
       m.generationTokens++;

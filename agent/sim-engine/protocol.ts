@@ -92,6 +92,69 @@ export function promptOf(p: CompletionRequest["prompt"]): string | number[] {
   return p as number[];
 }
 
+export const EmbeddingRequest = z.looseObject({
+  model: z.string().nullish(),
+  // Element types are checked by embeddingInputs, for the same reason as a completion's prompt.
+  input: z.union([z.string(), z.array(z.unknown()).min(1)]),
+  encoding_format: z.enum(["float", "base64"]).nullish(),
+  dimensions: z.number().int().min(1).nullish(),
+});
+export type EmbeddingRequest = z.infer<typeof EmbeddingRequest>;
+
+/** Inputs per embeddings request, as OpenAI's API limits them (vLLM sets no limit). */
+export const MAX_EMBEDDING_INPUTS = 2048;
+
+const BAD_INPUT =
+  "input: expected a string, an array of strings, an array of token ids or an array of arrays of token ids";
+
+/** The inputs of an embeddings request, each a string or token ids (one engine sequence each). */
+export function embeddingInputs(input: EmbeddingRequest["input"]): (string | number[])[] {
+  if (typeof input === "string") return [input];
+  const first = input[0];
+  if (typeof first === "number") {
+    if (!input.every(isTokenId)) throw new ApiError(400, BAD_INPUT, "input");
+    return [input as number[]];
+  }
+  if (input.length > MAX_EMBEDDING_INPUTS) {
+    throw new ApiError(
+      400,
+      `input: at most ${MAX_EMBEDDING_INPUTS} inputs per request, got ${input.length}`,
+      "input",
+    );
+  }
+  if (typeof first === "string") {
+    if (!input.every((v) => typeof v === "string")) throw new ApiError(400, BAD_INPUT, "input");
+    return input as string[];
+  }
+  if (Array.isArray(first)) {
+    for (const v of input) {
+      if (!Array.isArray(v) || v.length === 0 || !v.every(isTokenId)) {
+        throw new ApiError(400, BAD_INPUT, "input");
+      }
+    }
+    return input as number[][];
+  }
+  throw new ApiError(400, BAD_INPUT, "input");
+}
+
+/**
+ * vLLM's EmbeddingResponse. `embeddings` are pre-rendered: a JSON array of
+ * floats, or a quoted base64 string.
+ */
+export function embeddingsBody(
+  id: string,
+  created: number,
+  model: string,
+  embeddings: readonly string[],
+  usage: string,
+): string {
+  let data = "";
+  for (let i = 0; i < embeddings.length; i++) {
+    data += `${i === 0 ? "" : ","}{"index":${i},"object":"embedding","embedding":${embeddings[i]}}`;
+  }
+  return `{"id":"${id}","object":"list","created":${created},"model":${JSON.stringify(model)},"data":[${data}],"usage":${usage}}`;
+}
+
 export function zodToApiError(err: z.ZodError): ApiError {
   const issue = err.issues[0]!;
   const param = issue.path.length > 0 ? issue.path.map(String).join(".") : null;

@@ -13,7 +13,9 @@
  * back to the head of the queue.
  *
  * A sequence samples one token whenever a step leaves all of its tokens
- * computed. `plan()` decides a step, the caller advances its clock by the
+ * computed. A pooling sequence (an embeddings request) is prefill only: the
+ * step that computes its last prompt token finishes it ("stop") with a
+ * `pooled` event and no output token, as vLLM's pooling runner does. `plan()` decides a step, the caller advances its clock by the
  * latency model's price for `plan.shape`, then `complete()` applies it.
  * Pure: no timers, no I/O.
  */
@@ -32,6 +34,8 @@ export interface SeqSpec {
   nextToken: (index: number) => number;
   /** Prefix-cache isolation (vLLM's `cache_salt`): different salts never share blocks. */
   cacheSalt?: number;
+  /** Prefill only (embeddings): finishes when the prompt is computed, samples nothing. */
+  pooling?: boolean;
   arrival: number;
 }
 
@@ -79,6 +83,8 @@ export type SeqEvent =
       prevAt?: number;
       finished?: FinishReason;
     }
+  /** A pooling sequence's prompt is computed: it is finished ("stop"), with no output token. */
+  | { kind: "pooled"; seq: Seq; at: number; finished: "stop" }
   | { kind: "aborted"; seq: Seq; at: number };
 
 export interface SchedulerConfig {
@@ -243,6 +249,12 @@ export class Scheduler {
       seq.computed += tokens;
       this.commitFullBlocks(seq);
       if (seq.computed < seq.tokens.length) continue; // prefill chunk, more to come
+      if (seq.spec.pooling) {
+        seq.firstTokenAt ??= now;
+        this.retire(seq, "stop");
+        events.push({ kind: "pooled", seq, at: now, finished: "stop" });
+        continue;
+      }
       const index = seq.outputLen;
       const token = seq.spec.nextToken(index);
       seq.tokens.push(token);

@@ -1,12 +1,13 @@
 /**
  * The sim engine's HTTP surface, shaped like vLLM's OpenAI server:
- * /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics
- * (+ /ping, /version). Plain node:http: an engine streams one small write per
+ * /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health,
+ * /metrics (+ /ping, /version). Plain node:http: an engine streams one small write per
  * token per request, and every layer in between would be paid per token.
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../../common/log.ts";
+import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
 import { renderMetrics } from "./metrics.ts";
@@ -19,6 +20,9 @@ import {
   chatCompletionBody,
   completionBody,
   completionChunks,
+  EmbeddingRequest,
+  embeddingInputs,
+  embeddingsBody,
   errorBody,
   messageText,
   modelsBody,
@@ -98,8 +102,9 @@ export class SimServer {
       req.resume();
       return this.sendText(res, 200, '{"version":"0.0.0+llmgw-sim"}', "application/json");
     }
-    const generation = path === "/v1/chat/completions" || path === "/v1/completions";
-    if (!generation && path !== "/v1/models") {
+    const inference =
+      path === "/v1/chat/completions" || path === "/v1/completions" || path === "/v1/embeddings";
+    if (!inference && path !== "/v1/models") {
       req.resume();
       throw new ApiError(404, `Not Found: ${method} ${path}`);
     }
@@ -126,6 +131,7 @@ export class SimServer {
     const orca = String(req.headers["endpoint-load-metrics-format"] ?? "").toLowerCase();
     if (orca === "text" || orca === "json") this.orcaFormat.set(res, orca);
     if (path === "/v1/chat/completions") return this.chat(body, res);
+    if (path === "/v1/embeddings") return this.embeddings(body, res);
     return this.completions(body, res);
   }
 
@@ -156,6 +162,89 @@ export class SimServer {
       r,
       res,
     );
+  }
+
+  /**
+   * vLLM's pooling path: every input is its own engine sequence, prefill only
+   * (it shares the batch, the KV cache and the prefix cache with generation,
+   * and its prompt tokens are counted when its prefill is done); the answer
+   * goes out when the last one is. The fault flags do not apply (they are
+   * about generation requests); a client that leaves aborts what is left.
+   */
+  private embeddings(body: unknown, res: ServerResponse): void {
+    const parsed = EmbeddingRequest.safeParse(body);
+    if (!parsed.success) throw zodToApiError(parsed.error);
+    const r = parsed.data;
+    const model = this.checkModel(r.model);
+    const dimensions = r.dimensions ?? EMBEDDING_DIM;
+    if (dimensions > EMBEDDING_DIM) {
+      throw new ApiError(
+        400,
+        `dimensions: this model's embeddings have ${EMBEDDING_DIM} dimensions; ask for at most ${EMBEDDING_DIM}`,
+        "dimensions",
+      );
+    }
+    const prompts = embeddingInputs(r.input).map((input) => completionPromptTokens(input));
+    const limit = this.opts.maxModelLen;
+    for (const ids of prompts) {
+      if (ids.length > limit) {
+        throw new ApiError(
+          400,
+          `This model's maximum context length is ${limit} tokens. However, you requested ${ids.length} tokens in the input for embedding generation. Please reduce the length of the input.`,
+          "input",
+        );
+      }
+    }
+    const base64 = r.encoding_format === "base64";
+    const runner = this.opts.runner;
+    const id = `embd-${randomUUID().replace(/-/g, "")}`;
+    const created = Math.floor(Date.now() / 1000);
+    const arrival = runner.simNow();
+    const rendered: string[] = new Array(prompts.length);
+    const pending = new Set<string>();
+    let promptTokens = 0;
+    for (const ids of prompts) promptTokens += ids.length;
+    let done = false;
+    res.on("close", () => {
+      if (done) return;
+      done = true;
+      for (const seqId of pending) runner.cancel(seqId, "abort");
+      pending.clear();
+    });
+    const sinkFor = (i: number) => ({
+      onEvent: (ev: SeqEvent) => {
+        if (done || ev.kind !== "pooled") return;
+        const seqId = ev.seq.spec.id;
+        pending.delete(seqId);
+        const v = embeddingVector(prompts[i]!, dimensions);
+        rendered[i] = base64 ? `"${float32Base64(v)}"` : `[${v.join(",")}]`;
+        if (pending.size > 0) return;
+        done = true;
+        const json = embeddingsBody(
+          id,
+          created,
+          model,
+          rendered,
+          usageJson({ prompt: promptTokens, completion: 0 }, false),
+        );
+        res.writeHead(200, {
+          ...JSON_HEADERS,
+          "content-length": Buffer.byteLength(json),
+          "x-llmgw-sim-arrival": arrival.toFixed(6),
+          ...this.loadHeader(res),
+        });
+        res.end(json);
+      },
+    });
+    const specs = prompts.map((promptIds, i) => ({ id: `${id}-${i}`, promptIds }));
+    for (const s of specs) pending.add(s.id);
+    specs.forEach((s, i) => {
+      runner.submit(
+        { ...s, pooling: true, maxTokens: 0, naturalLength: 0, nextToken: () => 0 },
+        sinkFor(i),
+        arrival,
+      );
+    });
   }
 
   private checkModel(model: string | null | undefined): string {
