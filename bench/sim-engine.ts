@@ -19,7 +19,7 @@
  */
 import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
-import { H100_LLAMA_3_1_8B } from "../agent/sim-engine/latency-model.ts";
+import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
 import { replayTrace, simulateClosedLoop, type TraceRequest } from "../agent/sim-engine/predict.ts";
 import { BOS } from "../agent/sim-engine/text.ts";
 import { freePort, type Proc, startLlmgw, waitUntil } from "../test/harness/process.ts";
@@ -196,14 +196,7 @@ async function fidelity(e: Engine) {
     // Same workload on a virtual clock: same ids (BOS prepended like the server), same stagger, the
     // client's turnaround (~0.5 ms real) as the gap, so a returning client misses the step in flight.
     const staggerSim = (STAGGER_REAL_MS / 1000) * SPEED;
-    const cfg = {
-      maxNumSeqs: 256,
-      maxNumBatchedTokens: 8192,
-      numBlocks: 27_669,
-      blockSize: 16,
-      prefixCaching: true,
-      latency: H100_LLAMA_3_1_8B,
-    };
+    const cfg = DEFAULT_H100_8B_CORE;
     const replay = replayTrace(cfg, trace);
     const ideal = simulateClosedLoop(cfg, {
       concurrency: c,

@@ -2,7 +2,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../common/log.ts";
 import { base64Float32, EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
-import { EngineCore, type EngineCoreConfig } from "./engine-core.ts";
+import { DEFAULT_H100_8B_CORE, EngineCore, type EngineCoreConfig } from "./engine-core.ts";
 import { FaultPlan } from "./faults.ts";
 import { H100_LLAMA_3_1_8B, stepSeconds } from "./latency-model.ts";
 import { ApiError, EmbeddingRequest, embeddingInputs, MAX_EMBEDDING_INPUTS } from "./protocol.ts";
@@ -129,15 +129,7 @@ describe("embeddingInputs", () => {
 });
 
 function cfg(over: Partial<EngineCoreConfig> = {}): EngineCoreConfig {
-  return {
-    maxNumSeqs: 256,
-    maxNumBatchedTokens: 8192,
-    numBlocks: 27_669,
-    blockSize: 16,
-    prefixCaching: true,
-    latency: H100_LLAMA_3_1_8B,
-    ...over,
-  };
+  return { ...DEFAULT_H100_8B_CORE, ...over };
 }
 
 const pooling = (id: string, prompt: number[], arrival = 0): SeqSpec => ({

@@ -13,7 +13,7 @@
  * completes, and no generation tokens.
  */
 import { KvCache } from "./kv-cache.ts";
-import { type LatencyParams, stepSeconds } from "./latency-model.ts";
+import { H100_LLAMA_3_1_8B, type LatencyParams, stepSeconds } from "./latency-model.ts";
 import { type EngineGauges, EngineMetrics } from "./metrics.ts";
 import {
   type FinishReason,
@@ -31,6 +31,21 @@ export interface EngineCoreConfig extends SchedulerConfig {
   prefixCaching: boolean;
   latency: LatencyParams;
 }
+
+/**
+ * The engine `llmgw sim-engine serve` runs with its default flags: Llama 3.1
+ * 8B on one H100 80 GB at 0.9 GPU memory utilisation (27,669 KV blocks of
+ * 16), vLLM's default batch limits. Kept here so tests and benchmarks that
+ * drive the core without a server simulate the same engine.
+ */
+export const DEFAULT_H100_8B_CORE: Readonly<EngineCoreConfig> = Object.freeze({
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  numBlocks: 27_669,
+  blockSize: 16,
+  prefixCaching: true,
+  latency: H100_LLAMA_3_1_8B,
+});
 
 export interface Step {
   plan: StepPlan;

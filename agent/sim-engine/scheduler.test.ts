@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { EngineCore, type EngineCoreConfig } from "./engine-core.ts";
+import { DEFAULT_H100_8B_CORE, EngineCore, type EngineCoreConfig } from "./engine-core.ts";
 import { KvCache } from "./kv-cache.ts";
-import { H100_LLAMA_3_1_8B } from "./latency-model.ts";
 import { simulateClosedLoop } from "./predict.ts";
 import { Scheduler, type SeqSpec } from "./scheduler.ts";
 
@@ -123,15 +122,7 @@ describe("Scheduler", () => {
 });
 
 function cfg(over: Partial<EngineCoreConfig> = {}): EngineCoreConfig {
-  return {
-    maxNumSeqs: 256,
-    maxNumBatchedTokens: 8192,
-    numBlocks: 27_669,
-    blockSize: 16,
-    prefixCaching: true,
-    latency: H100_LLAMA_3_1_8B,
-    ...over,
-  };
+  return { ...DEFAULT_H100_8B_CORE, ...over };
 }
 
 describe("closed-loop prediction", () => {
