@@ -156,7 +156,8 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
       );
       // Keys without limits skip the ledger round trip at admission; their
       // usage is still charged (and revocation comes from the log above).
-      const adm = hasLimits(key) ? await ledgerOf(env, key.id).admit(limitsOf(key)) : { ok: true as const };
+      const limited = hasLimits(key);
+      const adm = limited ? await ledgerOf(env, key.id).admit(limitsOf(key)) : { ok: true as const };
       if (!adm.ok) {
         if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
         if (adm.reason === "budget") {
@@ -192,12 +193,10 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
       const charged = run
         .then((r) => r.outcome)
         .then((o: Outcome) =>
-          (hasLimits(key) ? limitedCharges : unlimitedCharges).add(key.id, {
+          (limited ? limitedCharges : unlimitedCharges).add(key.id, {
             env,
             periodMs: key.budget_period_ms,
             charge: {
-              requestId,
-              model: o.model ?? model,
               prompt_tokens: o.usage?.prompt_tokens ?? 0,
               completion_tokens: o.usage?.completion_tokens ?? 0,
               partial: !o.completed && o.status < 400,

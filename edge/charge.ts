@@ -4,8 +4,6 @@
  * share it.
  */
 export interface ChargeInput {
-  requestId: string;
-  model: string;
   prompt_tokens: number;
   completion_tokens: number;
   /** The answer was cut short (client disconnect, engine failure). */

@@ -342,8 +342,6 @@ describe("SSE fast path", () => {
 describe("sumCharges", () => {
   it("sums a batch and counts partial answers", () => {
     const c = (p: number, k: number, partial = false) => ({
-      requestId: "r",
-      model: "m",
       prompt_tokens: p,
       completion_tokens: k,
       partial,
