@@ -487,17 +487,11 @@ export class Supervisor {
     const launch = shard.launch;
     if (!launch) return;
     if (launch.metricsPath !== null) {
-      shard.scraper ??= new LoadScraper(
-        launch.probeHost,
-        launch.port,
-        launch.metricsPath,
-        launch.metricNames,
-        this.opts.scrapeTimeoutMs,
-      );
+      const scraper = this.scraperFor(shard, launch, launch.metricsPath);
       const scrape = async () => {
         if (run !== shard.run) return;
         try {
-          const { load, errors } = await shard.scraper!.scrape();
+          const { load, errors } = await scraper.scrape();
           if (run !== shard.run) return;
           if (errors.length)
             this.log.debug("malformed metrics lines", { replica: shard.spec.replicaId, errors });
@@ -669,19 +663,24 @@ export class Supervisor {
     this.after(shard, run, Math.max(0, Math.min(notBefore, deadline) - Date.now()), check);
   }
 
+  /** The shard's one scraper, made on first use: the watch loop and drain polling share it. */
+  private scraperFor(shard: Shard, launch: EngineLaunch, metricsPath: string): LoadScraper {
+    shard.scraper ??= new LoadScraper(
+      launch.probeHost,
+      launch.port,
+      metricsPath,
+      launch.metricNames,
+      this.opts.scrapeTimeoutMs,
+    );
+    return shard.scraper;
+  }
+
   /** Running + waiting from the engine's metrics; 0 for an engine without metrics; undefined when the scrape fails. */
   private async inFlight(shard: Shard): Promise<number | undefined> {
     const launch = shard.launch;
     if (!launch || launch.metricsPath === null) return 0;
     try {
-      shard.scraper ??= new LoadScraper(
-        launch.probeHost,
-        launch.port,
-        launch.metricsPath,
-        launch.metricNames,
-        this.opts.scrapeTimeoutMs,
-      );
-      const { reading, load } = await shard.scraper.scrape();
+      const { reading, load } = await this.scraperFor(shard, launch, launch.metricsPath).scrape();
       shard.load = load;
       return reading.running + reading.waiting;
     } catch {
