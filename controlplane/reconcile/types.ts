@@ -3,6 +3,7 @@
  * planner reads, and the actions it answers with. Plain data, so the plan
  * can be logged, diffed in tests and shipped over the admin API as is.
  */
+import type { ShardStateName } from "../../common/shard-state.ts";
 import type { Catalog } from "../catalog.ts";
 import type {
   Assignment,
@@ -27,13 +28,8 @@ export type ShardState =
   | "failed_startup"
   | "failed_running";
 
-export type ReportedShardState =
-  | "starting"
-  | "ready"
-  | "draining"
-  | "stopped"
-  | "failed_startup"
-  | "failed_running";
+/** What an agent reports, in the spelling logs and ctl share; "unspecified" never reaches the planner. */
+export type ReportedShardState = Exclude<ShardStateName, "unspecified">;
 
 export interface Failure {
   reason: string;
