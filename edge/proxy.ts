@@ -1,3 +1,4 @@
+import { usageModeOf } from "../common/usage-mode.ts";
 import type { RouterConfig } from "../controlplane/config/schema.ts";
 import type { Breakers } from "./breaker.ts";
 import type { EndpointRecord, RoutingTable } from "./catalog.ts";
@@ -9,7 +10,7 @@ import {
   sseErrorEvent,
 } from "./openai-errors.ts";
 import type { Picker } from "./picker.ts";
-import { readUsage, SseSplitter, StreamUsage, type Usage, usageModeOf } from "./sse-usage.ts";
+import { readUsage, SseSplitter, StreamUsage, type Usage } from "./sse-usage.ts";
 import { PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl, type UpstreamFetch } from "./upstream.ts";
 

@@ -1,3 +1,4 @@
+import type { UsageMode } from "../common/usage-mode.ts";
 import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
 
 /**
@@ -14,16 +15,6 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-}
-
-/** all: client asked for continuous usage; final: include_usage only; none: neither. */
-export type UsageMode = "all" | "final" | "none";
-
-export function usageModeOf(
-  opts: { include_usage?: boolean; continuous_usage_stats?: boolean } | null | undefined,
-): UsageMode {
-  if (!opts?.include_usage) return "none";
-  return opts.continuous_usage_stats ? "all" : "final";
 }
 
 export function readUsage(v: unknown): Usage | undefined {
@@ -145,7 +136,7 @@ export class StreamUsage {
     const choices = obj.choices;
     const usageOnly = Array.isArray(choices) && choices.length === 0 && hasUsage;
     if (!usageOnly) this.dataEvents++;
-    if (this.mode === "all" || !hasUsage) return `${raw}\n\n`;
+    if (this.mode === "continuous" || !hasUsage) return `${raw}\n\n`;
     if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
     // A content chunk with usage the client did not ask for on every chunk.
     delete obj.usage;
@@ -170,13 +161,13 @@ export class StreamUsage {
     const tail = data.slice(at + 9, -1);
     if (tail === "null") {
       this.dataEvents++;
-      return this.mode === "all" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
+      return this.mode === "continuous" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
     }
     if (tail.charCodeAt(0) !== 123 || data.charCodeAt(data.length - 1) !== 125) return undefined;
     this.usageText = tail;
     const usageOnly = data.includes('"choices":[]');
     if (!usageOnly) this.dataEvents++;
-    if (this.mode === "all") return `${raw}\n\n`;
+    if (this.mode === "continuous") return `${raw}\n\n`;
     if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
     return `data: ${data.slice(0, at)}}\n\n`;
   }

@@ -5,6 +5,7 @@
  * template strings because a busy engine renders one per output token.
  */
 import { z } from "zod";
+import type { UsageMode } from "../../common/usage-mode.ts";
 
 export class ApiError extends Error {
   readonly status: number;
@@ -240,21 +241,6 @@ export function completionChunks(
     },
     usage: (usage) => `${head}]${tail(usage)}`,
   };
-}
-
-/**
- * vLLM: without include_usage chunks carry no `usage` key; with it, token
- * chunks carry `"usage":null` and a final `choices: []` chunk carries the
- * totals; with continuous_usage_stats too, every chunk carries the running
- * totals (continuous stats never apply without include_usage).
- */
-export type UsageMode = "none" | "final" | "continuous";
-
-export function usageMode(
-  opts: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null | undefined,
-): UsageMode {
-  if (!opts?.include_usage) return "none";
-  return opts.continuous_usage_stats ? "continuous" : "final";
 }
 
 export function chatCompletionBody(

@@ -7,6 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../../common/log.ts";
+import { type UsageMode, usageModeOf } from "../../common/usage-mode.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
@@ -27,9 +28,7 @@ import {
   messageText,
   modelsBody,
   promptOf,
-  type UsageMode,
   usageJson,
-  usageMode,
   zodToApiError,
 } from "./protocol.ts";
 import type { Runner } from "./runner.ts";
@@ -295,7 +294,7 @@ export class SimServer {
       r.stop === undefined || r.stop === null
         ? []
         : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== "");
-    const mode: UsageMode = stream ? usageMode(r.stream_options) : "none";
+    const mode: UsageMode = stream ? usageModeOf(r.stream_options) : "none";
     const writer: ChunkWriter = (kind === "chat" ? chatChunks : completionChunks)(id, created, model, mode);
     const runner = o.runner;
     const details = o.promptTokensDetails;

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { usageModeOf } from "../../common/usage-mode.ts";
 import { Breakers } from "../../edge/breaker.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
 import { sumCharges } from "../../edge/charge.ts";
@@ -8,7 +9,7 @@ import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
 import { Picker } from "../../edge/picker.ts";
 import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
 import { POLL_MS, RevocationWatch } from "../../edge/revocation-watch.ts";
-import { SseSplitter, StreamUsage, usageModeOf } from "../../edge/sse-usage.ts";
+import { SseSplitter, StreamUsage } from "../../edge/sse-usage.ts";
 import { PhaseTimeout, tighter, Watchdog, withTimeout } from "../../edge/timeouts.ts";
 import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
 
@@ -103,7 +104,7 @@ describe("SSE usage", () => {
     expect(fin.event(chunk(1))).not.toContain("usage");
     expect(fin.event(final)).toContain('"usage"');
 
-    const all = new StreamUsage("all");
+    const all = new StreamUsage("continuous");
     expect(all.event(chunk(1))).toBe(`${chunk(1)}\n\n`);
   });
 
@@ -135,7 +136,7 @@ describe("SSE usage", () => {
   it("derives the usage mode from stream_options", () => {
     expect(usageModeOf(undefined)).toBe("none");
     expect(usageModeOf({ include_usage: true })).toBe("final");
-    expect(usageModeOf({ include_usage: true, continuous_usage_stats: true })).toBe("all");
+    expect(usageModeOf({ include_usage: true, continuous_usage_stats: true })).toBe("continuous");
     expect(usageModeOf({ continuous_usage_stats: true })).toBe("none");
   });
 });
@@ -321,13 +322,13 @@ describe("SSE fast path", () => {
     '{"id":"c", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}',
     '{"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}',
   ];
-  it.each(["none", "final", "all"] as const)("matches the general path in mode %s", (mode) => {
+  it.each(["none", "final", "continuous"] as const)("matches the general path in mode %s", (mode) => {
     const t = new StreamUsage(mode);
     for (const c of chunks) {
       const out = t.event(`data: ${c}`);
       const obj = JSON.parse(c);
       const usageOnly = Array.isArray(obj.choices) && obj.choices.length === 0 && obj.usage;
-      if (mode === "all") expect(out).toBe(`data: ${c}\n\n`);
+      if (mode === "continuous") expect(out).toBe(`data: ${c}\n\n`);
       else if (usageOnly) expect(out).toBe(mode === "final" ? `data: ${c}\n\n` : "");
       else {
         delete obj.usage;
