@@ -4,9 +4,10 @@ import { errors } from "./openai-errors.ts";
 /**
  * API-key authentication. Keys look like `sk-<base64url>`; the edge stores
  * and looks up only their SHA-256. A brief per-isolate cache saves a KV read
- * per request; it is not what makes revocation fast — every request is also
- * admitted by the key's KeyLedger Durable Object, which holds the revoked
- * flag with strong consistency (see key-ledger.ts).
+ * per request; it is not what makes revocation fast. A revoked key is
+ * refused everywhere within seconds through the RevocationLog every isolate
+ * polls (revocations.ts), and at once by its KeyLedger when the key has
+ * limits, since those keys are admitted by the ledger (key-ledger.ts).
  */
 const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
 const POSITIVE_TTL_MS = 10_000;
