@@ -16,12 +16,19 @@
  * Targets: edge p50 TTFT within 2 ms of the pass-through, and at least
  * 80 % of its requests per second.
  *
- * Two engine speeds, one after the other in the same run:
- * - credible: the sim's own latency model (sim-speed 1, a token every
- *   ~10 ms per stream), what a deployment sees;
+ * Three scenarios (engine speed × concurrency), one after the other in the
+ * same run:
+ * - credible, loaded: the sim's own latency model (sim-speed 1, a token
+ *   every ~10 ms per stream), what a deployment sees, at concurrency 16;
  * - stress: sim-speed 1000, a whole answer within a millisecond or two, so
  *   the machine is CPU-bound and req/s measures CPU per request — chiefly
- *   the relay's cost per SSE chunk, which the pass-through does not pay.
+ *   the relay's cost per SSE chunk, which the pass-through does not pay;
+ * - credible, unloaded: concurrency 1, so nothing waits on workerd's one
+ *   thread and the Δ is the latency the edge itself puts on a request.
+ *
+ * Each target's p50 is also taken per round and set against the
+ * pass-through's in the same round: the spread of those paired Δs says how
+ * much of the pooled Δ is the host moving under the run.
  *
  * With two or more CPUs the Workers' workerd processes are pinned to the
  * last CPU and this process and the sim engine to the others (taskset), as
@@ -32,8 +39,9 @@
  * Also printed: CPU time of each Worker's workerd process per request
  * (from /proc).
  *
- * Env: SPEEDS ("1,1000"), CONCURRENCY (16), REQUESTS per target per round
- * (150), ROUNDS (6), MAX_TOKENS (16), PIN (1).
+ * Env: SCENARIOS ("1x16,1000x16,1x1": sim-speed x concurrency), REQUESTS per
+ * target per round at concurrency 16 (150; scaled down with concurrency, at
+ * least 40), ROUNDS (6), MAX_TOKENS (16), PIN (1).
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -52,11 +60,24 @@ import {
 } from "../test/edge/helpers.ts";
 import { freePort, REPO } from "../test/harness/process.ts";
 
-const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
 const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
 const MAX_TOKENS = Number(process.env.MAX_TOKENS ?? 16);
-const SPEEDS = (process.env.SPEEDS ?? "1,1000").split(",").map((x) => x.trim());
+
+interface Scenario {
+  speed: string;
+  concurrency: number;
+}
+
+function scenarios(spec: string): Scenario[] {
+  return spec.split(",").map((part) => {
+    const m = /^\s*(\d+(?:\.\d+)?)x([1-9]\d*)\s*$/.exec(part);
+    if (!m) throw new Error(`SCENARIOS: "${part}" is not sim-speed x concurrency, e.g. 1x16`);
+    return { speed: m[1]!, concurrency: Number(m[2]) };
+  });
+}
+
+const SCENARIOS = scenarios(process.env.SCENARIOS ?? "1x16,1000x16,1x1");
 const CPUS = availableParallelism();
 const PIN = process.env.PIN !== "0" && CPUS >= 2 && spawnSync("taskset", ["--version"]).status === 0;
 // The Workers get the last CPU; the load generator and the sim engine the rest.
@@ -78,6 +99,8 @@ interface Target {
   cpuMs: number;
   headers: Record<string, string>;
   ttft: number[];
+  /** p50 TTFT of each round, for the paired per-round Δ. */
+  roundP50: number[];
   ms: number;
   done: number;
   errors: number;
@@ -136,20 +159,22 @@ function workerdPid(port: number): number | undefined {
   return undefined;
 }
 
-async function run(t: Target, n: number, record: boolean): Promise<void> {
-  const scratch: Target = { ...t, ttft: [], ms: 0, done: 0, errors: 0, cpuMs: 0 };
+async function run(t: Target, n: number, concurrency: number, record: boolean): Promise<void> {
+  const scratch: Target = { ...t, ttft: [], roundP50: [], ms: 0, done: 0, errors: 0, cpuMs: 0 };
   const target = record ? t : scratch;
+  const from = t.ttft.length;
   let next = 0;
   const cpu0 = cpuMs(t.pid);
   const t0 = performance.now();
   await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
+    Array.from({ length: concurrency }, async () => {
       while (next < n) await one(target, next++);
     }),
   );
   if (record) {
     t.ms += performance.now() - t0;
     t.cpuMs += cpuMs(t.pid) - cpu0;
+    t.roundP50.push(pct(t.ttft.slice(from), 50));
   }
 }
 
@@ -159,7 +184,7 @@ function pct(xs: number[], p: number): number {
 }
 
 interface Verdict {
-  speed: string;
+  scenario: Scenario;
   dP50: number;
   ratio: number;
   /** The same two figures for the minimal relay Worker. */
@@ -173,14 +198,17 @@ interface BenchWorker {
   script: string;
 }
 
-/** One engine speed: a fresh sim engine and pass-through Worker, the edge re-pointed at it. */
+/** One scenario: a fresh sim engine and bench Workers, the edge re-pointed at the engine. */
 async function measure(
-  speed: string,
+  scenario: Scenario,
   edge: FastEdge,
   edgeKey: string,
   workers: BenchWorker[],
   dir: string,
 ): Promise<Verdict> {
+  const { speed, concurrency } = scenario;
+  const perRound = Math.max(40, Math.round((REQUESTS * concurrency) / 16));
+  const warmup = Math.max(50, Math.round((200 * concurrency) / 16));
   const sim = await startSim("bench", ["--sim-speed", speed, "--max-num-seqs", "512"]);
   pin(sim.proc.child.pid, OTHER_CPUS);
   const ports = await Promise.all(workers.map(() => freePort()));
@@ -206,6 +234,7 @@ async function measure(
       pid,
       cpuMs: 0,
       ttft: [],
+      roundP50: [],
       ms: 0,
       done: 0,
       errors: 0,
@@ -216,26 +245,32 @@ async function measure(
       mk("llmgw edge", edge.url, { authorization: `Bearer ${edgeKey}` }, workerdPid(edge.port)),
     ];
     for (const t of targets) if (t.pid !== undefined) pin(t.pid, WORKER_CPUS);
-    process.stderr.write(`sim-speed ${speed}: warming up...\n`);
-    for (const t of targets) await run(t, 200, false);
+    const label = `sim-speed ${speed}, concurrency ${concurrency}`;
+    process.stderr.write(`${label}: warming up...\n`);
+    for (const t of targets) await run(t, warmup, concurrency, false);
     for (let r = 0; r < ROUNDS; r++) {
       for (let k = 0; k < targets.length; k++) {
         const t = targets[(k + r) % targets.length]!;
-        process.stderr.write(`sim-speed ${speed}, round ${r + 1}/${ROUNDS}: ${t.name}\n`);
-        await run(t, REQUESTS, true);
+        process.stderr.write(`${label}, round ${r + 1}/${ROUNDS}: ${t.name}\n`);
+        await run(t, perRound, concurrency, true);
       }
     }
     const pt = targets[1]!;
     const ptP50 = pct(pt.ttft, 50);
     const ptRps = (pt.done / pt.ms) * 1000;
+    // Round r of every target ran within seconds of the pass-through's round r.
+    const paired = (t: Target) => t.roundP50.map((p, r) => p - pt.roundP50[r]!).sort((a, b) => a - b);
+    const signed = (x: number) => `${x >= 0 ? "+" : ""}${x.toFixed(1)}`;
     const rows = targets.map((t) => {
       const rps = (t.done / t.ms) * 1000;
+      const d = paired(t);
       return [
         t.name,
         pct(t.ttft, 50).toFixed(2),
         pct(t.ttft, 99).toFixed(2),
         rps.toFixed(0),
         (pct(t.ttft, 50) - ptP50).toFixed(2),
+        t === pt ? "-" : `${signed(d[0]!)} … ${signed(d.at(-1)!)}`,
         `${((rps / ptRps) * 100).toFixed(0)} %`,
         t.pid === undefined ? "-" : (t.cpuMs / t.done).toFixed(2),
         String(t.errors),
@@ -247,6 +282,7 @@ async function measure(
       "TTFT p99 ms",
       "req/s",
       "Δp50 vs pass-through ms",
+      "per-round Δp50 ms",
       "req/s vs pass-through",
       "workerd CPU ms/req",
       "errors",
@@ -254,7 +290,7 @@ async function measure(
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
     const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ")} |`;
     process.stdout.write(
-      `\nsim-speed ${speed} — streamed chat, max_tokens ${MAX_TOKENS}, concurrency ${CONCURRENCY}, ${ROUNDS}×${REQUESTS} requests per target\n\n`,
+      `\n${label} — streamed chat, max_tokens ${MAX_TOKENS}, ${ROUNDS}×${perRound} requests per target\n\n`,
     );
     process.stdout.write(
       `${[line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`,
@@ -262,7 +298,7 @@ async function measure(
     const e = targets.at(-1)!;
     const floor = targets[2]!;
     return {
-      speed,
+      scenario,
       dP50: pct(e.ttft, 50) - ptP50,
       ratio: ((e.done / e.ms) * 1000) / ptRps,
       floorP50: pct(floor.ttft, 50) - ptP50,
@@ -292,11 +328,11 @@ async function main(): Promise<void> {
       `bench:edge — ${PIN ? `Workers pinned to CPU ${WORKER_CPUS}, load generator and sim engine to CPU ${OTHER_CPUS}` : "unpinned"} (${CPUS} CPUs)\n`,
     );
     const verdicts: Verdict[] = [];
-    for (const speed of SPEEDS) verdicts.push(await measure(speed, edge, key.secret, workers, dir));
+    for (const sc of SCENARIOS) verdicts.push(await measure(sc, edge, key.secret, workers, dir));
     process.stdout.write("\ntargets (p50 TTFT within 2 ms of the pass-through; ≥ 80 % of its req/s):\n");
     for (const v of verdicts) {
       process.stdout.write(
-        `  sim-speed ${v.speed}: TTFT ${v.dP50 <= 2 ? "met" : "MISSED"} (${v.dP50 >= 0 ? "+" : ""}${v.dP50.toFixed(2)} ms); ` +
+        `  sim-speed ${v.scenario.speed}, concurrency ${v.scenario.concurrency}: TTFT ${v.dP50 <= 2 ? "met" : "MISSED"} (${v.dP50 >= 0 ? "+" : ""}${v.dP50.toFixed(2)} ms); ` +
           `req/s ${v.ratio >= 0.8 ? "met" : "MISSED"} (${(v.ratio * 100).toFixed(0)} %); ` +
           `the minimal JS relay alone: ${v.floorP50 >= 0 ? "+" : ""}${v.floorP50.toFixed(2)} ms, ${(v.floorRatio * 100).toFixed(0)} %\n`,
       );
