@@ -44,7 +44,7 @@
  * least 40), ROUNDS (6), MAX_TOKENS (16), PIN (1).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (same workerd build); not a direct dependency.
@@ -58,7 +58,8 @@ import {
   startEdgeMiniflare,
   startSim,
 } from "../test/edge/helpers.ts";
-import { freePort, REPO } from "../test/harness/process.ts";
+import { processArgv } from "../test/harness/fleet.ts";
+import { freePort, processCpuSeconds, REPO } from "../test/harness/process.ts";
 
 const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
@@ -137,23 +138,18 @@ async function one(t: Target, i: number): Promise<void> {
   t.done++;
 }
 
-/** CPU time (user + system) a process has used, in ms. */
+/** CPU time a process has used, in ms (0 for a target that is not a Worker). */
 function cpuMs(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  // utime and stime are fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
-  return (Number(fields[11]) + Number(fields[12])) * 10;
+  return pid === undefined ? 0 : processCpuSeconds(pid) * 1000;
 }
 
 /** The workerd process Miniflare started for the Worker listening on `port`. */
 function workerdPid(port: number): number | undefined {
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
-    try {
-      const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8");
-      if (cmd.includes("workerd") && cmd.includes(`entry=127.0.0.1:${port}\0`)) return Number(d);
-    } catch {
-      // gone already
+    const argv = processArgv(Number(d));
+    if (argv?.some((a) => a.includes("workerd")) && argv.some((a) => a.endsWith(`entry=127.0.0.1:${port}`))) {
+      return Number(d);
     }
   }
   return undefined;

@@ -17,12 +17,11 @@
  *
  * Env: SIM_BENCH_SPEED (fidelity speed, default 1), SIM_BENCH_COST_SECONDS (6).
  */
-import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
 import { replayTrace, simulateClosedLoop, type TraceRequest } from "../agent/sim-engine/predict.ts";
 import { BOS } from "../agent/sim-engine/text.ts";
-import { freePort, type Proc, startLlmgw, waitUntil } from "../test/harness/process.ts";
+import { freePort, type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../test/harness/process.ts";
 
 const SPEED = Number(process.env.SIM_BENCH_SPEED ?? 1);
 const COST_SECONDS = Number(process.env.SIM_BENCH_COST_SECONDS ?? 6);
@@ -253,18 +252,11 @@ async function fidelity(e: Engine) {
   return { rows, worst };
 }
 
-function cpuSecondsOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // utime and stime are fields 14 and 15 of stat(5); counted here from field 3 on. USER_HZ is 100 on Linux.
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
 async function cost() {
   const e = await start(["--sim-speed", "100", "--seed", "1"]);
   const pid = e.proc.child.pid!;
   const m0 = await metrics(e);
-  const cpu0 = cpuSecondsOf(pid);
+  const cpu0 = processCpuSeconds(pid);
   const t0 = performance.now();
   const deadline = t0 + COST_SECONDS * 1000;
   let streamed = 0;
@@ -277,7 +269,7 @@ async function cost() {
     }),
   );
   const wall = (performance.now() - t0) / 1000;
-  const cpu = cpuSecondsOf(pid) - cpu0;
+  const cpu = processCpuSeconds(pid) - cpu0;
   const m1 = await metrics(e);
   const generated =
     (m1.get("vllm:generation_tokens_total") ?? 0) - (m0.get("vllm:generation_tokens_total") ?? 0);

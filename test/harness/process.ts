@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -143,4 +144,12 @@ export async function waitUntil<T>(
       throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ""}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** CPU time (user + system) a process has used so far, in seconds, from /proc (Linux). */
+export function processCpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // utime and stime are fields 14 and 15 of stat(5); counted here from field 3 on. USER_HZ is 100 on Linux.
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
