@@ -10,7 +10,7 @@ export interface ChargeInput {
   partial: boolean;
 }
 
-/** What one isolate sends for a key at a time: its finished requests, summed. */
+/** What one isolate sends for a key at a time: its finished requests, summed (whole, non-negative counts). */
 export interface ChargeBatch {
   /** Unique per batch; makes a retried call charge nothing twice. */
   id: string;

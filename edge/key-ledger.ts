@@ -93,8 +93,8 @@ export class KeyLedger extends DurableObject<Env> {
         .toArray();
       if (inserted.length === 0) return;
       charged = true;
-      const prompt = Math.max(0, Math.floor(batch.prompt_tokens));
-      const completion = Math.max(0, Math.floor(batch.completion_tokens));
+      // sumCharges made every count whole and non-negative.
+      const { requests, prompt_tokens: prompt, completion_tokens: completion, partial_requests } = batch;
       const tokens = prompt + completion;
       const start = budgetPeriodStart(now, budgetPeriodMs);
       this.sql.exec(
@@ -103,10 +103,10 @@ export class KeyLedger extends DurableObject<Env> {
            budget_used = CASE WHEN budget_period_start = ? THEN budget_used + ? ELSE ? END,
            budget_period_start = ?
          WHERE id = 1`,
-        Math.max(0, Math.floor(batch.requests)),
+        requests,
         prompt,
         completion,
-        Math.max(0, Math.floor(batch.partial_requests)),
+        partial_requests,
         start,
         tokens,
         tokens,
