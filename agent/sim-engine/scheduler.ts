@@ -15,8 +15,9 @@
  * A sequence samples one token whenever a step leaves all of its tokens
  * computed. A pooling sequence (an embeddings request) is prefill only: the
  * step that computes its last prompt token finishes it ("stop") with a
- * `pooled` event and no output token, as vLLM's pooling runner does. `plan()` decides a step, the caller advances its clock by the
- * latency model's price for `plan.shape`, then `complete()` applies it.
+ * `pooled` event and no output token, as vLLM's pooling runner does.
+ * `plan()` decides a step, the caller advances its clock by the latency
+ * model's price for `plan.shape`, then `complete()` applies it.
  * Pure: no timers, no I/O.
  */
 import { KvCache } from "./kv-cache.ts";
