@@ -46,6 +46,7 @@ const KNOWN: Record<string, Kind> = {
   "sim-weights-read-ms": "number",
   "sim-prefill-us-per-token": "number",
   "sim-per-seq-us": "number",
+  "sim-trace": "string",
 };
 
 const SHORT: Record<string, string> = {
@@ -102,6 +103,7 @@ const Schema = z.object({
   "sim-weights-read-ms": z.coerce.number().min(0).optional(),
   "sim-prefill-us-per-token": z.coerce.number().min(0).optional(),
   "sim-per-seq-us": z.coerce.number().min(0).optional(),
+  "sim-trace": z.string().min(1).optional(),
 });
 
 export type RawFlags = z.infer<typeof Schema>;
@@ -141,6 +143,8 @@ export interface SimEngineFlags {
     weightsReadMs?: number;
     prefillUsPerToken?: number;
     perSeqUs?: number;
+    /** `--sim-trace`: append a JSON line per generation request to this file (request-trace.ts). */
+    trace?: string;
   };
   /** Flags accepted but not modelled, as given. */
   ignored: string[];
@@ -267,6 +271,7 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
         ? { prefillUsPerToken: f["sim-prefill-us-per-token"] }
         : {}),
       ...(f["sim-per-seq-us"] !== undefined ? { perSeqUs: f["sim-per-seq-us"] } : {}),
+      ...(f["sim-trace"] !== undefined ? { trace: f["sim-trace"] } : {}),
     },
     ignored,
   };
@@ -283,5 +288,6 @@ sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-l
   --sim-startup-seconds S --sim-fail-rate P --sim-crash-after N
   --sim-hang-after N --sim-hang-phase first-token|mid-stream --sim-slow-token-ms M
   --sim-weights-read-ms MS --sim-prefill-us-per-token US --sim-per-seq-us US
+  --sim-trace FILE
 see docs/sim-engine.md
 `;

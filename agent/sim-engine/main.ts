@@ -13,6 +13,7 @@ import {
   type LatencyParams,
   scaleForParallelism,
 } from "./latency-model.ts";
+import { RequestTrace } from "./request-trace.ts";
 import { Runner } from "./runner.ts";
 import { SimServer } from "./server.ts";
 
@@ -88,6 +89,18 @@ export async function main(argv: string[]): Promise<number | undefined> {
 
   if (flags.headless || flags.nodeRank > 0) return headless(flags);
 
+  let trace: RequestTrace | undefined;
+  if (flags.sim.trace !== undefined) {
+    const file = flags.sim.trace;
+    try {
+      trace = new RequestTrace(file, (err) =>
+        log.error("cannot write the request trace", { file, err: errorMessage(err) }),
+      );
+    } catch (err) {
+      process.stderr.write(`sim-engine: --sim-trace: cannot open ${file}: ${errorMessage(err)}\n`);
+      return 2;
+    }
+  }
   const cores = Array.from(
     { length: flags.dataParallelSize },
     () =>
@@ -104,6 +117,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     log.error("response writer failed", { err: errorMessage(err) }),
   );
   const server = new SimServer({
+    ...(trace ? { trace } : {}),
     rootModel: flags.model,
     servedModelNames: flags.servedModelNames,
     maxModelLen: setup.maxModelLen,
@@ -155,7 +169,9 @@ export async function main(argv: string[]): Promise<number | undefined> {
       runner.stop();
       server.http.close();
       server.http.closeAllConnections();
-      resolve(0);
+      // The cut connections' close events (and their trace lines) come on
+      // the next turns; flush after them.
+      setImmediate(() => void (trace?.close() ?? Promise.resolve()).then(() => resolve(0)));
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));

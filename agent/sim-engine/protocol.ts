@@ -53,6 +53,7 @@ const common = {
   seed: z.number().int().nullish(),
   ignore_eos: z.boolean().nullish(),
   cache_salt: z.string().nullish(),
+  user: z.string().nullish(),
 };
 
 const TextPart = z.looseObject({ type: z.literal("text"), text: z.string() });

@@ -31,6 +31,7 @@ import {
   usageJson,
   zodToApiError,
 } from "./protocol.ts";
+import { type Arrival, type RequestTrace, TraceSpan, wallMs } from "./request-trace.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent } from "./scheduler.ts";
 import { chatPromptTokens, completionPromptTokens, fnv1a, outputTokenText, planOutput } from "./text.ts";
@@ -48,6 +49,8 @@ export interface ServerOptions {
   faults: FaultPlan;
   runner: Runner;
   log: Logger;
+  /** `--sim-trace`: a line per generation request. */
+  trace?: RequestTrace;
   /** Exits the process; replaceable so a crash is observable without dying in unit tests. */
   crash?: () => void;
 }
@@ -61,6 +64,7 @@ export class SimServer {
   /** Hung requests are kept here so nothing collects their sockets. */
   private readonly hung = new Set<ServerResponse>();
   private readonly orcaFormat = new WeakMap<ServerResponse, "text" | "json">();
+  private readonly arrivals = new WeakMap<ServerResponse, Arrival>();
 
   constructor(opts: ServerOptions) {
     this.opts = opts;
@@ -68,6 +72,12 @@ export class SimServer {
       // A client that vanished mid-write must cost an aborted request, never the process.
       res.on("error", () => {});
       req.on("error", () => {});
+      // Taken before anything else runs for this request, so the trace's
+      // arrival is when the engine could first have seen it.
+      if (opts.trace) {
+        const rid = req.headers["x-request-id"];
+        this.arrivals.set(res, { at: wallMs(), requestId: typeof rid === "string" ? rid : null });
+      }
       this.route(req, res).catch((err) => this.fail(res, err));
     });
   }
@@ -301,6 +311,9 @@ export class SimServer {
     let text = "";
     let done = false;
     let cached = 0;
+    let generated = 0;
+    const arrived = this.arrivals.get(res);
+    const span = o.trace && arrived ? new TraceSpan(o.trace, id, r.user ?? null, arrived) : undefined;
 
     // When the engine took the request, in simulated seconds: lets a benchmark replay the exact arrivals.
     const arrival = runner.simNow();
@@ -314,6 +327,8 @@ export class SimServer {
       res.flushHeaders();
     }
     res.on("close", () => {
+      // A no-op after finish: the span was already written.
+      span?.end("aborted", promptIds.length, generated);
       if (!done) {
         done = true;
         runner.cancel(id, "abort");
@@ -322,6 +337,7 @@ export class SimServer {
 
     const finish = (reason: string, completion: number) => {
       done = true;
+      span?.end("finished", promptIds.length, completion);
       const usage = usageJson({ prompt: promptIds.length, completion, cached }, details);
       if (stream) {
         let tail = "";
@@ -368,6 +384,8 @@ export class SimServer {
         } else text = joined;
       } else text += piece;
       const completion = ev.index + 1;
+      generated = completion;
+      span?.token();
       if (stream) {
         const usage =
           mode === "continuous" ? usageJson({ prompt: promptIds.length, completion, cached }, details) : null;

@@ -3,10 +3,13 @@
  * official `openai` client, plus every fault flag. Engines run at high
  * --sim-speed so the whole file stays well under 30 s.
  */
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FaultPlan } from "../../agent/sim-engine/faults.ts";
+import type { TraceRecord } from "../../agent/sim-engine/request-trace.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess, waitUntil } from "../harness/process.ts";
 
 const MODEL = "test-model";
@@ -74,9 +77,11 @@ let crashing: Engine;
 let hangFirst: Engine;
 let hangMid: Engine;
 let headless: Engine;
+let traced: Engine;
+const traceFile = join(mkdtempSync(join(tmpdir(), "llmgw-sim-trace-")), "requests.jsonl");
 
 beforeAll(async () => {
-  [main, slow, failing, crashing, hangFirst, hangMid, headless] = await Promise.all([
+  [main, slow, failing, crashing, hangFirst, hangMid, headless, traced] = await Promise.all([
     engine(
       "main",
       [
@@ -100,8 +105,9 @@ beforeAll(async () => {
     engine("hang-first", ["--sim-hang-after", "1", "--sim-speed", "50"]),
     engine("hang-mid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream", "--sim-speed", "50"]),
     engine("headless", ["--headless", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"]),
+    engine("traced", ["--sim-trace", traceFile, "--sim-speed", "20"]),
   ]);
-  await Promise.all([main, failing, crashing, hangFirst, hangMid].map(healthy));
+  await Promise.all([main, failing, crashing, hangFirst, hangMid, traced].map(healthy));
 });
 
 afterAll(async () => {
@@ -377,5 +383,79 @@ describe("fault injection", () => {
     expect(headless.proc.child.exitCode).toBeNull();
     headless.proc.child.kill("SIGTERM");
     expect(await headless.proc.exited).toBe(0);
+  });
+});
+
+describe("--sim-trace", () => {
+  it("writes a line per request: arrival, first token and end on the wall clock, outcome and tokens", async () => {
+    const sentAt = Date.now();
+    const streamed = await fetch(`${traced.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-request-id": "req_streamed" },
+      body: JSON.stringify(chatBody({ stream: true, user: "u-streamed", max_tokens: 6 })),
+    });
+    const streamedText = await streamed.text();
+    const gotAll = Date.now();
+    const plain = await traced.client.chat.completions.create(chatBody({ user: "u-plain" }) as never);
+
+    const ac = new AbortController();
+    const cut = await fetch(`${traced.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(chatBody({ stream: true, user: "u-cut", max_tokens: 2000, ignore_eos: true })),
+      signal: ac.signal,
+    });
+    const reader = cut.body!.getReader();
+    await reader.read();
+    ac.abort();
+    await waitUntil(
+      "cut request gone",
+      async () => (await metric(traced, "vllm:num_requests_running")) === 0,
+      5000,
+      20,
+    );
+    traced.proc.child.kill("SIGTERM");
+    expect(await traced.proc.exited).toBe(0);
+
+    const lines = readFileSync(traceFile, "utf8").trim().split("\n");
+    const byUser = new Map(
+      lines.map((l) => JSON.parse(l) as TraceRecord).map((r) => [r.user, r] as [string | null, TraceRecord]),
+    );
+    expect(lines).toHaveLength(3);
+    const s = byUser.get("u-streamed")!;
+    expect(s).toMatchObject({ request_id: "req_streamed", outcome: "finished", completion_tokens: 6 });
+    expect(s.id).toBe(JSON.parse(streamedText.split("\n\n")[0]!.slice(6)).id);
+    // One clock for client and engine: the engine's instants fall inside the client's.
+    expect(s.arrived_ms).toBeGreaterThanOrEqual(sentAt - 1);
+    expect(s.first_token_ms!).toBeGreaterThan(s.arrived_ms);
+    expect(s.ended_ms).toBeGreaterThanOrEqual(s.first_token_ms!);
+    expect(s.ended_ms).toBeLessThanOrEqual(gotAll + 1);
+    const p = byUser.get("u-plain")!;
+    expect(p).toMatchObject({
+      id: plain.id,
+      request_id: null,
+      outcome: "finished",
+      prompt_tokens: plain.usage!.prompt_tokens,
+      completion_tokens: plain.usage!.completion_tokens,
+    });
+    const c = byUser.get("u-cut")!;
+    expect(c.outcome).toBe("aborted");
+    expect(c.completion_tokens).toBeGreaterThanOrEqual(1);
+    expect(c.completion_tokens).toBeLessThan(2000);
+  });
+
+  it("refuses a trace file it cannot open, at startup", async () => {
+    const bad = startLlmgw("bad-trace", [
+      "sim-engine",
+      "serve",
+      MODEL,
+      "--port",
+      String(await freePort()),
+      "--sim-trace",
+      join(tmpdir(), "no-such-dir-llmgw", "t.jsonl"),
+    ]);
+    procs.push(bad);
+    expect(await bad.exited).toBe(2);
+    expect(bad.output()).toMatch(/--sim-trace: cannot open .*no-such-dir-llmgw.*ENOENT/);
   });
 });
