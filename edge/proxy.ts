@@ -371,10 +371,13 @@ async function attempt(
   const writer = pipe.writable.getWriter();
   writer.closed.catch(onClientGone);
   let lastWrite: Promise<void> = Promise.resolve();
-  const send = (text: string) => {
-    if (cancelled || !text) return;
-    lastWrite = writer.write(encoder.encode(text));
+  const write = (bytes: Uint8Array) => {
+    if (cancelled || bytes.byteLength === 0) return;
+    lastWrite = writer.write(bytes);
     lastWrite.catch(onClientGone);
+  };
+  const send = (text: string) => {
+    if (text) write(encoder.encode(text));
   };
   if (head) send(head);
   const endWith = (err: OpenAIErrorBody | undefined) => {
@@ -393,9 +396,15 @@ async function attempt(
         const r = await reader.read();
         if (r.done) break;
         watchdog.touch();
-        let out = "";
-        for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) out += tracker.event(ev);
-        send(out);
+        // Most chunks are one whole event and never become text (see
+        // StreamUsage.chunk); the rest go through the splitter.
+        const fast = splitter.idle ? tracker.chunk(r.value) : undefined;
+        if (fast !== undefined) write(fast);
+        else {
+          let out = "";
+          for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) out += tracker.event(ev);
+          send(out);
+        }
         // Past the buffer the client really is slow: wait for it.
         if ((writer.desiredSize ?? 1) <= 0) await lastWrite.catch(() => {});
       }

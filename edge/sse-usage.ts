@@ -49,6 +49,28 @@ export class SseSplitter {
   pending(): string {
     return this.buf;
   }
+
+  /** Nothing is held back: the next chunk starts a new event. */
+  get idle(): boolean {
+    return this.buf === "";
+  }
+}
+
+// The bytes the chunk fast path (StreamUsage.chunk) looks for.
+const DATA_OBJECT = bytesOf("data: {");
+const USAGE_KEY = bytesOf(',"usage":');
+const EMPTY_CHOICES = bytesOf('"choices":[]');
+const NULL = bytesOf("null");
+const NOTHING = new Uint8Array(0);
+
+function bytesOf(text: string): Uint8Array {
+  return new TextEncoder().encode(text);
+}
+
+function bytesAt(b: Uint8Array, at: number, what: Uint8Array): boolean {
+  if (at < 0 || at + what.length > b.length) return false;
+  for (let i = 0; i < what.length; i++) if (b[at + i] !== what[i]) return false;
+  return true;
 }
 
 export class StreamUsage {
@@ -56,6 +78,7 @@ export class StreamUsage {
   // The usage object of the latest chunk, as text: with usage on every
   // chunk only the last one matters, so it is parsed when asked for, once.
   private usageText: string | undefined;
+  private readonly decoder = new TextDecoder();
   /** `data: [DONE]` seen: the engine finished the stream normally. */
   done = false;
   /** An error event from the engine (already normalised). */
@@ -82,6 +105,52 @@ export class StreamUsage {
   set usage(u: Usage | undefined) {
     this.parsed = u;
     this.usageText = undefined;
+  }
+
+  /**
+   * The common chunk without text at all: exactly one `data: {...}` event
+   * in vLLM's layout (`..."choices":[...],"usage":...}`), read and cut as
+   * bytes. Returns what to forward (the chunk itself, a prefix of it with
+   * the usage cut off, or nothing), or undefined for anything else, which
+   * the caller then passes through SseSplitter and event() as text. Only
+   * for a chunk that starts a new event (SseSplitter.idle). The chunk's
+   * bytes may be rewritten in place: the caller owns it and must not use
+   * it again. For chunks in that layout, what it returns and the usage it
+   * records are what event() would have made of the same text.
+   */
+  chunk(b: Uint8Array): Uint8Array | undefined {
+    const n = b.length;
+    // One line, one event: its only line feeds are the two that end it.
+    if (n < 16 || b[n - 1] !== 10 || b[n - 2] !== 10 || b[n - 3] !== 125 /* } */) return undefined;
+    if (!bytesAt(b, 0, DATA_OBJECT) || b.indexOf(10) !== n - 2) return undefined;
+    // The usage object is the last key: its key is the last `,"usage":`,
+    // found by hopping back from comma to comma.
+    let at = n - 3 - USAGE_KEY.length;
+    for (;;) {
+      at = b.lastIndexOf(44 /* , */, at);
+      if (at <= DATA_OBJECT.length) return undefined;
+      if (bytesAt(b, at, USAGE_KEY)) break;
+      at--;
+    }
+    const usageOnly = bytesAt(b, at - EMPTY_CHOICES.length, EMPTY_CHOICES);
+    // Else a content chunk whose choices array ends right before usage.
+    if (!usageOnly && (b[at - 1] !== 93 /* ] */ || b[at - 2] !== 125)) return undefined;
+    const tail = at + USAGE_KEY.length;
+    const isNull = tail + NULL.length === n - 3 && bytesAt(b, tail, NULL);
+    if (!isNull) {
+      if (b[tail] !== 123 /* { */) return undefined;
+      this.usageText = this.decoder.decode(b.subarray(tail, n - 3));
+    } else if (usageOnly) {
+      return undefined; // `"choices":[],"usage":null`: not a usage chunk; the general path decides
+    }
+    if (!usageOnly) this.dataEvents++;
+    if (this.mode === "continuous") return b;
+    if (usageOnly) return this.mode === "final" ? b : NOTHING;
+    // `,"usage":{...}}\n\n` becomes `}\n\n`, in place.
+    b[at] = 125;
+    b[at + 1] = 10;
+    b[at + 2] = 10;
+    return b.subarray(0, at + 3);
   }
 
   /** One event (without its blank line); returns what to forward, "" to drop it. */

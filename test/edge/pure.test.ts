@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { chatChunks, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
 import { Breakers } from "../../edge/breaker.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
@@ -337,6 +338,63 @@ describe("SSE fast path", () => {
     }
     expect(t.usage).toEqual({ prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 });
     expect(t.dataEvents).toBe(4);
+  });
+});
+
+describe("SSE chunk fast path (bytes)", () => {
+  const enc = new TextEncoder();
+  const dec = new TextDecoder();
+  // What the sim (and vLLM) writes for one chat stream with continuous usage.
+  const w = chatChunks("chatcmpl-1", 1, "m", "continuous");
+  const u = (c: number, details = false) => usageJson({ prompt: 9, completion: c, cached: 4 }, details);
+  const [role, first] = w.token("Hé", true, null, u(1), u(0)).split(/(?<=\n\n)/) as [string, string];
+  const engine = [
+    role,
+    first,
+    w.token(' "usage":{}', false, null, u(2)), // the key's text inside content, escaped
+    w.token("x", false, null, null), // usage null
+    w.token("ü", false, "stop", u(3, true)), // nested prompt_tokens_details
+    w.usage(u(3, true)),
+  ];
+
+  it.each(["none", "final", "continuous"] as const)("gives what the text path gives, mode %s", (mode) => {
+    const bytes = new StreamUsage(mode);
+    const text = new StreamUsage(mode);
+    for (const c of engine) {
+      const want = text.event(c.slice(0, -2));
+      const got = bytes.chunk(enc.encode(c));
+      expect(got, c).toBeDefined();
+      expect(dec.decode(got)).toBe(want);
+    }
+    expect(bytes.usage).toEqual(text.usage);
+    expect(bytes.usage).toEqual({ prompt_tokens: 9, completion_tokens: 3, total_tokens: 12 });
+    expect(bytes.dataEvents).toBe(text.dataEvents);
+    expect(bytes.dataEvents).toBe(5);
+  });
+
+  it.each([
+    ["two events in one chunk", `${role}${first}`],
+    ["an event cut short", first.slice(0, -1)],
+    ["CRLF line ends", first.replace("\n\n", "\r\n\r\n")],
+    ["no usage key", 'data: {"choices":[{"index":0}]}\n\n'],
+    ["usage not last after choices", 'data: {"choices":[{"index":0}],"x":1,"usage":{"prompt_tokens":1}}\n\n'],
+    ["usage not an object", 'data: {"choices":[{"index":0}],"usage":7}\n\n'],
+    ["empty choices, null usage", 'data: {"choices":[],"usage":null}\n\n'],
+    ["[DONE]", "data: [DONE]\n\n"],
+    ["an error event", 'data: {"error":{"message":"boom","code":500}}\n\n'],
+    ["no space after data:", first.replace("data: ", "data:")],
+  ])("leaves %s to the text path", (_name, c) => {
+    const t = new StreamUsage("none");
+    expect(t.chunk(enc.encode(c))).toBeUndefined();
+    expect(t.dataEvents).toBe(0);
+    expect(t.usage).toBeUndefined();
+  });
+
+  it("cuts the usage off in place, leaving one event", () => {
+    const b = enc.encode(first);
+    const out = new StreamUsage("none").chunk(b)!;
+    expect(out.buffer).toBe(b.buffer);
+    expect(dec.decode(out)).toMatch(/^data: \{.*"finish_reason":null\}\]\}\n\n$/);
   });
 });
 
