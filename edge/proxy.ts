@@ -201,7 +201,13 @@ async function attempt(
   breakers.onAttempt(ep.id);
   picker.begin(ep.id);
   let settled = false;
+  // A stream's phases (header wait, first token, idle between chunks) share
+  // one timer; a non-streamed answer is bounded by `total` alone.
+  const watchdog = input.stream
+    ? new Watchdog(totalDeadline, abort, Date.now, Math.min(t.response_header, t.first_token, t.idle))
+    : undefined;
   const fail = (error: ApiError, retryable: boolean, breakerFailure: boolean): Attempt => {
+    watchdog?.stop();
     if (!settled) {
       settled = true;
       picker.end(ep.id);
@@ -225,25 +231,22 @@ async function attempt(
     // Non-streamed answers come back whole, headers and all, so the header
     // wait of a non-streamed request is the generation itself: bounded by
     // `total` only. Streams get headers as soon as the engine accepts.
-    const [ms, phase] = input.stream
-      ? tighter("response_header", t.response_header, totalDeadline, attemptStart)
-      : tighter("total", t.total, totalDeadline, attemptStart);
-    res = await withTimeout(
-      fetchUp(engineUrl(ep.url, input.apiPath), {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          accept: input.stream ? "text/event-stream" : "application/json",
-          "x-request-id": input.requestId,
-        },
-        body: upstreamBody(input, model),
-        signal: ctrl.signal,
-      }),
-      ms,
-      phase,
-      abort,
-    );
+    watchdog?.arm("response_header", t.response_header);
+    const sent = fetchUp(engineUrl(ep.url, input.apiPath), {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: input.stream ? "text/event-stream" : "application/json",
+        "x-request-id": input.requestId,
+      },
+      body: upstreamBody(input, model),
+      signal: ctrl.signal,
+    });
+    res = await (watchdog
+      ? sent
+      : withTimeout(sent, ...tighter("total", t.total, totalDeadline, attemptStart), abort));
   } catch (err) {
+    if (watchdog?.fired) return fail(timeoutError(watchdog.fired, ep), true, true);
     if (err instanceof PhaseTimeout) return fail(timeoutError(err, ep), true, true);
     return fail(
       errors.noCapacity(`Could not reach the engine (${ep.id}): ${describe(err)}`, "upstream_unreachable"),
@@ -304,13 +307,13 @@ async function attempt(
   }
 
   // Streaming: hold the client's response until the first data event.
+  if (!watchdog) throw new Error("a streamed attempt always has a watchdog");
   if (!res.body)
     return fail(errors.noCapacity(`The engine (${ep.id}) sent no body.`, "upstream_error"), true, true);
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   const splitter = new SseSplitter();
   const tracker = new StreamUsage(usageModeOf(input.body.stream_options as never));
-  const watchdog = new Watchdog(totalDeadline, abort);
   watchdog.arm("first_token", t.first_token - (Date.now() - attemptStart));
   let head = "";
   try {
@@ -320,7 +323,6 @@ async function attempt(
       for (const ev of splitter.push(decoder.decode(r.value, { stream: true }))) head += tracker.event(ev);
     }
   } catch (err) {
-    watchdog.stop();
     if (watchdog.fired) {
       const e =
         watchdog.fired.phase === "first_token"
@@ -338,12 +340,10 @@ async function attempt(
     );
   }
   if (tracker.error && tracker.dataEvents === 0) {
-    watchdog.stop();
     const e = tracker.error;
     return fail(new ApiError(500, e.message, e.type, e.code, e.param), true, true);
   }
   if (tracker.dataEvents === 0 && !tracker.done) {
-    watchdog.stop();
     return fail(
       errors.noCapacity(`The engine (${ep.id}) closed the stream before the first token.`, "upstream_error"),
       true,

@@ -49,14 +49,19 @@ export function tighter(phase: Phase, phaseMs: number, totalDeadline: number, no
 }
 
 /**
- * One timer per stream instead of one per read: `touch()` on activity only
- * records the time, and the timer re-arms itself for what is left when it
- * fires early. On expiry it calls `onFire` (which aborts the upstream, so
+ * One timer per stream instead of one per read or per phase: `touch()` on
+ * activity only records the time, `arm()` to a later deadline than the
+ * pending check leaves that check be, and a check that finds time left
+ * re-arms itself for what is left. So a stream's phases (header wait,
+ * first token, idle) share one setTimeout, as long as the first check is
+ * due no later than any phase to come could end: `firstCheckWithin` says
+ * when that is. On expiry it calls `onFire` (which aborts the upstream, so
  * the pending read rejects) and remembers which phase ran out.
  */
 export class Watchdog {
   fired: PhaseTimeout | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  private due = Number.POSITIVE_INFINITY;
   private last = 0;
   private phase: Phase = "idle";
   private limit = Number.POSITIVE_INFINITY;
@@ -66,6 +71,7 @@ export class Watchdog {
     private readonly totalDeadline: number,
     private readonly onFire: (t: PhaseTimeout) => void,
     private readonly now: () => number = Date.now,
+    private readonly firstCheckWithin = Number.POSITIVE_INFINITY,
   ) {
     this.created = now();
   }
@@ -75,7 +81,12 @@ export class Watchdog {
     this.phase = phase;
     this.limit = ms;
     this.last = this.now();
-    this.schedule();
+    if (this.fired) return;
+    if (this.timer === undefined) {
+      this.schedule(Math.min(ms, this.firstCheckWithin));
+    } else if (Math.min(this.last + ms, this.totalDeadline) < this.due) {
+      this.schedule(ms);
+    }
   }
 
   touch(): void {
@@ -85,21 +96,24 @@ export class Watchdog {
   stop(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
+    this.due = Number.POSITIVE_INFINITY;
   }
 
-  private schedule(): void {
+  private schedule(within: number): void {
     this.stop();
     const n = this.now();
-    const wait = Math.min(this.limit - (n - this.last), this.totalDeadline - n);
-    this.timer = setTimeout(() => this.check(), Math.max(0, wait));
+    const wait = Math.max(0, Math.min(within - (n - this.last), this.totalDeadline - n));
+    this.due = n + wait;
+    this.timer = setTimeout(() => this.check(), wait);
   }
 
   private check(): void {
     this.timer = undefined;
+    this.due = Number.POSITIVE_INFINITY;
     const n = this.now();
     if (n >= this.totalDeadline) this.fire(new PhaseTimeout("total", this.totalDeadline - this.created));
     else if (n - this.last >= this.limit) this.fire(new PhaseTimeout(this.phase, this.limit));
-    else this.schedule();
+    else this.schedule(this.limit);
   }
 
   private fire(t: PhaseTimeout): void {

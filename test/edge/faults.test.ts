@@ -1,3 +1,4 @@
+import { createServer, type Server, type Socket } from "node:net";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../harness/process.ts";
@@ -16,9 +17,11 @@ import {
 /**
  * Engines that fail on purpose (sim engine fault flags) behind the real
  * edge: refused connections, a crash after the first token, hangs before
- * the first token and mid-stream, and the breaker's open/half-open/closed
- * cycle. Timeouts are shortened through LLMGW_ROUTER.
+ * the first token and mid-stream, an engine that accepts the connection and
+ * never answers, and the breaker's open/half-open/closed cycle. Timeouts
+ * are shortened through LLMGW_ROUTER.
  */
+const RESPONSE_HEADER_MS = 1000;
 const FIRST_TOKEN_MS = 1500;
 const IDLE_MS = 1000;
 const COOLDOWN_MS = 2000;
@@ -31,18 +34,28 @@ describe("edge under engine faults", () => {
   let hangMid: Sim;
   let deadPort: number;
   let breakerPort: number;
+  // Accepts connections and never writes a byte: no response headers.
+  let silent: Server;
+  const held: Socket[] = [];
   let key: TestKey;
   let client: OpenAI;
 
   beforeAll(async () => {
     [deadPort, breakerPort] = await Promise.all([freePort(), freePort()]);
+    silent = createServer((socket) => held.push(socket));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const silentPort = (silent.address() as { port: number }).port;
     let crash2: Sim;
     [edge, good, crash, crash2, hangFirst, hangMid] = await Promise.all([
       startEdge({
         retries: 2,
         failure_threshold: 3,
         cooldown: `${COOLDOWN_MS}ms`,
-        timeouts: { first_token: `${FIRST_TOKEN_MS}ms`, idle: `${IDLE_MS}ms` },
+        timeouts: {
+          response_header: `${RESPONSE_HEADER_MS}ms`,
+          first_token: `${FIRST_TOKEN_MS}ms`,
+          idle: `${IDLE_MS}ms`,
+        },
       }),
       startSim("good", ["--served-model-name", "good", "retry"]),
       startSim("crash", ["--sim-crash-after", "0", "--sim-speed", "20"]),
@@ -59,12 +72,15 @@ describe("edge under engine faults", () => {
       { id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] },
       { id: "hangmid-1", url: hangMid.url, models: ["hangmid"] },
       { id: "breaker-1", url: `http://127.0.0.1:${breakerPort}`, models: ["brk"] },
+      { id: "silent-1", url: `http://127.0.0.1:${silentPort}`, models: ["silent"] },
     ]);
     key = await createKey(edge);
     client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
   }, 90_000);
 
   afterAll(async () => {
+    for (const socket of held) socket.destroy();
+    silent?.close();
     await stopStarted();
   });
 
@@ -129,6 +145,20 @@ describe("edge under engine faults", () => {
     expect(err.status).toBe(504);
     expect(err.code).toBe("first_token_timeout");
     expect(took).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+    expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
+  });
+
+  it("answers 504 when an engine accepts the connection but sends no headers within response_header", async () => {
+    const t0 = Date.now();
+    const err = await client.chat.completions
+      .create({ model: "silent", messages: [{ role: "user", content: "hi" }], stream: true })
+      .catch((e) => e);
+    const took = Date.now() - t0;
+    expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+    expect(err.status).toBe(504);
+    expect(err.code).toBe("response_header_timeout");
+    expect(err.message).toMatch(/silent-1.*response_header after 1000 ms/);
+    expect(took).toBeGreaterThanOrEqual(RESPONSE_HEADER_MS - 50);
     expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
   });
 

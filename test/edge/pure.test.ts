@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { chatChunks, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
 import { Breakers } from "../../edge/breaker.ts";
@@ -490,6 +490,28 @@ describe("Watchdog", () => {
     }
     expect(fired).toEqual([]);
     await new Promise((r) => setTimeout(r, 80));
+    expect(fired).toEqual(["idle"]);
+    w.stop();
+  });
+  it("keeps one timer for phases armed to later deadlines, and still fires on time", async () => {
+    const spy = vi.spyOn(globalThis, "setTimeout");
+    const fired: string[] = [];
+    const w = new Watchdog(Date.now() + 10_000, (t) => fired.push(t.phase), Date.now, 30);
+    w.arm("response_header", 200);
+    w.arm("first_token", 300);
+    w.arm("idle", 40);
+    expect(spy.mock.calls.length).toBe(1);
+    spy.mockRestore();
+    await new Promise((r) => setTimeout(r, 150));
+    expect(fired).toEqual(["idle"]);
+    w.stop();
+  });
+  it("moves the check forward when a phase ends sooner than the pending check", async () => {
+    const fired: string[] = [];
+    const w = new Watchdog(Date.now() + 10_000, (t) => fired.push(t.phase));
+    w.arm("first_token", 5_000);
+    w.arm("idle", 30);
+    await new Promise((r) => setTimeout(r, 100));
     expect(fired).toEqual(["idle"]);
     w.stop();
   });
