@@ -30,11 +30,12 @@ export function bearerSecret(header: string | null): string {
 }
 
 const encoder = new TextEncoder();
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
 export async function sha256Hex(text: string): Promise<string> {
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
   let hex = "";
-  for (const b of digest) hex += b.toString(16).padStart(2, "0");
+  for (let i = 0; i < digest.length; i++) hex += HEX[digest[i]!];
   return hex;
 }
 
