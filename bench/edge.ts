@@ -196,17 +196,13 @@ function workerdPid(port: number): number | undefined {
   return undefined;
 }
 
+/** A target's measurements before anything has run. */
+function noMeasurements(): Pick<Target, "cpuMs" | "ttft" | "roundP50" | "sent" | "ms" | "done" | "errors"> {
+  return { cpuMs: 0, ttft: [], roundP50: [], sent: new Map(), ms: 0, done: 0, errors: 0 };
+}
+
 async function run(t: Target, n: number, sc: Scenario, record: boolean): Promise<void> {
-  const scratch: Target = {
-    ...t,
-    ttft: [],
-    roundP50: [],
-    sent: new Map(),
-    ms: 0,
-    done: 0,
-    errors: 0,
-    cpuMs: 0,
-  };
+  const scratch: Target = { ...t, ...noMeasurements() };
   const target = record ? t : scratch;
   const from = t.ttft.length;
   let next = 0;
@@ -323,13 +319,7 @@ async function measure(
     url,
     headers,
     pid,
-    cpuMs: 0,
-    ttft: [],
-    roundP50: [],
-    sent: new Map(),
-    ms: 0,
-    done: 0,
-    errors: 0,
+    ...noMeasurements(),
   });
   let targets: Target[];
   try {
