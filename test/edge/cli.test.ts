@@ -5,7 +5,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEndpointsFile } from "../../controlplane/ctl/endpoints.ts";
 import { runLlmgw } from "../harness/process.ts";
-import { type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
+import { clientFor, type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
 
 /**
  * The operator's side: `llmgw keys ...` and `llmgw ctl endpoints set` over
@@ -56,7 +56,7 @@ describe("keys and endpoints CLI", () => {
     const secret = /secret:\s+(sk-\S+)/.exec(created.stdout)![1]!;
     expect(created.stderr).toMatch(/shown only now/);
 
-    const client = new OpenAI({ apiKey: secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const client = clientFor(edge, secret);
     const { response } = await client.chat.completions
       .create({ model: "hand", messages: [{ role: "user", content: "hi" }], max_tokens: 3 })
       .withResponse();

@@ -2,6 +2,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitUntil } from "../harness/process.ts";
 import {
+  clientFor,
   createKey,
   type Edge,
   engineCounters,
@@ -35,7 +36,7 @@ describe("embeddings through the edge", () => {
     await setEndpoints(edge, [{ id: "embedder-1", url: sim.url, models: ["embedder"] }]);
     // No limits: its charges are batched (flushed about once a second), so usage is polled.
     key = await createKey(edge);
-    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    client = clientFor(edge, key.secret);
   }, 90_000);
 
   afterAll(async () => {

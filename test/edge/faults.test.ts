@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../harness/process.ts";
 import {
   chatBody,
+  clientFor,
   createKey,
   type Edge,
   type Sim,
@@ -75,7 +76,7 @@ describe("edge under engine faults", () => {
       { id: "silent-1", url: `http://127.0.0.1:${silentPort}`, models: ["silent"] },
     ]);
     key = await createKey(edge);
-    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    client = clientFor(edge, key.secret);
   }, 90_000);
 
   afterAll(async () => {

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (the same workerd build); not a direct dependency.
 import { Miniflare } from "miniflare";
+import OpenAI from "openai";
 import { hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../../controlplane/edgesync-client.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../harness/process.ts";
@@ -158,6 +159,11 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
       rmSync(dir, { recursive: true, force: true });
     },
   });
+}
+
+/** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
+export function clientFor(edge: { url: string }, apiKey: string): OpenAI {
+  return new OpenAI({ apiKey, baseURL: `${edge.url}/v1`, maxRetries: 0 });
 }
 
 export interface Sim {

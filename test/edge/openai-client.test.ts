@@ -1,6 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  clientFor,
   createKey,
   type Edge,
   type Sim,
@@ -34,7 +35,7 @@ describe("edge with the openai client", () => {
     ]);
     key = await createKey(edge, { band: "gold" });
     bronze = await createKey(edge, { band: "bronze", models: ["beta"] });
-    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    client = clientFor(edge, key.secret);
   }, 90_000);
 
   afterAll(async () => {
@@ -109,7 +110,7 @@ describe("edge with the openai client", () => {
     const all = [];
     for await (const m of client.models.list()) all.push(m.id);
     expect(all.sort()).toEqual(["alpha", "beta", "gamma"]);
-    const limited = new OpenAI({ apiKey: bronze.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const limited = clientFor(edge, bronze.secret);
     const some = [];
     for await (const m of limited.models.list()) some.push(m.id);
     expect(some).toEqual(["beta"]);
@@ -124,16 +125,12 @@ describe("edge with the openai client", () => {
   });
 
   it("maps errors to the SDK's classes with OpenAI-shaped bodies", async () => {
-    const bad = new OpenAI({
-      apiKey: "sk-not-a-real-key-0000000000",
-      baseURL: `${edge.url}/v1`,
-      maxRetries: 0,
-    });
+    const bad = clientFor(edge, "sk-not-a-real-key-0000000000");
     const msg = [{ role: "user" as const, content: "x" }];
     await expect(bad.chat.completions.create({ model: "alpha", messages: msg })).rejects.toBeInstanceOf(
       OpenAI.AuthenticationError,
     );
-    const limited = new OpenAI({ apiKey: bronze.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const limited = clientFor(edge, bronze.secret);
     await expect(limited.chat.completions.create({ model: "alpha", messages: msg })).rejects.toBeInstanceOf(
       OpenAI.PermissionDeniedError,
     );
@@ -170,7 +167,7 @@ describe("edge with the openai client", () => {
 
   it("rate-limits by RPM with Retry-After, and revocation takes effect at once", async () => {
     const limited = await createKey(edge, { rpm: 2 });
-    const c = new OpenAI({ apiKey: limited.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const c = clientFor(edge, limited.secret);
     const msg = [{ role: "user" as const, content: "x" }];
     await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
     await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
@@ -182,7 +179,7 @@ describe("edge with the openai client", () => {
     expect(Number(err.headers.get("retry-after-ms"))).toBeGreaterThan(0);
 
     const victim = await createKey(edge);
-    const v = new OpenAI({ apiKey: victim.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const v = clientFor(edge, victim.secret);
     await v.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 1 });
     await edge.sync.revokeKey({ id: victim.id });
     await expect(
@@ -192,7 +189,7 @@ describe("edge with the openai client", () => {
 
   it("refuses requests once the token budget is spent", async () => {
     const b = await createKey(edge, { budget: { tokens: 10, period: "1d" } });
-    const c = new OpenAI({ apiKey: b.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    const c = clientFor(edge, b.secret);
     const msg = [{ role: "user" as const, content: "Hello there" }];
     await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 8 });
     // Charging happens in waitUntil after the answer: give it a moment.

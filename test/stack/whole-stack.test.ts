@@ -1,7 +1,7 @@
 import { join } from "node:path";
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, type Edge, startEdge } from "../edge/helpers.ts";
+import { clientFor, createKey, type Edge, startEdge } from "../edge/helpers.ts";
 import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
@@ -44,7 +44,7 @@ models:
     );
     agent = startAgent(cp, "stack-1", { gpus: "2xH100-80GB", extra: ["--vllm-bin", "test/bin/vllm"] });
     const key = await createKey(edge, { band: "gold" });
-    client = new OpenAI({ apiKey: key.secret, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+    client = clientFor(edge, key.secret);
   }, 120_000);
 
   afterAll(async () => {
