@@ -82,15 +82,27 @@ const unlimitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 1_000);
  * The key behind the Authorization header, refused if revoked. Revocation is
  * checked against the isolate's view of the RevocationLog, refreshed at most
  * every few seconds; if the log cannot be reached the view is kept (fail
- * open for that interval) rather than failing every request.
+ * open for that interval) rather than failing every request. Synchronous
+ * when the key is cached and no refresh is due, as on most requests: under
+ * load each await is a resumption queued behind other streams' chunks.
  */
-async function keyFor(c: Context<AppEnv>): Promise<KeyRecord> {
-  const key = await authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
+function keyFor(c: Context<AppEnv>): KeyRecord | Promise<KeyRecord> {
+  const key = authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
+  if (key instanceof Promise || revocationWatch.due()) return checkedAfterRefresh(c.env, key);
+  return notRevoked(key);
+}
+
+async function checkedAfterRefresh(env: Env, pending: KeyRecord | Promise<KeyRecord>): Promise<KeyRecord> {
+  const key = await pending;
   try {
-    await revocationWatch.refresh((epoch) => revocationLog(c.env).since(epoch));
+    await revocationWatch.refresh((epoch) => revocationLog(env).since(epoch));
   } catch (err) {
     console.error("revocation log unreachable", err);
   }
+  return notRevoked(key);
+}
+
+function notRevoked(key: KeyRecord): KeyRecord {
   if (revocationWatch.isRevoked(key.id)) throw errors.unauthorized("This API key has been revoked.");
   return key;
 }
@@ -135,10 +147,14 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
     try {
       const env = c.env;
       const settings = settingsOf(env);
-      const key = await keyFor(c);
+      // Cached key and table come back synchronously; awaiting only a
+      // promise spares the request two resumptions.
+      const k = keyFor(c);
+      const key = k instanceof Promise ? await k : k;
       const bytes = await readBodyLimited(c.req.raw, settings.max_body_bytes);
       const body = validate(schema, parseJsonBody(bytes));
-      const table = await routingTable(env.LLMGW_KV);
+      const t = routingTable(env.LLMGW_KV);
+      const table = t instanceof Promise ? await t : t;
       const model = table.resolve(body.model);
       if (!model) throw errors.modelNotFound(body.model);
       if (!modelAllowed(key, model, body.model)) {

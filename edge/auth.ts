@@ -1,5 +1,6 @@
 import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
 import { errors } from "./openai-errors.ts";
+import { sha256Hex } from "./sha256.ts";
 
 /**
  * API-key authentication. Keys look like `sk-<base64url>`; the edge stores
@@ -30,14 +31,6 @@ export function bearerSecret(header: string | null): string {
 }
 
 const encoder = new TextEncoder();
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
-
-export async function sha256Hex(text: string): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
-  let hex = "";
-  for (let i = 0; i < digest.length; i++) hex += HEX[digest[i]!];
-  return hex;
-}
 
 /**
  * Compares two secrets in time independent of where they differ: both are
@@ -106,22 +99,33 @@ export function keyKvName(hash: string): string {
   return `keys/${hash}`;
 }
 
-export async function authenticate(header: string | null, kv: KVNamespace): Promise<KeyRecord> {
-  const secret = bearerSecret(header);
-  const hash = await sha256Hex(secret);
-  let key = keyCache.get(hash);
-  if (key === undefined) {
-    let raw: unknown;
-    try {
-      raw = await kv.get(keyKvName(hash), "json");
-    } catch (err) {
-      keyCache.abandon(hash);
-      throw err;
-    }
-    const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
-    key = parsed?.success ? parsed.data : null;
-    keyCache.set(hash, key);
-  }
+/**
+ * The key behind an Authorization header. Synchronous when this isolate
+ * has the key cached (the common case: no await on the request path); a
+ * promise when KV must be read. Throws (or rejects with) a 401 for a
+ * malformed, unknown or revoked key.
+ */
+export function authenticate(header: string | null, kv: KVNamespace): KeyRecord | Promise<KeyRecord> {
+  const hash = sha256Hex(bearerSecret(header));
+  const cached = keyCache.get(hash);
+  return cached === undefined ? readKey(kv, hash).then(usable) : usable(cached);
+}
+
+function usable(key: KeyRecord | null): KeyRecord {
   if (!key || key.revoked) throw errors.unauthorized("Incorrect API key provided.");
+  return key;
+}
+
+async function readKey(kv: KVNamespace, hash: string): Promise<KeyRecord | null> {
+  let raw: unknown;
+  try {
+    raw = await kv.get(keyKvName(hash), "json");
+  } catch (err) {
+    keyCache.abandon(hash);
+    throw err;
+  }
+  const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
+  const key = parsed?.success ? parsed.data : null;
+  keyCache.set(hash, key);
   return key;
 }

@@ -37,17 +37,16 @@ async function readDoc<T>(
 
 let refreshing = false;
 
-export async function routingTable(kv: KVNamespace): Promise<RoutingTable> {
+/** Synchronous while the isolate's copy is fresh (no await on the request path); a promise when KV must be read. */
+export function routingTable(kv: KVNamespace): RoutingTable | Promise<RoutingTable> {
   if (cached && cached.until > Date.now()) return cached.table;
   // Stale while one request revalidates: the others keep the old table
   // rather than all reading KV at the same moment.
   if (cached && refreshing) return cached.table;
   refreshing = true;
-  try {
-    return await load(kv);
-  } finally {
+  return load(kv).finally(() => {
     refreshing = false;
-  }
+  });
 }
 
 async function load(kv: KVNamespace): Promise<RoutingTable> {

@@ -13,11 +13,18 @@ export class RevocationWatch {
 
   constructor(private readonly now: () => number = Date.now) {}
 
-  /** Brings the view up to date if it is older than POLL_MS (one call per isolate per interval). */
+  /**
+   * The view is older than POLL_MS and nobody is refreshing it. One poll at
+   * a time: concurrent requests use the current view instead of all calling
+   * the log when the interval runs out together.
+   */
+  due(): boolean {
+    return !this.polling && this.now() - this.checkedAt >= POLL_MS;
+  }
+
+  /** Brings the view up to date if it is due (one call per isolate per interval). */
   async refresh(fetchSince: (epoch: number) => Promise<{ epoch: number; ids: string[] }>): Promise<void> {
-    // One poll at a time: concurrent requests use the current view instead
-    // of all calling the log when the interval runs out together.
-    if (this.polling || this.now() - this.checkedAt < POLL_MS) return;
+    if (!this.due()) return;
     this.polling = true;
     try {
       const r = await fetchSince(this.epoch);

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { describe, expect, it, vi } from "vitest";
 import { chatChunks, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
@@ -10,6 +11,7 @@ import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
 import { Picker } from "../../edge/picker.ts";
 import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
 import { POLL_MS, RevocationWatch } from "../../edge/revocation-watch.ts";
+import { sha256Hex } from "../../edge/sha256.ts";
 import { SseSplitter, StreamUsage } from "../../edge/sse-usage.ts";
 import { PhaseTimeout, tighter, Watchdog, withTimeout } from "../../edge/timeouts.ts";
 import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
@@ -398,6 +400,16 @@ describe("SSE chunk fast path (bytes)", () => {
   });
 });
 
+describe("sha256Hex", () => {
+  it("matches node:crypto on FIPS vectors, multi-byte text and every length across the block edges", () => {
+    const texts = ["", "abc", "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "é€𝄞".repeat(30)];
+    for (let n = 0; n < 200; n++) texts.push("k".repeat(n));
+    for (const t of texts)
+      expect(sha256Hex(t), `${t.length} chars`).toBe(createHash("sha256").update(t).digest("hex"));
+    expect(sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  });
+});
+
 describe("sumCharges", () => {
   it("sums a batch and counts partial answers", () => {
     const c = (p: number, k: number, partial = false) => ({
@@ -468,10 +480,14 @@ describe("RevocationWatch", () => {
     expect(w.isRevoked("k2")).toBe(true);
     log.push({ epoch: 3, id: "k3" });
     now = POLL_MS - 1;
+    expect(w.due()).toBe(false);
     await w.refresh(since);
     expect(w.isRevoked("k3")).toBe(false);
     now = POLL_MS;
-    await w.refresh(since);
+    expect(w.due()).toBe(true);
+    const polling = w.refresh(since);
+    expect(w.due()).toBe(false); // one poll at a time
+    await polling;
     expect(w.isRevoked("k3")).toBe(true);
     expect(asked).toEqual([0, 2]);
   });
