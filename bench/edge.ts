@@ -12,7 +12,7 @@
  * line does not, and a Worker that holds its response until the first token
  * (the relay, the edge) pays it inside TTFT while the pass-through pays it
  * before. Between two runs, one through it and one not, each Worker's CPU
- * fell by 0.9–1.2 ms per request and the edge's Δp50 TTFT at concurrency
+ * fell by 0.9–1.5 ms per request and the edge's Δp50 TTFT at concurrency
  * 16 from +5.0 to +1.2 ms (docs/edge.md). Not
  * through `wrangler dev` either: its ProxyWorker (a second workerd relaying
  * over HTTP, plus per-request logging in Node) caps any Worker at ~65 req/s
