@@ -1,3 +1,5 @@
+import { z } from "zod";
+
 /**
  * Durations as operators write them: `500ms`, `15s`, `10m`, `1h30m`.
  * A bare number is refused on purpose: `15` could mean seconds or milliseconds,
@@ -23,8 +25,19 @@ export function parseDuration(text: string): number {
 
 export function formatDuration(ms: number): string {
   if (ms === 0) return "0s";
+  if (ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
   if (ms % 60_000 === 0) return `${ms / 60_000}m`;
   if (ms % 1_000 === 0) return `${ms / 1_000}s`;
   return `${ms}ms`;
 }
+
+/** A duration field of a config schema: written as a string, parsed to milliseconds. */
+export const durationSchema = z.string().transform((s, ctx) => {
+  try {
+    return parseDuration(s);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+    return z.NEVER;
+  }
+});

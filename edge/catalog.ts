@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ROUTING_POLICIES, type RoutingPolicy } from "./router-config.ts";
 
 /**
  * What the edge knows about models and engines: the catalog (names,
@@ -21,7 +22,8 @@ export const catalogModelSchema = z.object({
   name: z.string().min(1),
   aliases: z.array(z.string()).default([]),
   fallbacks: z.array(z.string()).default([]),
-  routing: z.string().default(""),
+  // Empty: router.default_routing.
+  routing: z.union([z.enum(ROUTING_POLICIES), z.literal("")]).default(""),
 });
 export type CatalogModel = z.output<typeof catalogModelSchema>;
 
@@ -43,6 +45,7 @@ export class RoutingTable {
   private readonly canonical = new Map<string, string>();
   private readonly byModel = new Map<string, EndpointRecord[]>();
   private readonly models = new Map<string, CatalogModel>();
+  private readonly endpointModels = new Map<string, string[]>();
 
   constructor(
     readonly catalog: CatalogDoc,
@@ -57,19 +60,29 @@ export class RoutingTable {
       for (const a of m.aliases) if (!this.canonical.has(a)) this.canonical.set(a, m.name);
     }
     for (const e of endpoints.endpoints) {
+      const served: string[] = [];
       for (const name of e.models) {
         // Router-only mode: a model named only by an endpoint is known too.
         if (!this.canonical.has(name)) this.canonical.set(name, name);
-        const list = this.byModel.get(name) ?? [];
+        const model = this.canonical.get(name)!;
+        if (served.includes(model)) continue;
+        served.push(model);
+        const list = this.byModel.get(model) ?? [];
         list.push(e);
-        this.byModel.set(name, list);
+        this.byModel.set(model, list);
       }
+      this.endpointModels.set(e.id, served);
     }
   }
 
   /** The canonical model for a requested name or alias, or undefined if unknown. */
   resolve(name: string): string | undefined {
     return this.canonical.get(name);
+  }
+
+  /** The models an endpoint serves, canonical names. */
+  modelsOfEndpoint(id: string): string[] {
+    return this.endpointModels.get(id) ?? [];
   }
 
   endpointsFor(model: string): readonly EndpointRecord[] {
@@ -84,6 +97,11 @@ export class RoutingTable {
       if (c && !out.includes(c)) out.push(c);
     }
     return out;
+  }
+
+  /** The model's routing policy: its own, else the router's default. */
+  policy(model: string, fallback: RoutingPolicy): RoutingPolicy {
+    return this.models.get(model)?.routing || fallback;
   }
 
   /** Every canonical model name, sorted. */

@@ -1,4 +1,5 @@
 import type { KeyLedger } from "./key-ledger.ts";
+import type { ModelPool } from "./model-pool.ts";
 import type { RevocationLog } from "./revocations.ts";
 
 /** The Worker's bindings, as wrangler.toml declares them. */
@@ -6,10 +7,13 @@ export interface Env {
   LLMGW_KV: KVNamespace;
   KEY_LEDGER: DurableObjectNamespace<KeyLedger>;
   REVOCATIONS: DurableObjectNamespace<RevocationLog>;
+  MODEL_POOL: DurableObjectNamespace<ModelPool>;
   /** Bearer secret for EdgeSync (a Worker secret; locally `--var`). */
   EDGE_SYNC_TOKEN?: string;
-  /** Router settings as JSON, parsed with routerSchema; absent means defaults. */
+  /** JSON laid over the router settings stored by EdgeSync (local override; see settings.ts). */
   LLMGW_ROUTER?: string;
+  /** Where new ModelPool objects are created: a locationHint (`enam`, `weur`, …) near the GPUs. */
+  LLMGW_POOL_LOCATION?: string;
   /** Name of the Workers VPC network binding used by `via: vpc` endpoints. */
   LLMGW_VPC_BINDING?: string;
   /** Access service token added to requests for `via: tunnel` endpoints. */

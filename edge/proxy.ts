@@ -1,7 +1,5 @@
 import { usageModeOf } from "../common/usage-mode.ts";
-import type { RouterConfig } from "../controlplane/config/schema.ts";
-import type { Breakers } from "./breaker.ts";
-import type { EndpointRecord, RoutingTable } from "./catalog.ts";
+import type { Target } from "./attempt-plan.ts";
 import {
   ApiError,
   errors,
@@ -9,7 +7,9 @@ import {
   type OpenAIErrorBody,
   sseErrorEvent,
 } from "./openai-errors.ts";
-import type { Picker } from "./picker.ts";
+import type { RouterConfig } from "./router-config.ts";
+import type { Verdict } from "./routing/pool-core.ts";
+import type { EndpointSpec } from "./routing/types.ts";
 import { readUsage, SseSplitter, StreamUsage, type Usage } from "./sse-usage.ts";
 import { PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl, type UpstreamFetch } from "./upstream.ts";
@@ -17,32 +17,34 @@ import { engineUrl, type UpstreamFetch } from "./upstream.ts";
 /**
  * Sends one OpenAI request to an engine and streams the answer back.
  *
- * Attempts: the picker chooses among the model's endpoints whose breaker
- * allows a try, excluding those already tried; up to 1 + `retries` attempts
- * per model, then the same for each fallback model. A failed attempt is
- * retried only while nothing has been sent to the client: for a stream the
- * client's response starts with the first data event, so a dead, erroring
- * or silent engine before the first token is still retried (or answered
- * with a proper status); after it, failures become an SSE error event and a
- * clean close.
+ * Attempts: the endpoints come from the plan (the pool's lease: its choice
+ * and ranked alternates, then the fallback models' pools), each tried at
+ * most once. A failed attempt is retried only while nothing has been sent
+ * to the client: for a stream the client's response starts with the first
+ * data event, so a dead, erroring or silent engine before the first token
+ * is still retried (or answered with a proper status); after it, failures
+ * become an SSE error event and a clean close. Every attempt's verdict goes
+ * to its lease — the proxy never touches breakers or counts itself.
  */
 export type ApiPath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+
+export interface Targets {
+  take(): Promise<Target | undefined>;
+}
 
 export interface ProxyInput {
   requestId: string;
   apiPath: ApiPath;
   body: Record<string, unknown>;
   stream: boolean;
-  /** The canonical model followed by its fallbacks. */
-  chain: string[];
-  table: RoutingTable;
   settings: RouterConfig;
   band: string;
+  targets: Targets;
   /** Fires when the client goes away (enable_request_signal). */
   clientSignal?: AbortSignal | undefined;
-  upstream: (e: EndpointRecord) => UpstreamFetch;
-  breakers: Breakers;
-  picker: Picker;
+  upstream: (e: EndpointSpec) => UpstreamFetch;
+  /** The stream the client reads; workerd's native IdentityTransformStream unless a test hosts the proxy elsewhere. */
+  pipe?: () => ReadableWritablePair<Uint8Array, Uint8Array>;
   now?: () => number;
 }
 
@@ -65,8 +67,8 @@ export interface ProxyResult {
 }
 
 type Attempt =
-  | { kind: "committed"; response: Response; outcome: Promise<Outcome> }
-  | { kind: "failed"; error: ApiError; retryable: boolean };
+  | { kind: "committed"; response: Response; outcome: Promise<Outcome & { verdict: Verdict }> }
+  | { kind: "failed"; error: ApiError; retryable: boolean; verdict: Verdict };
 
 const RETRYABLE_STATUS = new Set([408, 429, 500, 502, 503, 504]);
 const MAX_ERROR_BODY = 64 * 1024;
@@ -74,45 +76,46 @@ const MAX_RESPONSE_BODY = 32 * 1024 * 1024;
 const STREAM_BUFFER_BYTES = 4 * 1024 * 1024;
 const encoder = new TextEncoder();
 
+function nativePipe(): ReadableWritablePair<Uint8Array, Uint8Array> {
+  // A native byte stream (no JS on the runtime's side of each chunk), with
+  // room for a few MiB so writes never wait for a slow client: the engine
+  // side is read as fast as it arrives.
+  return new IdentityTransformStream({ highWaterMark: STREAM_BUFFER_BYTES });
+}
+
 export async function proxy(input: ProxyInput): Promise<ProxyResult> {
   const now = input.now ?? Date.now;
   const started = now();
-  const tried = new Set<string>();
   let attempts = 0;
   let last: ApiError | undefined;
   const baseHeaders = { "x-request-id": input.requestId, "x-llmgw-band": input.band };
 
-  for (const model of input.chain) {
-    const all = input.table.endpointsFor(model);
-    for (let i = 0; i <= input.settings.retries; i++) {
-      const candidates = all.filter((e) => !tried.has(e.id) && input.breakers.canTry(e.id));
-      const ep = input.picker.pick(candidates, tried);
-      if (!ep) break;
-      tried.add(ep.id);
-      attempts++;
-      const headers = {
-        ...baseHeaders,
-        "x-llmgw-endpoint": ep.id,
-        "x-llmgw-attempts": String(attempts),
-      };
-      const r = await attempt(input, ep, model, started, headers, attempts);
-      if (r.kind === "committed") return { response: r.response, outcome: r.outcome };
-      last = r.error;
-      if (!r.retryable) {
-        return failure(r.error, { ...headers }, attempts);
-      }
+  for (let t = await input.targets.take(); t; t = await input.targets.take()) {
+    attempts++;
+    const { lease } = t;
+    const headers = {
+      ...baseHeaders,
+      "x-llmgw-endpoint": t.endpoint.id,
+      "x-llmgw-attempts": String(attempts),
+      "x-llmgw-route": lease.failOpen ? "fail-open" : lease.lease.route,
+      "x-llmgw-queued-ms": String(Math.round(lease.lease.queuedMs)),
+    };
+    const r = await attempt(input, t.endpoint, t.model, started, headers, attempts);
+    if (r.kind === "committed") {
+      const outcome = r.outcome.then((o) => {
+        lease.record(t.endpoint.id, o.verdict);
+        return o;
+      });
+      return { response: r.response, outcome };
     }
+    lease.record(t.endpoint.id, r.verdict);
+    last = r.error;
+    if (!r.retryable) return failure(r.error, headers, attempts);
   }
-  if (!last) {
-    const n = input.chain.reduce((s, m) => s + input.table.endpointsFor(m).length, 0);
-    last =
-      n === 0
-        ? errors.noCapacity(`No endpoint serves model ${input.chain[0]} right now.`, "no_endpoints")
-        : errors.noCapacity(
-            `No endpoint for model ${input.chain[0]} can take requests now (${n} known, all circuit breakers open).`,
-            "no_capacity",
-          );
-  }
+  last ??= errors.noCapacity(
+    `No endpoint for model ${String(input.body.model)} could be tried.`,
+    "no_capacity",
+  );
   return failure(last, { ...baseHeaders, "x-llmgw-attempts": String(attempts) }, attempts);
 
   function failure(err: ApiError, headers: Record<string, string>, n: number): ProxyResult {
@@ -145,7 +148,7 @@ function describe(err: unknown): string {
   return String(err);
 }
 
-function timeoutError(t: PhaseTimeout, ep: EndpointRecord): ApiError {
+function timeoutError(t: PhaseTimeout, ep: EndpointSpec): ApiError {
   if (t.phase === "first_token") {
     return errors.timeout(
       `The engine (${ep.id}) sent no token within ${t.ms} ms (first_token timeout).`,
@@ -186,7 +189,7 @@ async function readLimited(
 
 async function attempt(
   input: ProxyInput,
-  ep: EndpointRecord,
+  ep: EndpointSpec,
   model: string,
   started: number,
   headers: Record<string, string>,
@@ -197,26 +200,18 @@ async function attempt(
   const ctrl = new AbortController();
   const abort = () => ctrl.abort();
   const fetchUp = input.upstream(ep);
-  const { breakers, picker } = input;
-  breakers.onAttempt(ep.id);
-  picker.begin(ep.id);
-  let settled = false;
   // A stream's phases (header wait, first token, idle between chunks) share
   // one timer; a non-streamed answer is bounded by `total` alone.
   const watchdog = input.stream
     ? new Watchdog(totalDeadline, abort, Date.now, Math.min(t.response_header, t.first_token, t.idle))
     : undefined;
-  const fail = (error: ApiError, retryable: boolean, breakerFailure: boolean): Attempt => {
+  // An engine's own 4xx is a live engine refusing the caller: a success for its breaker.
+  const fail = (error: ApiError, retryable: boolean, engineFault: boolean): Attempt => {
     watchdog?.stop();
-    if (!settled) {
-      settled = true;
-      picker.end(ep.id);
-      if (breakerFailure) breakers.onFailure(ep.id);
-      else breakers.onSuccess(ep.id);
-    }
     abort();
     return {
       kind: "failed",
+      verdict: engineFault ? "fail" : "ok",
       error: new ApiError(error.status, error.message, error.type, error.code, error.param, {
         ...error.headers,
         ...headers,
@@ -285,9 +280,6 @@ async function attempt(
     } catch {
       usage = undefined;
     }
-    settled = true;
-    picker.end(ep.id);
-    breakers.onSuccess(ep.id);
     return {
       kind: "committed",
       response: new Response(text, {
@@ -302,6 +294,7 @@ async function attempt(
         attempts,
         completed: true,
         disconnected: false,
+        verdict: "ok",
       }),
     };
   }
@@ -354,8 +347,8 @@ async function attempt(
 
   // Committed: from here on the client has bytes, so no more retries.
   let cancelled = false;
-  let finish!: (o: Outcome) => void;
-  const outcome = new Promise<Outcome>((r) => {
+  let finish!: (o: Outcome & { verdict: Verdict }) => void;
+  const outcome = new Promise<Outcome & { verdict: Verdict }>((r) => {
     finish = r;
   });
   const onClientGone = () => {
@@ -364,10 +357,7 @@ async function attempt(
     abort();
   };
   input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
-  // A native byte stream (no JS on the runtime's side of each chunk), with
-  // room for a few MiB so writes never wait for a slow client: the engine
-  // side is read as fast as it arrives.
-  const pipe = new IdentityTransformStream({ highWaterMark: STREAM_BUFFER_BYTES });
+  const pipe = (input.pipe ?? nativePipe)();
   const writer = pipe.writable.getWriter();
   writer.closed.catch(onClientGone);
   let lastWrite: Promise<void> = Promise.resolve();
@@ -389,8 +379,8 @@ async function attempt(
   // Read eagerly rather than when the client pulls: every chunk the engine
   // sends is parsed for usage at once, so on a disconnect the last usage
   // seen is as close as possible to what the engine generated.
-  const pump = async (): Promise<Outcome> => {
-    let verdict: "ok" | "fail" | "abandon" = "ok";
+  const pump = async (): Promise<Outcome & { verdict: Verdict }> => {
+    let verdict: Verdict = "ok";
     try {
       while (!tracker.done && !tracker.error) {
         const r = await reader.read();
@@ -439,11 +429,6 @@ async function attempt(
     } finally {
       watchdog.stop();
       input.clientSignal?.removeEventListener("abort", onClientGone);
-      settled = true;
-      picker.end(ep.id);
-      if (verdict === "ok") breakers.onSuccess(ep.id);
-      else if (verdict === "fail") breakers.onFailure(ep.id);
-      else breakers.onAbandon(ep.id);
     }
     return {
       status: 200,
@@ -453,6 +438,7 @@ async function attempt(
       attempts,
       completed: tracker.done,
       disconnected: cancelled,
+      verdict,
     };
   };
   pump().then(finish, () =>
@@ -464,6 +450,7 @@ async function attempt(
       attempts,
       completed: false,
       disconnected: cancelled,
+      verdict: cancelled ? "abandon" : "fail",
     }),
   );
 

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { formatPath } from "../common/zod-issues.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 
 /**
@@ -72,12 +73,6 @@ export type ProxiedRequest = (ChatRequest | CompletionRequest | EmbeddingRequest
   stream_options?: { include_usage?: boolean; continuous_usage_stats?: boolean } | null;
 };
 
-function pathOf(path: readonly PropertyKey[]): string {
-  let out = "";
-  for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${String(p)}` : String(p);
-  return out;
-}
-
 /** A zod result as the 400 a client can act on: the first issue, named by its path. */
 export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
@@ -86,7 +81,7 @@ export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
   const r = schema.safeParse(body);
   if (r.success) return r.data;
   const issue = r.error.issues[0]!;
-  const param = pathOf(issue.path);
+  const param = formatPath(issue.path);
   const missing = issue.code === "invalid_type" && (body as Record<string, unknown>)[param] === undefined;
   const what = missing ? "is required" : issue.message;
   throw errors.invalid(`${param || "body"}: ${what}`, param || null);

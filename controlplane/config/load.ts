@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parseDocument, parse as parseYaml } from "yaml";
-import type { z } from "zod";
+import { formatIssues } from "../../common/zod-issues.ts";
 import { type Config, configSchema } from "./schema.ts";
 
 /** A configuration that failed validation; each issue names its path. */
@@ -11,25 +11,6 @@ export class ConfigError extends Error {
   ) {
     super(`${source}: invalid configuration:\n${issues.map((i) => `  - ${i}`).join("\n")}`);
   }
-}
-
-export function formatPath(path: readonly PropertyKey[]): string {
-  let out = "";
-  for (const p of path) {
-    if (typeof p === "number") out += `[${p}]`;
-    else out += out ? `.${String(p)}` : String(p);
-  }
-  return out || "(root)";
-}
-
-export function formatIssues(error: z.ZodError): string[] {
-  return error.issues.map((issue) => {
-    if (issue.code === "unrecognized_keys") {
-      const base = formatPath(issue.path);
-      return issue.keys.map((k) => `${base === "(root)" ? k : `${base}.${k}`}: unknown key`).join("; ");
-    }
-    return `${formatPath(issue.path)}: ${issue.message}`;
-  });
 }
 
 const ENV_PREFIX = "LLMGW_";

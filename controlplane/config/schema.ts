@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { parseDuration } from "../../common/duration.ts";
+import { durationSchema as duration } from "../../common/duration.ts";
+import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
 
 /**
  * The configuration file's shape. Snake_case keys, as operators write YAML;
@@ -7,15 +8,6 @@ import { parseDuration } from "../../common/duration.ts";
  * Every object is strict: a misspelt key is an error, not a silently ignored
  * setting.
  */
-export const duration = z.string().transform((s, ctx) => {
-  try {
-    return parseDuration(s);
-  } catch (err) {
-    ctx.addIssue({ code: "custom", message: (err as Error).message });
-    return z.NEVER;
-  }
-});
-
 const listenAddress = z
   .string()
   .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]*):\d{1,5}$/, "must be HOST:PORT or :PORT");
@@ -51,63 +43,6 @@ export const controlSchema = z.strictObject({
     .int()
     .positive()
     .default(4 * 1024 * 1024),
-});
-
-const timeoutsSchema = z.strictObject({
-  dial: duration.prefault("5s"),
-  response_header: duration.prefault("60s"),
-  first_token: duration.prefault("120s"),
-  idle: duration.prefault("60s"),
-  total: duration.prefault("30m"),
-});
-
-const scoringSchema = z.strictObject({
-  target_waiting: z.number().positive().default(4),
-  target_inflight: z.number().positive().default(8),
-  kv_ceiling: z.number().gt(0).max(1).default(0.9),
-  session_load_factor: z.number().min(1).default(1.25),
-});
-
-const bandSchema = z.strictObject({
-  name: z.string().regex(/^[a-z][a-z0-9_-]*$/, "must be lower-case letters, digits, - or _"),
-  priority: z.number().int(),
-  saturation_ceiling: z.number().gt(0).max(1),
-});
-
-export const DEFAULT_BANDS = [
-  { name: "platinum", priority: 400, saturation_ceiling: 1.0 },
-  { name: "gold", priority: 300, saturation_ceiling: 0.85 },
-  { name: "silver", priority: 200, saturation_ceiling: 0.6 },
-  { name: "bronze", priority: 100, saturation_ceiling: 0.3 },
-];
-
-const admissionSchema = z.strictObject({
-  enabled: z.boolean().default(true),
-  bands: z.array(bandSchema).min(1).default(DEFAULT_BANDS),
-  default_band: z.string().default("gold"),
-  band_header: z.string().default("x-llmgw-band"),
-  queue_ttl: duration.prefault("30s"),
-  queue_capacity_per_band: z.number().int().positive().default(2000),
-});
-
-export const routerSchema = z.strictObject({
-  scrape_interval: duration.prefault("2s"),
-  scrape_timeout: duration.prefault("1s"),
-  stale_after: duration.prefault("10s"),
-  retries: z.number().int().min(0).max(10).default(2),
-  cooldown: duration.prefault("15s"),
-  failure_threshold: z.number().int().min(1).default(3),
-  default_routing: z.string().default("chat"),
-  session_header: z.string().default("x-session-id"),
-  inject_usage: z.boolean().default(true),
-  max_body_bytes: z
-    .number()
-    .int()
-    .positive()
-    .default(32 * 1024 * 1024),
-  timeouts: timeoutsSchema.prefault({}),
-  scoring: scoringSchema.prefault({}),
-  admission: admissionSchema.prefault({}),
 });
 
 export const engineKind = z.enum(["vllm", "sglang", "sim"]);
@@ -199,7 +134,9 @@ export const modelSchema = z.strictObject({
     .array(z.string().min(1))
     .default([])
     .describe("Models (names or aliases) tried in order when this one cannot serve; no cycles"),
-  routing: z.string().optional().describe("Routing policy; defaults to router.default_routing"),
+  routing: routingPolicy
+    .optional()
+    .describe("Routing policy: chat, round-robin, least-load or random; defaults to router.default_routing"),
   profiles: z
     .array(profileSchema)
     .default([])
@@ -267,7 +204,6 @@ export const configSchema = z.strictObject({
 export type Config = z.output<typeof configSchema>;
 export type ControlConfig = Config["control"];
 export type AgentTlsConfig = Config["agent_tls"];
-export type RouterConfig = Config["router"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;
 export type EndpointConfig = z.output<typeof endpointSchema>;

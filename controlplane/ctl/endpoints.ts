@@ -4,7 +4,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { parseDocument } from "yaml";
 import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
-import { formatIssues } from "../config/load.ts";
+import { formatIssues } from "../../common/zod-issues.ts";
 import { endpointSchema } from "../config/schema.ts";
 import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
 

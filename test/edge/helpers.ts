@@ -143,6 +143,7 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
     durableObjects: {
       KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
       REVOCATIONS: { className: "RevocationLog", useSQLite: true },
+      MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
     bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
     ...direct.options,
@@ -259,6 +260,8 @@ export interface EndpointSpec {
   models: string[];
   priority?: number;
   weight?: number;
+  /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
+  pool?: string;
 }
 
 export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
@@ -267,7 +270,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
       id: e.id,
       url: e.url,
       models: e.models,
-      pool: "default",
+      pool: e.pool ?? (e.priority ? `priority-${e.priority}` : "default"),
       weight: e.weight ?? 1,
       priority: e.priority ?? 0,
       via: "direct",

@@ -2,13 +2,11 @@ import { createHash } from "node:crypto";
 import { describe, expect, it, vi } from "vitest";
 import { chatChunks, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
-import { Breakers } from "../../edge/breaker.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
 import { sumCharges } from "../../edge/charge.ts";
 import { ChargeBatcher } from "../../edge/charge-batcher.ts";
 import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "../../edge/key-rules.ts";
 import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
-import { Picker } from "../../edge/picker.ts";
 import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
 import { POLL_MS, RevocationWatch } from "../../edge/revocation-watch.ts";
 import { sha256Hex } from "../../edge/sha256.ts";
@@ -17,67 +15,6 @@ import { PhaseTimeout, tighter, Watchdog, withTimeout } from "../../edge/timeout
 import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
 
 /** The edge's pure modules, hosted in Node: no Worker needed. */
-
-describe("Breakers", () => {
-  it("opens after threshold consecutive failures, probes once after cooldown, closes on success", () => {
-    let now = 0;
-    const b = new Breakers(3, 1000, () => now);
-    b.onFailure("e");
-    b.onFailure("e");
-    expect(b.state("e")).toBe("closed");
-    b.onSuccess("e"); // consecutive: a success resets the count
-    b.onFailure("e");
-    b.onFailure("e");
-    expect(b.canTry("e")).toBe(true);
-    b.onFailure("e");
-    expect(b.state("e")).toBe("open");
-    expect(b.canTry("e")).toBe(false);
-    now = 1000;
-    expect(b.state("e")).toBe("half-open");
-    expect(b.canTry("e")).toBe(true);
-    b.onAttempt("e");
-    expect(b.canTry("e")).toBe(false); // one probe at a time
-    b.onFailure("e");
-    expect(b.state("e")).toBe("open"); // failed probe: another cooldown
-    now = 2000;
-    b.onAttempt("e");
-    b.onSuccess("e");
-    expect(b.state("e")).toBe("closed");
-  });
-
-  it("lets another probe through when one is abandoned", () => {
-    let now = 0;
-    const b = new Breakers(1, 10, () => now);
-    b.onFailure("e");
-    now = 10;
-    b.onAttempt("e");
-    b.onAbandon("e");
-    expect(b.canTry("e")).toBe(true);
-  });
-});
-
-describe("Picker", () => {
-  const eps = [
-    { id: "a", weight: 1, priority: 0 },
-    { id: "b", weight: 1, priority: 0 },
-    { id: "c", weight: 1, priority: 1 },
-  ];
-  it("prefers the best priority tier and spills over only when it is excluded", () => {
-    const p = new Picker();
-    for (let i = 0; i < 50; i++) expect(["a", "b"]).toContain(p.pick(eps, new Set())!.id);
-    expect(p.pick(eps, new Set(["a", "b"]))!.id).toBe("c");
-    expect(p.pick(eps, new Set(["a", "b", "c"]))).toBeUndefined();
-  });
-  it("prefers the endpoint with fewer requests in flight", () => {
-    const p = new Picker();
-    p.begin("a");
-    p.begin("a");
-    for (let i = 0; i < 20; i++) expect(p.pick(eps, new Set())!.id).toBe("b");
-    p.end("a");
-    p.end("a");
-    expect(p.inFlight("a")).toBe(0);
-  });
-});
 
 describe("SSE usage", () => {
   const chunk = (n: number, usage = true) =>

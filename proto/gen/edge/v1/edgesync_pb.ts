@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edge/v1/edgesync.proto.
  */
 export const file_edge_v1_edgesync: GenFile = /*@__PURE__*/
-  fileDesc("ChZlZGdlL3YxL2VkZ2VzeW5jLnByb3RvEgdlZGdlLnYxIlEKDENhdGFsb2dNb2RlbBIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkiSwoRUHV0Q2F0YWxvZ1JlcXVlc3QSJQoGbW9kZWxzGAEgAygLMhUuZWRnZS52MS5DYXRhbG9nTW9kZWwSDwoHdmVyc2lvbhgCIAEoBCIlChJQdXRDYXRhbG9nUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBCJwCghFbmRwb2ludBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDgoGbW9kZWxzGAMgAygJEgwKBHBvb2wYBCABKAkSDgoGd2VpZ2h0GAUgASgBEhAKCHByaW9yaXR5GAYgASgFEgsKA3ZpYRgHIAEoCSJPChZQdXRFbmRwb2ludFNldHNSZXF1ZXN0EiQKCWVuZHBvaW50cxgBIAMoCzIRLmVkZ2UudjEuRW5kcG9pbnQSDwoHdmVyc2lvbhgCIAEoBCIqChdQdXRFbmRwb2ludFNldHNSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgEIigKBkJ1ZGdldBIOCgZ0b2tlbnMYASABKAQSDgoGcGVyaW9kGAIgASgJIuABCgZBcGlLZXkSCgoCaWQYASABKAkSDAoEaGFzaBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnRlbmFudBgEIAEoCRIQCghtYXhfYmFuZBgFIAEoCRIUCgxkZWZhdWx0X2JhbmQYBiABKAkSDgoGbW9kZWxzGAcgAygJEgsKA3JwbRgIIAEoDRILCgN0cG0YCSABKA0SHwoGYnVkZ2V0GAogASgLMg8uZWRnZS52MS5CdWRnZXQSGgoSY3JlYXRlZF9hdF91bml4X21zGAsgASgDEg8KB3Jldm9rZWQYDCABKAgiLQoNUHV0S2V5UmVxdWVzdBIcCgNrZXkYASABKAsyDy5lZGdlLnYxLkFwaUtleSIQCg5QdXRLZXlSZXNwb25zZSIeChBSZXZva2VLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlIhEKD0xpc3RLZXlzUmVxdWVzdCIxChBMaXN0S2V5c1Jlc3BvbnNlEh0KBGtleXMYASADKAsyDy5lZGdlLnYxLkFwaUtleSKhAQoMRW5kcG9pbnRMb2FkEhMKC2VuZHBvaW50X2lkGAEgASgJEg8KB3dhaXRpbmcYAiABKAESDwoHcnVubmluZxgDIAEoARIQCghrdl91c2FnZRgEIAEoARIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYBSABKAESGgoSc2NyYXBlZF9hdF91bml4X21zGAYgASgDEg0KBXN0YXRlGAcgASgJIjcKD1B1c2hMb2FkUmVxdWVzdBIkCgVsb2FkcxgBIAMoCzIVLmVkZ2UudjEuRW5kcG9pbnRMb2FkIhIKEFB1c2hMb2FkUmVzcG9uc2Ui2QEKCEtleVVzYWdlEg4KBmtleV9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCHJlcXVlc3RzGAMgASgEEhUKDXByb21wdF90b2tlbnMYBCABKAQSGQoRY29tcGxldGlvbl90b2tlbnMYBSABKAQSFAoMdG90YWxfdG9rZW5zGAYgASgEEhMKC2J1ZGdldF91c2VkGAcgASgEEhUKDWJ1ZGdldF90b2tlbnMYCCABKAQSGAoQcGFydGlhbF9yZXF1ZXN0cxgJIAEoBBIPCgdyZXZva2VkGAogASgIIiEKD0dldFVzYWdlUmVxdWVzdBIOCgZrZXlfaWQYASABKAkiNAoQR2V0VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2Uy8AMKD0VkZ2VTeW5jU2VydmljZRJFCgpQdXRDYXRhbG9nEhouZWRnZS52MS5QdXRDYXRhbG9nUmVxdWVzdBobLmVkZ2UudjEuUHV0Q2F0YWxvZ1Jlc3BvbnNlElQKD1B1dEVuZHBvaW50U2V0cxIfLmVkZ2UudjEuUHV0RW5kcG9pbnRTZXRzUmVxdWVzdBogLmVkZ2UudjEuUHV0RW5kcG9pbnRTZXRzUmVzcG9uc2USOQoGUHV0S2V5EhYuZWRnZS52MS5QdXRLZXlSZXF1ZXN0GhcuZWRnZS52MS5QdXRLZXlSZXNwb25zZRJCCglSZXZva2VLZXkSGS5lZGdlLnYxLlJldm9rZUtleVJlcXVlc3QaGi5lZGdlLnYxLlJldm9rZUtleVJlc3BvbnNlEj8KCExpc3RLZXlzEhguZWRnZS52MS5MaXN0S2V5c1JlcXVlc3QaGS5lZGdlLnYxLkxpc3RLZXlzUmVzcG9uc2USPwoIUHVzaExvYWQSGC5lZGdlLnYxLlB1c2hMb2FkUmVxdWVzdBoZLmVkZ2UudjEuUHVzaExvYWRSZXNwb25zZRI/CghHZXRVc2FnZRIYLmVkZ2UudjEuR2V0VXNhZ2VSZXF1ZXN0GhkuZWRnZS52MS5HZXRVc2FnZVJlc3BvbnNlYgZwcm90bzM");
+  fileDesc("ChZlZGdlL3YxL2VkZ2VzeW5jLnByb3RvEgdlZGdlLnYxIlEKDENhdGFsb2dNb2RlbBIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkiSwoRUHV0Q2F0YWxvZ1JlcXVlc3QSJQoGbW9kZWxzGAEgAygLMhUuZWRnZS52MS5DYXRhbG9nTW9kZWwSDwoHdmVyc2lvbhgCIAEoBCIlChJQdXRDYXRhbG9nUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBCJwCghFbmRwb2ludBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDgoGbW9kZWxzGAMgAygJEgwKBHBvb2wYBCABKAkSDgoGd2VpZ2h0GAUgASgBEhAKCHByaW9yaXR5GAYgASgFEgsKA3ZpYRgHIAEoCSJPChZQdXRFbmRwb2ludFNldHNSZXF1ZXN0EiQKCWVuZHBvaW50cxgBIAMoCzIRLmVkZ2UudjEuRW5kcG9pbnQSDwoHdmVyc2lvbhgCIAEoBCIqChdQdXRFbmRwb2ludFNldHNSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgEIigKBkJ1ZGdldBIOCgZ0b2tlbnMYASABKAQSDgoGcGVyaW9kGAIgASgJIuABCgZBcGlLZXkSCgoCaWQYASABKAkSDAoEaGFzaBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnRlbmFudBgEIAEoCRIQCghtYXhfYmFuZBgFIAEoCRIUCgxkZWZhdWx0X2JhbmQYBiABKAkSDgoGbW9kZWxzGAcgAygJEgsKA3JwbRgIIAEoDRILCgN0cG0YCSABKA0SHwoGYnVkZ2V0GAogASgLMg8uZWRnZS52MS5CdWRnZXQSGgoSY3JlYXRlZF9hdF91bml4X21zGAsgASgDEg8KB3Jldm9rZWQYDCABKAgiLQoNUHV0S2V5UmVxdWVzdBIcCgNrZXkYASABKAsyDy5lZGdlLnYxLkFwaUtleSIQCg5QdXRLZXlSZXNwb25zZSIeChBSZXZva2VLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlIhEKD0xpc3RLZXlzUmVxdWVzdCIxChBMaXN0S2V5c1Jlc3BvbnNlEh0KBGtleXMYASADKAsyDy5lZGdlLnYxLkFwaUtleSKhAQoMRW5kcG9pbnRMb2FkEhMKC2VuZHBvaW50X2lkGAEgASgJEg8KB3dhaXRpbmcYAiABKAESDwoHcnVubmluZxgDIAEoARIQCghrdl91c2FnZRgEIAEoARIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYBSABKAESGgoSc2NyYXBlZF9hdF91bml4X21zGAYgASgDEg0KBXN0YXRlGAcgASgJIjcKD1B1c2hMb2FkUmVxdWVzdBIkCgVsb2FkcxgBIAMoCzIVLmVkZ2UudjEuRW5kcG9pbnRMb2FkIhIKEFB1c2hMb2FkUmVzcG9uc2Ui2QEKCEtleVVzYWdlEg4KBmtleV9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCHJlcXVlc3RzGAMgASgEEhUKDXByb21wdF90b2tlbnMYBCABKAQSGQoRY29tcGxldGlvbl90b2tlbnMYBSABKAQSFAoMdG90YWxfdG9rZW5zGAYgASgEEhMKC2J1ZGdldF91c2VkGAcgASgEEhUKDWJ1ZGdldF90b2tlbnMYCCABKAQSGAoQcGFydGlhbF9yZXF1ZXN0cxgJIAEoBBIPCgdyZXZva2VkGAogASgIIiEKD0dldFVzYWdlUmVxdWVzdBIOCgZrZXlfaWQYASABKAkiNAoQR2V0VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2UiQgoYUHV0Um91dGVyU2V0dGluZ3NSZXF1ZXN0EhUKDXNldHRpbmdzX2pzb24YASABKAkSDwoHdmVyc2lvbhgCIAEoBCIsChlQdXRSb3V0ZXJTZXR0aW5nc1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAQiGgoYR2V0Um91dGVyU2V0dGluZ3NSZXF1ZXN0IlkKGUdldFJvdXRlclNldHRpbmdzUmVzcG9uc2USEwoLc3RvcmVkX2pzb24YASABKAkSDwoHdmVyc2lvbhgCIAEoBBIWCg5lZmZlY3RpdmVfanNvbhgDIAEoCSIlChRHZXRQb29sU3RhdHVzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSKDAgoSUG9vbEVuZHBvaW50U3RhdHVzEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIMCgRwb29sGAMgASgJEhAKCHByaW9yaXR5GAQgASgFEg4KBndlaWdodBgFIAEoARINCgVzdGF0ZRgGIAEoCRIQCghpbmZsaWdodBgHIAEoDRISCgpzYXR1cmF0aW9uGAggASgBEg8KB2JyZWFrZXIYCSABKAkSEwoLbG9hZF9hZ2VfbXMYCiABKAMSDwoHd2FpdGluZxgLIAEoARIPCgdydW5uaW5nGAwgASgBEhAKCGt2X3VzYWdlGA0gASgBEhUKDXByZWZpeF9ibG9ja3MYDiABKA0ikgEKDlBvb2xCYW5kU3RhdHVzEgwKBG5hbWUYASABKAkSDwoHY2VpbGluZxgCIAEoARINCgVkZXB0aBgDIAEoDRIQCghhZG1pdHRlZBgEIAEoBBIOCgZxdWV1ZWQYBSABKAQSDAoEZnVsbBgGIAEoBBIPCgdleHBpcmVkGAcgASgEEhEKCWFiYW5kb25lZBgIIAEoBCJACg1Qb29sUmVqZWN0aW9uEhAKCGVuZHBvaW50GAEgASgJEg0KBXN0YWdlGAIgASgJEg4KBnJlYXNvbhgDIAEoCSKLAwoKUG9vbFN0YXR1cxINCgVtb2RlbBgBIAEoCRIZChFlbmRwb2ludHNfdmVyc2lvbhgCIAEoAxISCgpzYXR1cmF0aW9uGAMgASgBEhEKCWxvYWRfZmVlZBgEIAEoCRIOCgZsZWFzZXMYBSABKA0SEAoIc2Vzc2lvbnMYBiABKA0SEgoKZmFpbF9vcGVucxgHIAEoBBImCgViYW5kcxgIIAMoCzIXLmVkZ2UudjEuUG9vbEJhbmRTdGF0dXMSLwoGcm91dGVzGAkgAygLMh8uZWRnZS52MS5Qb29sU3RhdHVzLlJvdXRlc0VudHJ5Ei4KCWVuZHBvaW50cxgKIAMoCzIbLmVkZ2UudjEuUG9vbEVuZHBvaW50U3RhdHVzEi8KD2xhc3RfcmVqZWN0aW9ucxgLIAMoCzIWLmVkZ2UudjEuUG9vbFJlamVjdGlvbhINCgVlcnJvchgMIAEoCRotCgtSb3V0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIjsKFUdldFBvb2xTdGF0dXNSZXNwb25zZRIiCgVwb29scxgBIAMoCzITLmVkZ2UudjEuUG9vbFN0YXR1czL4BQoPRWRnZVN5bmNTZXJ2aWNlEkUKClB1dENhdGFsb2cSGi5lZGdlLnYxLlB1dENhdGFsb2dSZXF1ZXN0GhsuZWRnZS52MS5QdXRDYXRhbG9nUmVzcG9uc2USVAoPUHV0RW5kcG9pbnRTZXRzEh8uZWRnZS52MS5QdXRFbmRwb2ludFNldHNSZXF1ZXN0GiAuZWRnZS52MS5QdXRFbmRwb2ludFNldHNSZXNwb25zZRI5CgZQdXRLZXkSFi5lZGdlLnYxLlB1dEtleVJlcXVlc3QaFy5lZGdlLnYxLlB1dEtleVJlc3BvbnNlEkIKCVJldm9rZUtleRIZLmVkZ2UudjEuUmV2b2tlS2V5UmVxdWVzdBoaLmVkZ2UudjEuUmV2b2tlS2V5UmVzcG9uc2USPwoITGlzdEtleXMSGC5lZGdlLnYxLkxpc3RLZXlzUmVxdWVzdBoZLmVkZ2UudjEuTGlzdEtleXNSZXNwb25zZRI/CghQdXNoTG9hZBIYLmVkZ2UudjEuUHVzaExvYWRSZXF1ZXN0GhkuZWRnZS52MS5QdXNoTG9hZFJlc3BvbnNlEj8KCEdldFVzYWdlEhguZWRnZS52MS5HZXRVc2FnZVJlcXVlc3QaGS5lZGdlLnYxLkdldFVzYWdlUmVzcG9uc2USWgoRUHV0Um91dGVyU2V0dGluZ3MSIS5lZGdlLnYxLlB1dFJvdXRlclNldHRpbmdzUmVxdWVzdBoiLmVkZ2UudjEuUHV0Um91dGVyU2V0dGluZ3NSZXNwb25zZRJaChFHZXRSb3V0ZXJTZXR0aW5ncxIhLmVkZ2UudjEuR2V0Um91dGVyU2V0dGluZ3NSZXF1ZXN0GiIuZWRnZS52MS5HZXRSb3V0ZXJTZXR0aW5nc1Jlc3BvbnNlEk4KDUdldFBvb2xTdGF0dXMSHS5lZGdlLnYxLkdldFBvb2xTdGF0dXNSZXF1ZXN0Gh4uZWRnZS52MS5HZXRQb29sU3RhdHVzUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * @generated from message edge.v1.CatalogModel
@@ -542,6 +542,382 @@ export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*
   messageDesc(file_edge_v1_edgesync, 19);
 
 /**
+ * @generated from message edge.v1.PutRouterSettingsRequest
+ */
+export type PutRouterSettingsRequest = Message<"edge.v1.PutRouterSettingsRequest"> & {
+  /**
+   * The `router:` section as JSON, keys and duration strings as in the
+   * config file (e.g. {"retries": 3, "admission": {"queue_ttl": "10s"}}).
+   *
+   * @generated from field: string settings_json = 1;
+   */
+  settingsJson: string;
+
+  /**
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message edge.v1.PutRouterSettingsRequest.
+ * Use `create(PutRouterSettingsRequestSchema)` to create a new message.
+ */
+export const PutRouterSettingsRequestSchema: GenMessage<PutRouterSettingsRequest> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 20);
+
+/**
+ * @generated from message edge.v1.PutRouterSettingsResponse
+ */
+export type PutRouterSettingsResponse = Message<"edge.v1.PutRouterSettingsResponse"> & {
+  /**
+   * @generated from field: uint64 version = 1;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message edge.v1.PutRouterSettingsResponse.
+ * Use `create(PutRouterSettingsResponseSchema)` to create a new message.
+ */
+export const PutRouterSettingsResponseSchema: GenMessage<PutRouterSettingsResponse> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 21);
+
+/**
+ * @generated from message edge.v1.GetRouterSettingsRequest
+ */
+export type GetRouterSettingsRequest = Message<"edge.v1.GetRouterSettingsRequest"> & {
+};
+
+/**
+ * Describes the message edge.v1.GetRouterSettingsRequest.
+ * Use `create(GetRouterSettingsRequestSchema)` to create a new message.
+ */
+export const GetRouterSettingsRequestSchema: GenMessage<GetRouterSettingsRequest> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 22);
+
+/**
+ * @generated from message edge.v1.GetRouterSettingsResponse
+ */
+export type GetRouterSettingsResponse = Message<"edge.v1.GetRouterSettingsResponse"> & {
+  /**
+   * What was stored (the control plane's section), and what applies (after
+   * defaults and the Worker's LLMGW_ROUTER override), both as JSON.
+   *
+   * @generated from field: string stored_json = 1;
+   */
+  storedJson: string;
+
+  /**
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+
+  /**
+   * @generated from field: string effective_json = 3;
+   */
+  effectiveJson: string;
+};
+
+/**
+ * Describes the message edge.v1.GetRouterSettingsResponse.
+ * Use `create(GetRouterSettingsResponseSchema)` to create a new message.
+ */
+export const GetRouterSettingsResponseSchema: GenMessage<GetRouterSettingsResponse> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 23);
+
+/**
+ * @generated from message edge.v1.GetPoolStatusRequest
+ */
+export type GetPoolStatusRequest = Message<"edge.v1.GetPoolStatusRequest"> & {
+  /**
+   * Empty: every model the edge knows.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message edge.v1.GetPoolStatusRequest.
+ * Use `create(GetPoolStatusRequestSchema)` to create a new message.
+ */
+export const GetPoolStatusRequestSchema: GenMessage<GetPoolStatusRequest> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 24);
+
+/**
+ * @generated from message edge.v1.PoolEndpointStatus
+ */
+export type PoolEndpointStatus = Message<"edge.v1.PoolEndpointStatus"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * @generated from field: string pool = 3;
+   */
+  pool: string;
+
+  /**
+   * @generated from field: int32 priority = 4;
+   */
+  priority: number;
+
+  /**
+   * @generated from field: double weight = 5;
+   */
+  weight: number;
+
+  /**
+   * ready | draining | down | unscraped
+   *
+   * @generated from field: string state = 6;
+   */
+  state: string;
+
+  /**
+   * @generated from field: uint32 inflight = 7;
+   */
+  inflight: number;
+
+  /**
+   * @generated from field: double saturation = 8;
+   */
+  saturation: number;
+
+  /**
+   * closed | open | half-open
+   *
+   * @generated from field: string breaker = 9;
+   */
+  breaker: string;
+
+  /**
+   * -1: never scraped.
+   *
+   * @generated from field: int64 load_age_ms = 10;
+   */
+  loadAgeMs: bigint;
+
+  /**
+   * @generated from field: double waiting = 11;
+   */
+  waiting: number;
+
+  /**
+   * @generated from field: double running = 12;
+   */
+  running: number;
+
+  /**
+   * @generated from field: double kv_usage = 13;
+   */
+  kvUsage: number;
+
+  /**
+   * @generated from field: uint32 prefix_blocks = 14;
+   */
+  prefixBlocks: number;
+};
+
+/**
+ * Describes the message edge.v1.PoolEndpointStatus.
+ * Use `create(PoolEndpointStatusSchema)` to create a new message.
+ */
+export const PoolEndpointStatusSchema: GenMessage<PoolEndpointStatus> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 25);
+
+/**
+ * @generated from message edge.v1.PoolBandStatus
+ */
+export type PoolBandStatus = Message<"edge.v1.PoolBandStatus"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: double ceiling = 2;
+   */
+  ceiling: number;
+
+  /**
+   * @generated from field: uint32 depth = 3;
+   */
+  depth: number;
+
+  /**
+   * @generated from field: uint64 admitted = 4;
+   */
+  admitted: bigint;
+
+  /**
+   * @generated from field: uint64 queued = 5;
+   */
+  queued: bigint;
+
+  /**
+   * Refused with 429: the band's queue was full.
+   *
+   * @generated from field: uint64 full = 6;
+   */
+  full: bigint;
+
+  /**
+   * Refused with 503: queue_ttl ran out.
+   *
+   * @generated from field: uint64 expired = 7;
+   */
+  expired: bigint;
+
+  /**
+   * The client left while queued.
+   *
+   * @generated from field: uint64 abandoned = 8;
+   */
+  abandoned: bigint;
+};
+
+/**
+ * Describes the message edge.v1.PoolBandStatus.
+ * Use `create(PoolBandStatusSchema)` to create a new message.
+ */
+export const PoolBandStatusSchema: GenMessage<PoolBandStatus> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 26);
+
+/**
+ * @generated from message edge.v1.PoolRejection
+ */
+export type PoolRejection = Message<"edge.v1.PoolRejection"> & {
+  /**
+   * @generated from field: string endpoint = 1;
+   */
+  endpoint: string;
+
+  /**
+   * @generated from field: string stage = 2;
+   */
+  stage: string;
+
+  /**
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message edge.v1.PoolRejection.
+ * Use `create(PoolRejectionSchema)` to create a new message.
+ */
+export const PoolRejectionSchema: GenMessage<PoolRejection> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 27);
+
+/**
+ * @generated from message edge.v1.PoolStatus
+ */
+export type PoolStatus = Message<"edge.v1.PoolStatus"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * @generated from field: int64 endpoints_version = 2;
+   */
+  endpointsVersion: bigint;
+
+  /**
+   * -1 when no endpoint is routable.
+   *
+   * @generated from field: double saturation = 3;
+   */
+  saturation: number;
+
+  /**
+   * live | stale | none
+   *
+   * @generated from field: string load_feed = 4;
+   */
+  loadFeed: string;
+
+  /**
+   * @generated from field: uint32 leases = 5;
+   */
+  leases: number;
+
+  /**
+   * @generated from field: uint32 sessions = 6;
+   */
+  sessions: number;
+
+  /**
+   * Requests Workers routed on their own because this pool did not answer.
+   *
+   * @generated from field: uint64 fail_opens = 7;
+   */
+  failOpens: bigint;
+
+  /**
+   * @generated from field: repeated edge.v1.PoolBandStatus bands = 8;
+   */
+  bands: PoolBandStatus[];
+
+  /**
+   * Decisions by tier: session, prefix, load, round-robin, least-load, random.
+   *
+   * @generated from field: map<string, uint64> routes = 9;
+   */
+  routes: { [key: string]: bigint };
+
+  /**
+   * @generated from field: repeated edge.v1.PoolEndpointStatus endpoints = 10;
+   */
+  endpoints: PoolEndpointStatus[];
+
+  /**
+   * @generated from field: repeated edge.v1.PoolRejection last_rejections = 11;
+   */
+  lastRejections: PoolRejection[];
+
+  /**
+   * The pool did not answer (the Worker's error), instead of a status.
+   *
+   * @generated from field: string error = 12;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message edge.v1.PoolStatus.
+ * Use `create(PoolStatusSchema)` to create a new message.
+ */
+export const PoolStatusSchema: GenMessage<PoolStatus> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 28);
+
+/**
+ * @generated from message edge.v1.GetPoolStatusResponse
+ */
+export type GetPoolStatusResponse = Message<"edge.v1.GetPoolStatusResponse"> & {
+  /**
+   * @generated from field: repeated edge.v1.PoolStatus pools = 1;
+   */
+  pools: PoolStatus[];
+};
+
+/**
+ * Describes the message edge.v1.GetPoolStatusResponse.
+ * Use `create(GetPoolStatusResponseSchema)` to create a new message.
+ */
+export const GetPoolStatusResponseSchema: GenMessage<GetPoolStatusResponse> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 29);
+
+/**
  * @generated from service edge.v1.EdgeSyncService
  */
 export const EdgeSyncService: GenService<{
@@ -600,6 +976,36 @@ export const EdgeSyncService: GenService<{
     methodKind: "unary";
     input: typeof GetUsageRequestSchema;
     output: typeof GetUsageResponseSchema;
+  },
+  /**
+   * The control plane's `router:` section; the edge validates, versions and
+   * stores it. LLMGW_ROUTER, a Worker var, still overrides it locally.
+   *
+   * @generated from rpc edge.v1.EdgeSyncService.PutRouterSettings
+   */
+  putRouterSettings: {
+    methodKind: "unary";
+    input: typeof PutRouterSettingsRequestSchema;
+    output: typeof PutRouterSettingsResponseSchema;
+  },
+  /**
+   * @generated from rpc edge.v1.EdgeSyncService.GetRouterSettings
+   */
+  getRouterSettings: {
+    methodKind: "unary";
+    input: typeof GetRouterSettingsRequestSchema;
+    output: typeof GetRouterSettingsResponseSchema;
+  },
+  /**
+   * What each model's pool holds now: endpoints with their load, in-flight
+   * and breakers, the band queues and their counters, which tier decided.
+   *
+   * @generated from rpc edge.v1.EdgeSyncService.GetPoolStatus
+   */
+  getPoolStatus: {
+    methodKind: "unary";
+    input: typeof GetPoolStatusRequestSchema;
+    output: typeof GetPoolStatusResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_edge_v1_edgesync, 0);

@@ -5,9 +5,8 @@
  * one probe at a time, so a dead engine costs one failed attempt per
  * cooldown rather than a burst.
  *
- * Pure (clock injected). The edge keeps one instance per isolate, so each
- * isolate learns about a dead endpoint on its own; the ModelPool Durable
- * Object is meant to hold the shared one.
+ * Pure (clock injected). Each model's pool holds one set, so what one
+ * request learns about a dead engine protects every isolate's next request.
  */
 export type BreakerState = "closed" | "open" | "half-open";
 
@@ -67,5 +66,14 @@ export class Breakers {
   onAbandon(id: string): void {
     const e = this.entries.get(id);
     if (e) e.probing = false;
+  }
+
+  /** Half-open with its one probe out: not a candidate until the probe ends. */
+  probing(id: string): boolean {
+    return this.entries.get(id)?.probing === true && this.state(id) !== "closed";
+  }
+
+  forget(id: string): void {
+    this.entries.delete(id);
   }
 }

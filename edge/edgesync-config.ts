@@ -1,0 +1,166 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { formatPath } from "../common/zod-issues.ts";
+import type { EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import {
+  catalogDocSchema,
+  catalogModelSchema,
+  EMPTY_CATALOG,
+  EMPTY_ENDPOINTS,
+  endpointRecordSchema,
+  endpointsDocSchema,
+  RoutingTable,
+} from "./catalog.ts";
+import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "./config-store.ts";
+import { invalid, nextVersion } from "./edgesync-errors.ts";
+import type { Env } from "./env.ts";
+import { endpointSpec } from "./model-pool.ts";
+import { poolOf } from "./pool-client.ts";
+import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "./settings.ts";
+
+/**
+ * EdgeSync's configuration calls: the catalog, the endpoint set and the
+ * router settings, each a versioned document in KV. A new endpoint set is
+ * also handed to the pool of every model it touches, so routing follows at
+ * once rather than after the pools' KV caches expire.
+ */
+type ConfigCalls = Pick<
+  ServiceImpl<typeof EdgeSyncService>,
+  "putCatalog" | "putEndpointSets" | "putRouterSettings" | "getRouterSettings"
+>;
+
+async function storedVersion(kv: KVNamespace, key: string): Promise<number> {
+  return (await kv.get<{ version: number }>(key, "json"))?.version ?? 0;
+}
+
+export function configCalls(env: Env): ConfigCalls {
+  const kv = env.LLMGW_KV;
+  return {
+    async putCatalog(req) {
+      const models = req.models.map((m, i) => {
+        const r = catalogModelSchema.safeParse({
+          name: m.name,
+          aliases: m.aliases,
+          fallbacks: m.fallbacks,
+          routing: m.routing,
+        });
+        if (!r.success) {
+          const issue = r.error.issues[0]!;
+          throw invalid(`models[${i}].${formatPath(issue.path)}: ${issue.message}`);
+        }
+        if (!m.name) throw invalid(`models[${i}].name: required`);
+        return r.data;
+      });
+      const names = new Set<string>();
+      for (const [i, m] of models.entries()) {
+        if (names.has(m.name)) throw invalid(`models[${i}].name: duplicate model "${m.name}"`);
+        names.add(m.name);
+      }
+      for (const [i, m] of models.entries()) {
+        for (const a of m.aliases) {
+          if (names.has(a)) throw invalid(`models[${i}].aliases: "${a}" is already a name or alias`);
+          names.add(a);
+        }
+      }
+      for (const [i, m] of models.entries()) {
+        for (const f of m.fallbacks) {
+          if (!names.has(f)) throw invalid(`models[${i}].fallbacks: unknown model "${f}"`);
+        }
+      }
+      const version = nextVersion(await storedVersion(kv, CATALOG_KEY), req.version);
+      await kv.put(CATALOG_KEY, JSON.stringify({ version, models }));
+      invalidateEdgeConfig();
+      return { version: BigInt(version) };
+    },
+
+    async putEndpointSets(req) {
+      const ids = new Set<string>();
+      const poolPriority = new Map<string, number>();
+      const endpoints = req.endpoints.map((e, i) => {
+        const r = endpointRecordSchema.safeParse({
+          id: e.id,
+          url: e.url,
+          models: e.models,
+          pool: e.pool || undefined,
+          weight: e.weight || undefined,
+          priority: e.priority,
+          via: e.via || undefined,
+        });
+        if (!r.success) {
+          const issue = r.error.issues[0]!;
+          throw invalid(`endpoints[${i}].${formatPath(issue.path)}: ${issue.message}`);
+        }
+        if (ids.has(r.data.id)) throw invalid(`endpoints[${i}].id: duplicate id "${r.data.id}"`);
+        ids.add(r.data.id);
+        const p = poolPriority.get(r.data.pool);
+        if (p !== undefined && p !== r.data.priority) {
+          throw invalid(`endpoints[${i}].priority: pool "${r.data.pool}" already has priority ${p}`);
+        }
+        poolPriority.set(r.data.pool, r.data.priority);
+        return r.data;
+      });
+      const [rawOld, rawCatalog] = await Promise.all([
+        kv.get(ENDPOINTS_KEY, "json"),
+        kv.get(CATALOG_KEY, "json"),
+      ]);
+      const old = endpointsDocSchema.safeParse(rawOld).data ?? EMPTY_ENDPOINTS;
+      const catalog = catalogDocSchema.safeParse(rawCatalog).data ?? EMPTY_CATALOG;
+      const version = nextVersion(old.version, req.version);
+      await kv.put(ENDPOINTS_KEY, JSON.stringify({ version, endpoints }));
+      invalidateEdgeConfig();
+      const before = new RoutingTable(catalog, old);
+      const after = new RoutingTable(catalog, { version, endpoints });
+      const models = new Set(
+        [...old.endpoints, ...endpoints].flatMap((e) => [
+          ...before.modelsOfEndpoint(e.id),
+          ...after.modelsOfEndpoint(e.id),
+        ]),
+      );
+      // Best effort: a pool that misses this hears of the version from the
+      // next Worker that has read it, and reads KV itself.
+      await Promise.all(
+        [...models].map((m) =>
+          poolOf(env, m)
+            .setEndpoints(m, version, after.endpointsFor(m).map(endpointSpec))
+            .catch((err) => console.error("endpoint set not handed to pool", m, err)),
+        ),
+      );
+      return { version: BigInt(version) };
+    },
+
+    async putRouterSettings(req) {
+      let raw: unknown;
+      try {
+        raw = JSON.parse(req.settingsJson || "{}");
+      } catch (err) {
+        throw invalid(`settings_json: not JSON: ${(err as Error).message}`);
+      }
+      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+        throw invalid("settings_json: must be a JSON object (the router: section)");
+      }
+      try {
+        parseRouterSection(raw);
+        // With the Worker's own override too, so a push cannot leave the
+        // edge with settings it would refuse on every request.
+        resolveSettings(raw as Record<string, unknown>, env.LLMGW_ROUTER);
+      } catch (err) {
+        if (err instanceof SettingsError) throw invalid(`router: ${err.message}`);
+        throw err;
+      }
+      const version = nextVersion(await storedVersion(kv, ROUTER_KEY), req.version);
+      await kv.put(ROUTER_KEY, JSON.stringify({ version, settings: raw }));
+      invalidateEdgeConfig();
+      return { version: BigInt(version) };
+    },
+
+    async getRouterSettings() {
+      const stored = routerDocSchema.safeParse(await kv.get(ROUTER_KEY, "json")).data;
+      invalidateEdgeConfig();
+      const { settings } = await edgeConfig(env);
+      return {
+        storedJson: JSON.stringify(stored?.settings ?? {}),
+        version: BigInt(stored?.version ?? 0),
+        effectiveJson: JSON.stringify(settings),
+      };
+    },
+  };
+}

@@ -1,0 +1,76 @@
+import { type ChargeInput, sumCharges } from "./charge.ts";
+import { ChargeBatcher } from "./charge-batcher.ts";
+import type { Env } from "./env.ts";
+import { type KeyRecord, limitsOf } from "./key-rules.ts";
+import { errors } from "./openai-errors.ts";
+import type { Outcome } from "./proxy.ts";
+
+/**
+ * A key's limits before a request and its charge after: the two places a
+ * request meets its KeyLedger. Keys without limits skip the ledger at
+ * admission (a round trip on every request); their usage is still charged,
+ * and revocation reaches them through the RevocationLog.
+ */
+function ledgerOf(env: Env, keyId: string) {
+  return env.KEY_LEDGER.get(env.KEY_LEDGER.idFromName(keyId));
+}
+
+function hasLimits(key: KeyRecord): boolean {
+  return key.rpm > 0 || key.tpm > 0 || (key.budget_tokens > 0 && key.budget_period_ms > 0);
+}
+
+/** Refuses the request if the key is revoked, over RPM/TPM, or out of budget. */
+export async function admitKey(env: Env, key: KeyRecord): Promise<void> {
+  if (!hasLimits(key)) return;
+  const adm = await ledgerOf(env, key.id).admit(limitsOf(key));
+  if (adm.ok) return;
+  if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
+  if (adm.reason === "budget") {
+    throw errors.quotaExhausted(
+      `You exceeded this key's token budget (${adm.limit} tokens per period).`,
+      adm.retryAfterMs,
+    );
+  }
+  throw errors.rateLimited(
+    `Rate limit reached: ${adm.limit} ${adm.reason === "rpm" ? "requests" : "tokens"} per minute.`,
+    "rate_limit_exceeded",
+    adm.retryAfterMs,
+  );
+}
+
+interface PendingCharge {
+  env: Env;
+  charge: ChargeInput;
+  periodMs: number;
+}
+
+async function flushCharges(keyId: string, items: PendingCharge[], batchId: string): Promise<void> {
+  const first = items[0]!;
+  await ledgerOf(first.env, keyId).charge(
+    sumCharges(
+      batchId,
+      items.map((i) => i.charge),
+    ),
+    first.periodMs,
+  );
+}
+
+// Keys with RPM, TPM or a budget are charged within milliseconds, so the
+// next admission sees the tokens just used. Keys without limits only feed
+// usage totals: their charges gather for a second, one ledger call per key
+// per second per isolate instead of one per burst of requests.
+const limitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 10);
+const unlimitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 1_000);
+
+/** Charges what the request used, once: every admitted request, failed ones for 0 tokens. */
+export function charge(env: Env, key: KeyRecord, o: Outcome | undefined): Promise<void> {
+  return (hasLimits(key) ? limitedCharges : unlimitedCharges).add(key.id, {
+    env,
+    periodMs: key.budget_period_ms,
+    charge: {
+      prompt_tokens: o?.usage?.prompt_tokens ?? 0,
+      completion_tokens: o?.usage?.completion_tokens ?? 0,
+      partial: o !== undefined && !o.completed && o.status < 400,
+    },
+  });
+}

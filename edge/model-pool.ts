@@ -1,0 +1,112 @@
+import { DurableObject } from "cloudflare:workers";
+import type { EndpointRecord } from "./catalog.ts";
+import { edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
+import type { Env } from "./env.ts";
+import type { RouterConfig } from "./router-config.ts";
+import {
+  type Admission,
+  type AdmitRequest,
+  type LoadUpdate,
+  PoolCore,
+  type PoolStatus,
+  type ReleaseReport,
+} from "./routing/pool-core.ts";
+import type { EndpointSpec } from "./routing/types.ts";
+
+/**
+ * One per model (named by the model): the shared state every edge isolate
+ * routes by — endpoints, live load, in-flight counts, breakers, sessions,
+ * the prefix index and the band queues. A thin shell around PoolCore: it
+ * turns the core's callbacks into promises, runs its timer, and keeps its
+ * endpoint set and settings current (pushed by EdgeSync on change, read
+ * from KV on a cold start or when a Worker has seen a newer version).
+ *
+ * State is memory only: after an eviction (no request for a while) the pool
+ * starts empty, which forgets in-flight counts of requests long finished
+ * and breakers long cooled.
+ */
+export function endpointSpec(e: EndpointRecord): EndpointSpec {
+  return { id: e.id, url: e.url, pool: e.pool, priority: e.priority, weight: e.weight, via: e.via };
+}
+
+export class ModelPool extends DurableObject<Env> {
+  private core: PoolCore | undefined;
+  private settings: RouterConfig | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+
+  /** The core for `model`, created from the KV config the first time. */
+  private async ready(model: string, endpointsVersion = 0): Promise<PoolCore> {
+    const c = edgeConfig(this.env);
+    let config = c instanceof Promise ? await c : c;
+    if (config.table.endpoints.version < endpointsVersion) {
+      // A Worker has seen a newer endpoint set than this isolate's copy.
+      invalidateEdgeConfig();
+      config = await edgeConfig(this.env);
+    }
+    if (!this.core) {
+      this.core = new PoolCore(model, config.settings);
+      this.settings = config.settings;
+    } else if (config.settings !== this.settings) {
+      this.settings = config.settings;
+      this.core.configure(config.settings, Date.now());
+    }
+    if (config.table.endpoints.version > this.core.version) {
+      this.core.setEndpoints(
+        config.table.endpoints.version,
+        config.table.endpointsFor(model).map(endpointSpec),
+        Date.now(),
+      );
+    }
+    return this.core;
+  }
+
+  async admit(model: string, req: AdmitRequest, endpointsVersion: number): Promise<Admission> {
+    const core = await this.ready(model, endpointsVersion);
+    const answer = new Promise<Admission>((resolve) => core.admit(req, Date.now(), resolve));
+    this.schedule();
+    return answer;
+  }
+
+  async release(model: string, id: string, report: ReleaseReport): Promise<void> {
+    (await this.ready(model)).release(id, report, Date.now());
+    this.schedule();
+  }
+
+  async abandon(model: string, id: string): Promise<void> {
+    (await this.ready(model)).abandon(id, Date.now());
+    this.schedule();
+  }
+
+  async setEndpoints(model: string, version: number, endpoints: EndpointSpec[]): Promise<void> {
+    const core = await this.ready(model);
+    core.setEndpoints(version, endpoints, Date.now());
+    this.schedule();
+  }
+
+  async pushLoad(model: string, updates: LoadUpdate[]): Promise<void> {
+    (await this.ready(model)).updateLoad(updates, Date.now());
+    this.schedule();
+  }
+
+  async status(model: string): Promise<PoolStatus> {
+    return (await this.ready(model)).status(Date.now());
+  }
+
+  /** One timer for whatever the core next waits on: a queue TTL, a re-check while queued, a lease's expiry. */
+  private schedule(): void {
+    const at = this.core?.nextWakeAt();
+    if (at === undefined || at >= this.timerAt) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.timerAt = Number.POSITIVE_INFINITY;
+        this.core?.tick(Date.now());
+        this.schedule();
+      },
+      Math.max(0, at - Date.now()),
+    );
+  }
+}

@@ -1,0 +1,155 @@
+import type { RoutingTable } from "./catalog.ts";
+import type { Env } from "./env.ts";
+import { endpointSpec } from "./model-pool.ts";
+import { type ApiError, errors } from "./openai-errors.ts";
+import type { RouterConfig } from "./router-config.ts";
+import {
+  type Admission,
+  type AdmitRequest,
+  type Lease,
+  PoolCore,
+  type ReleaseReport,
+  type Verdict,
+} from "./routing/pool-core.ts";
+
+/**
+ * The Worker's side of a model's pool: `admit` (one call, which may wait in
+ * the band's queue) and a lease that reports back once, in `waitUntil`.
+ *
+ * Fail-open (the anchors' lesson: a router that cannot see load should
+ * degrade to a local pick, not to 5xx): if the pool throws, or answers
+ * neither lease nor refusal within the queue TTL plus `pool_timeout`, the
+ * Worker picks from the KV endpoint set with a PoolCore of its own —
+ * in-flight counts of this isolate only, no queue — answers with
+ * `x-llmgw-route: fail-open`, and tells the pool how often at its next
+ * successful admit, for the pool's `fail_opens` counter.
+ */
+export class ClientGone extends Error {}
+
+export interface PoolLease {
+  lease: Lease;
+  model: string;
+  failOpen: boolean;
+  /** Records one attempt's verdict; the first report settles the lease. */
+  record(endpoint: string, verdict: Verdict): void;
+  /** Sends the verdicts to the pool, once; later calls return the same promise. */
+  settle(): Promise<void>;
+}
+
+const local = new Map<string, { core: PoolCore; settings: RouterConfig }>();
+let unreportedFailOpens = 0;
+
+/** The model's pool, created near the GPUs when LLMGW_POOL_LOCATION names a region. */
+export function poolOf(env: Env, model: string) {
+  const ns = env.MODEL_POOL;
+  const hint = env.LLMGW_POOL_LOCATION as DurableObjectLocationHint | undefined;
+  return ns.get(ns.idFromName(model), hint ? { locationHint: hint } : undefined);
+}
+
+function localPool(model: string, table: RoutingTable, settings: RouterConfig): PoolCore {
+  const own: RouterConfig = { ...settings, admission: { ...settings.admission, enabled: false } };
+  let entry = local.get(model);
+  if (!entry) {
+    entry = { core: new PoolCore(model, own), settings };
+    local.set(model, entry);
+  } else if (entry.settings !== settings) {
+    entry.settings = settings;
+    entry.core.configure(own, Date.now());
+  }
+  if (table.endpoints.version > entry.core.version) {
+    entry.core.setEndpoints(table.endpoints.version, table.endpointsFor(model).map(endpointSpec), Date.now());
+  }
+  return entry.core;
+}
+
+function handle(
+  lease: Lease,
+  model: string,
+  failOpen: boolean,
+  send: (report: ReleaseReport) => Promise<void>,
+): PoolLease {
+  const attempts: ReleaseReport["attempts"] = [];
+  let sent: Promise<void> | undefined;
+  return {
+    lease,
+    model,
+    failOpen,
+    record(endpoint, verdict) {
+      if (!sent) attempts.push({ endpoint, verdict });
+    },
+    settle() {
+      sent ??= send({ attempts }).catch((err) => console.error("pool release failed", model, lease.id, err));
+      return sent;
+    },
+  };
+}
+
+export interface AdmitInput {
+  env: Env;
+  model: string;
+  table: RoutingTable;
+  settings: RouterConfig;
+  request: AdmitRequest;
+  clientSignal: AbortSignal | undefined;
+  /** Keeps work alive after the response (the runtime's waitUntil). */
+  defer: (p: Promise<unknown>) => void;
+}
+
+/** A lease from the model's pool, or its refusal as the ApiError to answer with. */
+export async function admit(input: AdmitInput): Promise<PoolLease> {
+  const { env, model, settings, request, clientSignal } = input;
+  if (clientSignal?.aborted) throw new ClientGone();
+  const stub = poolOf(env, model);
+  const failOpens = unreportedFailOpens;
+  unreportedFailOpens = 0;
+  const bound = settings.admission.queue_ttl + settings.pool_timeout;
+  let answer: Admission | "timeout" | "gone";
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  try {
+    answer = await Promise.race([
+      stub.admit(model, { ...request, failOpens }, input.table.endpoints.version),
+      new Promise<"timeout">((r) => {
+        timer = setTimeout(() => r("timeout"), bound);
+      }),
+      new Promise<"gone">((r) => {
+        onAbort = () => r("gone");
+        clientSignal?.addEventListener("abort", onAbort, { once: true });
+      }),
+    ]);
+  } catch (err) {
+    unreportedFailOpens += failOpens;
+    return failOpen(input, `the pool did not answer: ${err instanceof Error ? err.message : String(err)}`);
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+    if (onAbort) clientSignal?.removeEventListener("abort", onAbort);
+  }
+  if (answer === "gone" || answer === "timeout") {
+    // Whatever the pool decides later, this request is not coming.
+    input.defer(stub.abandon(model, request.id).catch(() => {}));
+    if (answer === "gone") throw new ClientGone();
+    unreportedFailOpens += failOpens;
+    return failOpen(input, `the pool did not answer within ${bound} ms`);
+  }
+  if (!answer.ok) throw refusalError(answer);
+  return handle(answer.lease, model, false, (report) => stub.release(model, answer.lease.id, report));
+}
+
+function failOpen(input: AdmitInput, why: string): PoolLease {
+  unreportedFailOpens++;
+  console.warn(`model pool ${input.model} unreachable, routing locally: ${why}`);
+  const core = localPool(input.model, input.table, input.settings);
+  let answer: Admission | undefined;
+  core.admit(input.request, Date.now(), (a) => {
+    answer = a;
+  });
+  if (!answer) throw errors.internal("local pool queued a request with admission off");
+  if (!answer.ok) throw refusalError(answer);
+  const lease = answer.lease;
+  return handle(lease, input.model, true, async (report) => core.release(lease.id, report, Date.now()));
+}
+
+export function refusalError(a: Extract<Admission, { ok: false }>): ApiError {
+  if (a.status === 429) return errors.rateLimited(a.message, a.code, a.retryAfterMs);
+  return errors.noCapacity(a.message, a.code);
+}

@@ -1,0 +1,240 @@
+/**
+ * Picking an endpoint, as a pipeline of small pure stages (after the
+ * Inference Extension's filter → score → pick):
+ *
+ *   routable (engine state, breaker) → spill-over (best pool that can take
+ *   the request) → policy
+ *
+ * and for the `chat` policy, three tiers, the first that decides wins:
+ *
+ * 1. session: the endpoint this session was last routed to, unless it is
+ *    saturated or its load is over `session_load_factor` × the best (and
+ *    over the best by more than two requests);
+ * 2. prefix: the endpoint holding the longest run of this prompt's blocks
+ *    (at least half of them), under the same load guard — affinity is a
+ *    filter with a release, not a weight, because a weighted blend sends a
+ *    burst of one prompt to one engine (the anchors' hot-spot lesson);
+ * 3. load: power of two choices by weight on the load score — random,
+ *    because every decision between two scrapes sees the same numbers.
+ *
+ * `round-robin`, `least-load` and `random` are the benchmark's baselines.
+ * Every stage says why it set an endpoint aside, so the pool's status can
+ * explain a decision without re-running it.
+ */
+import type { BreakerState } from "./breaker.ts";
+import type { MatchLevel } from "./prefix-index.ts";
+import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+
+export interface Candidate {
+  spec: EndpointSpec;
+  state: LoadSample["state"] | undefined;
+  breaker: BreakerState;
+  /** Half-open and its one probe already out. */
+  probing: boolean;
+  saturation: number;
+  score: number;
+  /** What one more request adds to `score`: the slack of the load guard. */
+  oneRequest: number;
+}
+
+export interface PickContext {
+  policy: RoutingPolicy;
+  /** The endpoint the request's session is pinned to, if any. */
+  sessionEndpoint: string | undefined;
+  /** Blocks the request's prompt was hashed into. */
+  prefixBlocks: number;
+  /** Longest-first prefix matches among the given endpoints (the index, lazily). */
+  prefixMatch: (eligible: (id: string) => boolean) => MatchLevel[];
+  sessionLoadFactor: number;
+  /** Alternates to rank for retries. */
+  alternates: number;
+  random: () => number;
+  /** Round-robin position, advanced by the caller. */
+  turn: number;
+}
+
+export interface Pick {
+  chosen: Candidate;
+  alternates: Candidate[];
+  tier: RouteTier;
+  /** For `prefix`: blocks matched. */
+  matchedBlocks: number;
+}
+
+export interface Filtered {
+  kept: Candidate[];
+  rejected: Rejection[];
+}
+
+/** A prefix match must cover at least this share of the hashed prompt to decide. */
+export const MIN_PREFIX_SHARE = 0.5;
+
+export function routable(all: readonly Candidate[]): Filtered {
+  const kept: Candidate[] = [];
+  const rejected: Rejection[] = [];
+  for (const c of all) {
+    if (c.state === "draining" || c.state === "down") {
+      rejected.push({ endpoint: c.spec.id, stage: "state", reason: `engine is ${c.state}` });
+    } else if (c.breaker === "open") {
+      rejected.push({ endpoint: c.spec.id, stage: "breaker", reason: "breaker open" });
+    } else if (c.probing) {
+      rejected.push({ endpoint: c.spec.id, stage: "breaker", reason: "breaker half-open, probe in flight" });
+    } else kept.push(c);
+  }
+  return { kept, rejected };
+}
+
+const poolOrder = (a: Candidate, b: Candidate) =>
+  a.spec.priority - b.spec.priority || (a.spec.pool < b.spec.pool ? -1 : a.spec.pool > b.spec.pool ? 1 : 0);
+
+/**
+ * Spill-over: the first pool by priority with an endpoint under saturation
+ * takes the request; pools after it wait. If every pool is saturated the
+ * first one takes it (flow control admitted the request; someone must).
+ */
+export function spillOver(cands: readonly Candidate[]): Filtered {
+  if (cands.length === 0) return { kept: [], rejected: [] };
+  const sorted = [...cands].sort(poolOrder);
+  const open = sorted.find((c) => c.saturation < 1) ?? sorted[0]!;
+  const kept: Candidate[] = [];
+  const rejected: Rejection[] = [];
+  for (const c of sorted) {
+    if (c.spec.pool === open.spec.pool) kept.push(c);
+    else
+      rejected.push({
+        endpoint: c.spec.id,
+        stage: "spill-over",
+        reason:
+          poolOrder(c, open) > 0
+            ? `pool ${c.spec.pool} (priority ${c.spec.priority}) waits while pool ${open.spec.pool} can take requests`
+            : `pool ${c.spec.pool} is saturated`,
+      });
+  }
+  return { kept, rejected };
+}
+
+function lowest(cands: readonly Candidate[], random: () => number): Candidate {
+  let best = cands[0]!;
+  let ties = 1;
+  for (let i = 1; i < cands.length; i++) {
+    const c = cands[i]!;
+    if (c.score < best.score) {
+      best = c;
+      ties = 1;
+    } else if (c.score === best.score && random() * ++ties < 1) best = c;
+  }
+  return best;
+}
+
+function byWeight(cands: readonly Candidate[], random: () => number, skip?: Candidate): Candidate {
+  let total = 0;
+  for (const c of cands) if (c !== skip) total += c.spec.weight;
+  let r = random() * total;
+  for (const c of cands) {
+    if (c === skip) continue;
+    r -= c.spec.weight;
+    if (r < 0) return c;
+  }
+  return cands.findLast((c) => c !== skip)!;
+}
+
+/** Power of two choices by weight: two distinct samples, the lower score wins. */
+export function twoChoices(cands: readonly Candidate[], random: () => number): Candidate {
+  if (cands.length === 1) return cands[0]!;
+  const a = byWeight(cands, random);
+  const b = byWeight(cands, random, a);
+  return b.score < a.score ? b : a;
+}
+
+/**
+ * Affinity is let go only when both gaps are real (as SGLang's imbalance
+ * switch): the warm endpoint's load is over factor × the best, and more than
+ * this many requests over it — at a handful of requests a ratio alone would
+ * move a session for one request's difference.
+ */
+export const AFFINITY_SLACK_REQUESTS = 2;
+
+/** The affinity guard: not saturated, and not loaded beyond the best by both factor and slack. */
+function withinGuard(c: Candidate, best: number, factor: number): boolean {
+  return (
+    c.saturation < 1 && c.score <= Math.max(factor * best, best + AFFINITY_SLACK_REQUESTS * c.oneRequest)
+  );
+}
+
+function byPrefix(
+  cands: readonly Candidate[],
+  ctx: PickContext,
+  best: number,
+): [Candidate, number] | undefined {
+  if (ctx.prefixBlocks === 0) return undefined;
+  const need = Math.max(1, Math.ceil(ctx.prefixBlocks * MIN_PREFIX_SHARE));
+  const byId = new Map(cands.map((c) => [c.spec.id, c]));
+  for (const level of ctx.prefixMatch((id) => byId.has(id))) {
+    if (level.blocks < need) break;
+    let warm: Candidate | undefined;
+    for (const id of level.endpoints) {
+      const c = byId.get(id)!;
+      if (!warm || c.score < warm.score) warm = c;
+    }
+    if (warm && withinGuard(warm, best, ctx.sessionLoadFactor)) return [warm, level.blocks];
+  }
+  return undefined;
+}
+
+function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, RouteTier, number] {
+  switch (ctx.policy) {
+    case "round-robin": {
+      const sorted = [...cands].sort((a, b) => (a.spec.id < b.spec.id ? -1 : 1));
+      return [sorted[ctx.turn % sorted.length]!, "round-robin", 0];
+    }
+    case "random":
+      return [byWeight(cands, ctx.random), "random", 0];
+    case "least-load":
+      return [lowest(cands, ctx.random), "least-load", 0];
+    case "chat": {
+      let best = Number.POSITIVE_INFINITY;
+      for (const c of cands) best = Math.min(best, c.score);
+      if (ctx.sessionEndpoint !== undefined) {
+        const pinned = cands.find((c) => c.spec.id === ctx.sessionEndpoint);
+        if (pinned && withinGuard(pinned, best, ctx.sessionLoadFactor)) return [pinned, "session", 0];
+      }
+      const warm = byPrefix(cands, ctx, best);
+      if (warm) return [warm[0], "prefix", warm[1]];
+      return [twoChoices(cands, ctx.random), "load", 0];
+    }
+  }
+}
+
+/**
+ * Alternates for retries, so a retry needs no second call to the pool: the
+ * rest of the chosen pool by score, then the other pools in spill-over
+ * order. Only closed breakers: a half-open endpoint gets its probe from the
+ * pool, not from a retry.
+ */
+function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidate[] {
+  if (n <= 0) return [];
+  return all
+    .filter((c) => c !== chosen && c.breaker === "closed")
+    .sort(
+      (a, b) =>
+        Number(b.spec.pool === chosen.spec.pool) - Number(a.spec.pool === chosen.spec.pool) ||
+        poolOrder(a, b) ||
+        a.score - b.score,
+    )
+    .slice(0, n);
+}
+
+/** Runs the pipeline; undefined when no endpoint is routable (the rejections say why). */
+export function pick(
+  all: readonly Candidate[],
+  ctx: PickContext,
+  rejected: Rejection[] = [],
+): Pick | undefined {
+  const r = routable(all);
+  rejected.push(...r.rejected);
+  const s = spillOver(r.kept);
+  rejected.push(...s.rejected);
+  if (s.kept.length === 0) return undefined;
+  const [chosen, tier, matchedBlocks] = decide(s.kept, ctx);
+  return { chosen, tier, matchedBlocks, alternates: rank(r.kept, chosen, ctx.alternates) };
+}

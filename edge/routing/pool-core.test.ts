@@ -1,0 +1,274 @@
+import { describe, expect, it } from "vitest";
+import { routerSchema } from "../router-config.ts";
+import { type Admission, type AdmitRequest, type Lease, PoolCore } from "./pool-core.ts";
+import { blockHashes } from "./prefix-hash.ts";
+import type { EndpointSpec, LoadSample, RoutingPolicy } from "./types.ts";
+
+/** A seeded PRNG (mulberry32): every run of these tests makes the same random draws. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function ep(id: string, extra: Partial<EndpointSpec> = {}): EndpointSpec {
+  return { id, url: `http://${id}`, pool: "default", priority: 0, weight: 1, via: "direct", ...extra };
+}
+
+function sample(at: number, extra: Partial<LoadSample> = {}): LoadSample {
+  return { waiting: 0, running: 0, kvUsage: 0, prefixCacheHitRate: 0, at, state: "ready", ...extra };
+}
+
+function pool(n: number, router: Record<string, unknown> = {}, seed = 1) {
+  const p = new PoolCore("m", routerSchema.parse(router), seeded(seed));
+  p.setEndpoints(
+    1,
+    Array.from({ length: n }, (_, i) => ep(`e${i}`)),
+    0,
+  );
+  return p;
+}
+
+let seq = 0;
+function req(extra: Partial<AdmitRequest> = {}): AdmitRequest {
+  return { id: `r${++seq}`, band: "gold", key: "k", policy: "chat", prefix: [], ...extra };
+}
+
+/** admit, with the answer captured: undefined while the request is queued. */
+function admit(p: PoolCore, r: AdmitRequest, now: number) {
+  const box: { a: Admission | undefined } = { a: undefined };
+  p.admit(r, now, (a) => {
+    box.a = a;
+  });
+  return box;
+}
+
+function leaseOf(box: { a: Admission | undefined }): Lease {
+  if (!box.a?.ok) throw new Error(`expected a lease, got ${JSON.stringify(box.a)}`);
+  return box.a.lease;
+}
+
+const inflight = (p: PoolCore, now = 0) => p.status(now).endpoints.map((e) => e.inflight);
+
+describe("PoolCore admission by band", () => {
+  it("holds a band over its ceiling and lets it go when a release brings saturation down", () => {
+    // One endpoint, 10 in flight = saturation 1.0 at target_inflight 10.
+    const p = pool(1, { scoring: { target_inflight: 10 } });
+    const leases = Array.from({ length: 8 }, () => leaseOf(admit(p, req({ band: "platinum" }), 0)));
+    // 0.8 < gold's 0.85: gold goes; then 0.9.
+    expect(admit(p, req({ band: "gold" }), 0).a?.ok).toBe(true);
+    const gold = admit(p, req({ band: "gold" }), 0);
+    expect(gold.a).toBeUndefined();
+    const bronze = admit(p, req({ band: "bronze" }), 0);
+    expect(bronze.a).toBeUndefined();
+    p.release(leases[0]!.id, { attempts: [{ endpoint: "e0", verdict: "ok" }] }, 1);
+    // 0.8 again: gold's waiter goes, bronze (0.3) still waits.
+    expect(gold.a?.ok).toBe(true);
+    expect(bronze.a).toBeUndefined();
+    for (const l of leases.slice(1)) p.release(l.id, { attempts: [{ endpoint: "e0", verdict: "ok" }] }, 2);
+    // Two gold leases remain: 0.2 < 0.3.
+    expect(bronze.a?.ok).toBe(true);
+    const st = p.status(2);
+    expect(st.bands.find((b) => b.name === "gold")).toMatchObject({ admitted: 2, queued: 1, depth: 0 });
+  });
+
+  it("a request queued past queue_ttl gets 503 queue_timeout; a full band gets 429", () => {
+    const p = pool(1, {
+      scoring: { target_inflight: 1 },
+      admission: { queue_ttl: "5s", queue_capacity_per_band: 1 },
+    });
+    leaseOf(admit(p, req({ band: "platinum" }), 0));
+    const waiting = admit(p, req({ band: "silver" }), 0);
+    const full = admit(p, req({ band: "silver" }), 0);
+    expect(full.a).toMatchObject({ ok: false, status: 429, code: "queue_full" });
+    expect(p.nextWakeAt()).toBe(1_000);
+    p.tick(4_999);
+    expect(waiting.a).toBeUndefined();
+    p.tick(5_000);
+    expect(waiting.a).toMatchObject({ ok: false, status: 503, code: "queue_timeout" });
+    expect(p.status(5_000).bands.find((b) => b.name === "silver")).toMatchObject({ expired: 1, full: 1 });
+  });
+
+  it("a client that leaves while queued is dropped without dispatch", () => {
+    const p = pool(1, { scoring: { target_inflight: 1 } });
+    const first = leaseOf(admit(p, req({ band: "platinum" }), 0));
+    const r = req({ band: "gold" });
+    const box = admit(p, r, 0);
+    p.abandon(r.id, 1);
+    expect(box.a).toMatchObject({ ok: false, code: "abandoned" });
+    p.release(first.id, { attempts: [{ endpoint: "e0", verdict: "ok" }] }, 2);
+    expect(inflight(p)).toEqual([0]);
+  });
+
+  it("no endpoints: 503 no_endpoints at once; all breakers open: 503 no_capacity", () => {
+    const empty = new PoolCore("m", routerSchema.parse({}), seeded(1));
+    expect(admit(empty, req(), 0).a).toMatchObject({ status: 503, code: "no_endpoints" });
+    const p = pool(1, { failure_threshold: 1, cooldown: "10s" });
+    const l = leaseOf(admit(p, req(), 0));
+    p.release(l.id, { attempts: [{ endpoint: "e0", verdict: "fail" }] }, 1);
+    expect(admit(p, req(), 2).a).toMatchObject({ status: 503, code: "no_capacity" });
+    // After the cooldown one probe goes through; a second waits for its verdict.
+    expect(admit(p, req(), 10_001).a?.ok).toBe(true);
+    expect(admit(p, req(), 10_002).a).toMatchObject({ code: "no_capacity" });
+  });
+
+  it("an unreleased lease expires after the longest a request may run", () => {
+    const p = pool(2, { timeouts: { total: "1m" } });
+    leaseOf(admit(p, req(), 0));
+    expect(inflight(p).reduce((a, b) => a + b)).toBe(1);
+    p.tick(119_999);
+    expect(inflight(p).reduce((a, b) => a + b)).toBe(1);
+    p.tick(120_000);
+    expect(inflight(p)).toEqual([0, 0]);
+  });
+});
+
+describe("PoolCore load and staleness", () => {
+  it("a stale signal decays toward saturated, and a feed that went silent everywhere is ignored", () => {
+    const p = pool(2, { stale_after: "10s", scoring: { target_waiting: 4 } });
+    p.updateLoad(
+      [
+        { endpoint: "e0", sample: sample(0, { waiting: 0 }) },
+        { endpoint: "e1", sample: sample(0, { waiting: 2 }) },
+      ],
+      0,
+    );
+    expect(p.status(5_000).saturation).toBeCloseTo(0.25);
+    // e1 keeps reporting; e0 went quiet 15 s ago: halfway to 1.0.
+    p.updateLoad([{ endpoint: "e1", sample: sample(15_000, { waiting: 2 }) }], 15_000);
+    const at15 = p.status(15_000);
+    expect(at15.endpoints.map((e) => e.saturation)).toEqual([0.5, 0.5]);
+    // 20 s after its last sample e0 counts as saturated.
+    p.updateLoad([{ endpoint: "e1", sample: sample(20_000, { waiting: 2 }) }], 20_000);
+    expect(p.status(20_000).endpoints[0]!.saturation).toBe(1);
+    // No fresh sample anywhere: the feed is down, in-flight alone counts.
+    const quiet = p.status(31_000);
+    expect(quiet.loadFeed).toBe("stale");
+    expect(quiet.saturation).toBe(0);
+  });
+
+  it("prefers the less loaded endpoint by scraped load between its own counts", () => {
+    const p = pool(2, { admission: { enabled: false } });
+    p.updateLoad(
+      [
+        { endpoint: "e0", sample: sample(0, { waiting: 6, kvUsage: 0.8 }) },
+        { endpoint: "e1", sample: sample(0, { waiting: 0, kvUsage: 0.1 }) },
+      ],
+      0,
+    );
+    const picks = Array.from({ length: 6 }, () => leaseOf(admit(p, req(), 1)).endpoint.id);
+    expect(picks.filter((x) => x === "e1").length).toBe(6);
+  });
+});
+
+describe("PoolCore picking (chat)", () => {
+  it("session: sticks to its endpoint, and lets go when that endpoint is loaded past factor × the best", () => {
+    const p = pool(4, { scoring: { target_inflight: 100, session_load_factor: 1.25 } });
+    const first = leaseOf(admit(p, req({ session: "s1" }), 0));
+    expect(first.route).toBe("load");
+    for (let i = 0; i < 2; i++) {
+      const l = leaseOf(admit(p, req({ session: "s1" }), i));
+      expect([l.endpoint.id, l.route]).toEqual([first.endpoint.id, "session"]);
+    }
+    // Three in flight on the pinned endpoint, none elsewhere: over 1.25 × 0,
+    // and over the best by more than two requests.
+    const moved = leaseOf(admit(p, req({ session: "s1" }), 5));
+    expect(moved.endpoint.id).not.toBe(first.endpoint.id);
+    expect(moved.route).toBe("load");
+    // Re-pinned where it went.
+    expect(leaseOf(admit(p, req({ session: "s1" }), 6)).endpoint.id).toBe(moved.endpoint.id);
+  });
+
+  it("prefix: a prompt goes where its blocks were recorded, and is released when that endpoint is saturated", () => {
+    const p = pool(4, { scoring: { target_inflight: 4, session_load_factor: 100 } });
+    const text = "You are the support agent of a company that sells GPUs. ".repeat(40);
+    const prefix = blockHashes(text, "m");
+    const a = leaseOf(admit(p, req({ prefix }), 0));
+    expect(a.route).toBe("load");
+    const b = leaseOf(admit(p, req({ prefix }), 1));
+    expect([b.endpoint.id, b.route]).toEqual([a.endpoint.id, "prefix"]);
+    // A prompt sharing less than half of its blocks is not a match.
+    const other = blockHashes(text.slice(0, 640) + "x".repeat(2000), "m");
+    expect(leaseOf(admit(p, req({ prefix: other }), 2)).route).toBe("load");
+    // Fill the warm endpoint to saturation (4 in flight): the prompt goes elsewhere.
+    while (inflight(p)[Number(a.endpoint.id.slice(1))]! < 4) {
+      const l = leaseOf(admit(p, req({ prefix }), 3));
+      if (l.endpoint.id !== a.endpoint.id) break;
+    }
+    const released = leaseOf(admit(p, req({ prefix }), 4));
+    expect(released.endpoint.id).not.toBe(a.endpoint.id);
+    expect(p.status(4).routes.prefix).toBeGreaterThan(0);
+  });
+
+  it("a burst of identical requests makes no hot spot: max over mean in-flight ≤ 1.5 across 8 endpoints", () => {
+    const text = "Summarise the attached quarterly report for the board. ".repeat(60);
+    const prefix = blockHashes(text, "m");
+    for (let seed = 1; seed <= 20; seed++) {
+      const p = pool(8, { scoring: { target_inflight: 256 } }, seed);
+      for (let i = 0; i < 64; i++) leaseOf(admit(p, req({ prefix, session: undefined }), 0));
+      const counts = inflight(p);
+      const mean = counts.reduce((a, b) => a + b) / counts.length;
+      expect(Math.max(...counts) / mean, `seed ${seed}: ${counts}`).toBeLessThanOrEqual(1.5);
+    }
+  });
+
+  it("spill-over: the priority-1 pool is used only while the priority-0 pool is saturated", () => {
+    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 2 } }), seeded(3));
+    p.setEndpoints(1, [ep("h100-a", { pool: "h100" }), ep("a100-a", { pool: "a100", priority: 1 })], 0);
+    const ids = Array.from({ length: 3 }, () => leaseOf(admit(p, req({ band: "platinum" }), 0)).endpoint.id);
+    expect(ids).toEqual(["h100-a", "h100-a", "a100-a"]);
+    expect(p.status(0).lastRejections).toEqual([
+      { endpoint: "h100-a", stage: "spill-over", reason: "pool h100 is saturated" },
+    ]);
+    expect(leaseOf(admit(p, req({ band: "platinum" }), 0)).alternates.map((e) => e.id)).toEqual(["h100-a"]);
+  });
+
+  it("weight: an endpoint of weight 3 takes about three times the traffic of weight 1", () => {
+    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 1000 } }), seeded(9));
+    p.setEndpoints(1, [ep("big", { weight: 3 }), ep("small")], 0);
+    for (let i = 0; i < 400; i++) leaseOf(admit(p, req({ band: "platinum" }), 0));
+    const [big, small] = inflight(p) as [number, number];
+    expect(big / small).toBeGreaterThan(2.5);
+    expect(big / small).toBeLessThan(3.5);
+  });
+
+  it("alternates are ranked for retries and exclude the chosen endpoint and open breakers", () => {
+    const p = pool(4, { failure_threshold: 1, retries: 2 });
+    const l = leaseOf(admit(p, req(), 0));
+    p.release(l.id, { attempts: [{ endpoint: "e2", verdict: "fail" }] }, 1);
+    for (let i = 0; i < 10; i++) {
+      const x = leaseOf(admit(p, req(), 2));
+      expect(x.alternates).toHaveLength(2);
+      expect(x.alternates.map((e) => e.id)).not.toContain(x.endpoint.id);
+      expect([x.endpoint.id, ...x.alternates.map((e) => e.id)]).not.toContain("e2");
+    }
+  });
+});
+
+describe("PoolCore baselines", () => {
+  it.each<[RoutingPolicy, number]>([
+    ["round-robin", 0],
+    ["least-load", 0],
+    ["random", 4],
+  ])("%s spreads 40 requests over 4 endpoints (max - min ≤ %d)", (policy, slack) => {
+    const p = pool(4, { scoring: { target_inflight: 1000 } }, 5);
+    for (let i = 0; i < 40; i++) expect(leaseOf(admit(p, req({ policy }), 0)).route).toBe(policy);
+    const c = inflight(p);
+    expect(Math.max(...c) - Math.min(...c)).toBeLessThanOrEqual(slack === 0 ? 0 : 8);
+  });
+
+  it("round-robin takes the endpoints in order whatever their load", () => {
+    const p = pool(3, { admission: { enabled: false } });
+    p.updateLoad([{ endpoint: "e0", sample: sample(0, { waiting: 50 }) }], 0);
+    const ids = Array.from(
+      { length: 6 },
+      () => leaseOf(admit(p, req({ policy: "round-robin" }), 1)).endpoint.id,
+    );
+    expect(ids).toEqual(["e0", "e1", "e2", "e0", "e1", "e2"]);
+  });
+});

@@ -1,0 +1,518 @@
+/**
+ * One model's pool: its endpoint set, live load, in-flight counts,
+ * breakers, session pins, prefix index and band queues, and the two calls a
+ * request makes (design §7):
+ *
+ * - `admit` waits in the band's queue until the pool may dispatch, then
+ *   picks an endpoint and grants a lease: the endpoint, ranked alternates
+ *   for retries, and which tier decided. In-flight is counted, the session
+ *   pinned and the prompt's blocks recorded at that moment, so the next
+ *   decision already sees this one.
+ * - `release` comes once when the request ends, with every attempt's
+ *   verdict: it frees the in-flight slot and feeds the breakers. A lease
+ *   never released (its isolate died) expires after the longest a request
+ *   may run.
+ *
+ * Pure and clock-free: every entry point takes `now`, and answers through a
+ * callback, synchronously or when a later call (a release, a tick, a load
+ * update) lets a queued request go. The Durable Object wraps it in promises
+ * and a timer; the discrete-event benchmark drives it on a virtual clock.
+ */
+import type { RouterConfig } from "../router-config.ts";
+import { type BreakerState, Breakers } from "./breaker.ts";
+import { FlowController, type Waiter } from "./flow-control.ts";
+import { type Candidate, type Pick, pick } from "./picker.ts";
+import { PrefixIndex } from "./prefix-index.ts";
+import { feedIsLive, loadScoreOf, poolSaturation, saturationOf, signals } from "./saturation.ts";
+import { SessionTable } from "./session-table.ts";
+import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+
+export interface AdmitRequest {
+  /** The lease id: the request id, unique per request. */
+  id: string;
+  band: string;
+  /** Fairness within a band: the API key's id. */
+  key: string;
+  policy: RoutingPolicy;
+  session?: string | undefined;
+  prefix: readonly number[];
+  /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
+  failOpens?: number | undefined;
+}
+
+export interface Lease {
+  id: string;
+  endpoint: EndpointSpec;
+  alternates: EndpointSpec[];
+  route: RouteTier;
+  band: string;
+  /** Time spent in the band's queue. */
+  queuedMs: number;
+  /** The pool's saturation when the lease was granted. */
+  saturation: number;
+}
+
+export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
+
+export type Admission =
+  | { ok: true; lease: Lease }
+  | { ok: false; status: 429 | 503; code: RefusalCode; message: string; retryAfterMs: number };
+
+export type Verdict = "ok" | "fail" | "abandon";
+
+export interface ReleaseReport {
+  /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too). */
+  attempts: { endpoint: string; verdict: Verdict }[];
+}
+
+export interface LoadUpdate {
+  endpoint: string;
+  sample: LoadSample;
+}
+
+interface EndpointState {
+  spec: EndpointSpec;
+  inflight: number;
+  load: LoadSample | undefined;
+}
+
+interface Held {
+  endpoint: string;
+  band: string;
+  expiresAt: number;
+}
+
+type Pending = { req: AdmitRequest; respond: (a: Admission) => void };
+
+interface BandCounters {
+  admitted: number;
+  queued: number;
+  full: number;
+  expired: number;
+  abandoned: number;
+}
+
+export interface EndpointStatus {
+  id: string;
+  url: string;
+  pool: string;
+  priority: number;
+  weight: number;
+  state: string;
+  inflight: number;
+  saturation: number;
+  breaker: BreakerState;
+  loadAgeMs: number | null;
+  waiting: number | null;
+  running: number | null;
+  kvUsage: number | null;
+  prefixBlocks: number;
+}
+
+export interface PoolStatus {
+  model: string;
+  endpointsVersion: number;
+  saturation: number | null;
+  loadFeed: "live" | "stale" | "none";
+  leases: number;
+  sessions: number;
+  failOpens: number;
+  bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
+  routes: Record<RouteTier, number>;
+  endpoints: EndpointStatus[];
+  /** Why endpoints were set aside at the last decision. */
+  lastRejections: Rejection[];
+}
+
+const TICK_WHILE_QUEUED_MS = 1_000;
+const LEASE_GRACE_MS = 60_000;
+const TOMBSTONE_MS = 60_000;
+
+export class PoolCore {
+  private readonly endpoints = new Map<string, EndpointState>();
+  private endpointsVersion = -1;
+  private readonly held = new Map<string, Held>();
+  private readonly tombstones = new Map<string, number>();
+  private readonly sessions = new SessionTable();
+  private readonly prefix: PrefixIndex;
+  private readonly breakers: Breakers;
+  private readonly flow: FlowController<Pending>;
+  private settings: RouterConfig;
+  private clock = 0;
+  private turn = 0;
+  private failOpens = 0;
+  private lastRejections: Rejection[] = [];
+  private readonly counters = new Map<string, BandCounters>();
+  private readonly routes: Record<RouteTier, number> = {
+    session: 0,
+    prefix: 0,
+    load: 0,
+    "round-robin": 0,
+    "least-load": 0,
+    random: 0,
+  };
+
+  constructor(
+    readonly model: string,
+    settings: RouterConfig,
+    private readonly random: () => number = Math.random,
+  ) {
+    this.settings = settings;
+    this.prefix = new PrefixIndex(settings.scoring.prefix_cache_blocks);
+    this.breakers = new Breakers(settings.failure_threshold, settings.cooldown, () => this.clock);
+    this.flow = new FlowController(bandSpecs(settings), flowOptions(settings));
+  }
+
+  configure(settings: RouterConfig, now: number): void {
+    this.clock = now;
+    this.settings = settings;
+    this.prefix.setCapacity(settings.scoring.prefix_cache_blocks);
+    this.breakers.configure(settings.failure_threshold, settings.cooldown);
+    for (const w of this.flow.configure(bandSpecs(settings), flowOptions(settings))) {
+      w.item.respond(refusal(503, "no_capacity", `The band ${w.band} no longer exists.`, 1_000));
+    }
+    this.drain();
+  }
+
+  /** A newer endpoint set for this model; state of endpoints that stay is kept. */
+  setEndpoints(version: number, specs: readonly EndpointSpec[], now: number): boolean {
+    if (version < this.endpointsVersion) return false;
+    this.clock = now;
+    this.endpointsVersion = version;
+    const next = new Set(specs.map((s) => s.id));
+    for (const id of this.endpoints.keys()) {
+      if (next.has(id)) continue;
+      this.endpoints.delete(id);
+      this.prefix.forget(id);
+      this.sessions.forget(id);
+      this.breakers.forget(id);
+    }
+    for (const spec of specs) {
+      const e = this.endpoints.get(spec.id);
+      if (e) e.spec = spec;
+      else this.endpoints.set(spec.id, { spec, inflight: 0, load: undefined });
+    }
+    this.drain();
+    return true;
+  }
+
+  get version(): number {
+    return this.endpointsVersion;
+  }
+
+  updateLoad(updates: readonly LoadUpdate[], now: number): void {
+    this.clock = now;
+    for (const u of updates) {
+      const e = this.endpoints.get(u.endpoint);
+      if (!e) continue;
+      // A scrape stamped ahead of this clock (skew) counts as taken now.
+      const sample = { ...u.sample, at: Math.min(u.sample.at, now) };
+      if (!e.load || sample.at >= e.load.at) e.load = sample;
+    }
+    this.drain();
+  }
+
+  admit(req: AdmitRequest, now: number, respond: (a: Admission) => void): void {
+    this.clock = now;
+    this.failOpens += req.failOpens ?? 0;
+    if (this.tombstones.delete(req.id)) {
+      respond(refusal(503, "abandoned", "The client left before the request was admitted.", 0));
+      return;
+    }
+    if (this.endpoints.size === 0) {
+      respond(refusal(503, "no_endpoints", `No endpoint serves model ${this.model} right now.`, 1_000));
+      return;
+    }
+    const cands = this.candidates();
+    if (!cands.some(isRoutable)) {
+      respond(
+        refusal(
+          503,
+          "no_capacity",
+          `No endpoint for model ${this.model} can take requests now (${cands.length} known: ${describeUnroutable(cands)}).`,
+          1_000,
+        ),
+      );
+      return;
+    }
+    const band = this.bandOf(req.band);
+    const waiter: Waiter<Pending> = {
+      id: req.id,
+      band,
+      key: req.key,
+      enqueuedAt: now,
+      deadline: now + this.flow.ttlMs,
+      item: { req: { ...req, band }, respond },
+    };
+    const offer = this.flow.offer(waiter, this.saturationOf(cands));
+    if (offer === "dispatch") this.dispatch(waiter, cands);
+    else if (offer === "full") {
+      this.count(band).full++;
+      respond(
+        refusal(
+          429,
+          "queue_full",
+          `Too many requests are waiting for model ${this.model} in band ${band}; try again shortly.`,
+          1_000,
+        ),
+      );
+    } else this.count(band).queued++;
+  }
+
+  /** The client left: a queued request is dropped without dispatch; a granted lease is released as abandoned. */
+  abandon(id: string, now: number): void {
+    this.clock = now;
+    const w = this.flow.remove(id);
+    if (w) {
+      this.count(w.band).abandoned++;
+      w.item.respond(refusal(503, "abandoned", "The client left while the request was queued.", 0));
+      return;
+    }
+    const lease = this.held.get(id);
+    if (lease) {
+      this.release(id, { attempts: [{ endpoint: lease.endpoint, verdict: "abandon" }] }, now);
+      return;
+    }
+    this.tombstones.set(id, now + TOMBSTONE_MS);
+  }
+
+  release(id: string, report: ReleaseReport, now: number): void {
+    this.clock = now;
+    for (const a of report.attempts) {
+      if (!this.endpoints.has(a.endpoint)) continue;
+      if (a.verdict === "ok") this.breakers.onSuccess(a.endpoint);
+      else if (a.verdict === "fail") this.breakers.onFailure(a.endpoint);
+      else this.breakers.onAbandon(a.endpoint);
+    }
+    const lease = this.held.get(id);
+    if (lease) {
+      this.held.delete(id);
+      const e = this.endpoints.get(lease.endpoint);
+      if (e) e.inflight = Math.max(0, e.inflight - 1);
+    }
+    this.drain();
+  }
+
+  /** Expires queued requests and forgotten leases, and re-checks what time alone changes (staleness, cooldowns). */
+  tick(now: number): void {
+    this.clock = now;
+    for (const w of this.flow.expire(now)) {
+      this.count(w.band).expired++;
+      w.item.respond(
+        refusal(
+          503,
+          "queue_timeout",
+          `The request waited ${Math.round((now - w.enqueuedAt) / 1000)} s in band ${w.band} without capacity for model ${this.model} (queue_ttl).`,
+          1_000,
+        ),
+      );
+    }
+    // Leases are held in the order granted, all for the same span: the
+    // first one not yet due ends the scan.
+    for (const [id, lease] of this.held) {
+      if (lease.expiresAt > now) break;
+      this.held.delete(id);
+      const e = this.endpoints.get(lease.endpoint);
+      if (e) e.inflight = Math.max(0, e.inflight - 1);
+    }
+    for (const [id, until] of this.tombstones) if (until <= now) this.tombstones.delete(id);
+    this.drain();
+  }
+
+  /** When `tick` should next run, or undefined if nothing waits on time. */
+  nextWakeAt(): number | undefined {
+    let at = Number.POSITIVE_INFINITY;
+    if (this.flow.size > 0) at = Math.min(this.flow.nextDeadline() ?? at, this.clock + TICK_WHILE_QUEUED_MS);
+    const oldest = this.held.values().next().value;
+    if (oldest) at = Math.min(at, oldest.expiresAt);
+    if (this.tombstones.size > 0) at = Math.min(at, this.clock + TOMBSTONE_MS);
+    return Number.isFinite(at) ? at : undefined;
+  }
+
+  /** Lets queued requests go while the highest waiting band is under its ceiling. */
+  private drain(): void {
+    while (this.flow.size > 0) {
+      const cands = this.candidates();
+      if (!cands.some(isRoutable)) return;
+      const w = this.flow.next(this.saturationOf(cands));
+      if (!w) return;
+      this.dispatch(w, cands);
+    }
+  }
+
+  private dispatch(w: Waiter<Pending>, cands: Candidate[]): void {
+    const { req, respond } = w.item;
+    const rejections: Rejection[] = [];
+    const session = req.session ? this.sessions.get(req.session, this.clock) : undefined;
+    const p: Pick | undefined = pick(
+      cands,
+      {
+        policy: req.policy,
+        sessionEndpoint: session,
+        prefixBlocks: req.prefix.length,
+        prefixMatch: (eligible) => this.prefix.match(req.prefix, eligible),
+        sessionLoadFactor: this.settings.scoring.session_load_factor,
+        alternates: this.settings.retries,
+        random: this.random,
+        turn: this.turn++,
+      },
+      rejections,
+    );
+    this.lastRejections = rejections;
+    if (!p) {
+      respond(
+        refusal(503, "no_capacity", `No endpoint for model ${this.model} can take requests now.`, 1_000),
+      );
+      return;
+    }
+    const chosen = this.endpoints.get(p.chosen.spec.id)!;
+    chosen.inflight++;
+    this.breakers.onAttempt(chosen.spec.id);
+    this.held.set(req.id, {
+      endpoint: chosen.spec.id,
+      band: w.band,
+      expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
+    });
+    if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
+    this.prefix.record(chosen.spec.id, req.prefix);
+    this.routes[p.tier]++;
+    this.count(w.band).admitted++;
+    respond({
+      ok: true,
+      lease: {
+        id: req.id,
+        endpoint: chosen.spec,
+        alternates: p.alternates.map((c) => c.spec),
+        route: p.tier,
+        band: w.band,
+        queuedMs: this.clock - w.enqueuedAt,
+        saturation: this.saturationOf(cands),
+      },
+    });
+  }
+
+  private candidates(): Candidate[] {
+    const s = this.settings;
+    const loads: (LoadSample | undefined)[] = [];
+    for (const e of this.endpoints.values()) loads.push(e.load);
+    const scraped = feedIsLive(loads, s.stale_after, this.clock);
+    const out: Candidate[] = [];
+    for (const e of this.endpoints.values()) {
+      const g = signals(
+        { inflight: e.inflight, weight: e.spec.weight, load: e.load },
+        s.scoring,
+        s.stale_after,
+        this.clock,
+        scraped,
+      );
+      out.push({
+        spec: e.spec,
+        state: e.load?.state,
+        breaker: this.breakers.state(e.spec.id),
+        probing: this.breakers.probing(e.spec.id),
+        saturation: saturationOf(g),
+        score: loadScoreOf(g),
+        oneRequest: 1 / (s.scoring.target_inflight * e.spec.weight),
+      });
+    }
+    return out;
+  }
+
+  private saturationOf(cands: readonly Candidate[]): number {
+    const sats: number[] = [];
+    for (const c of cands) if (isRoutable(c)) sats.push(c.saturation);
+    return poolSaturation(sats);
+  }
+
+  private bandOf(name: string): string {
+    const bands = this.settings.admission.bands;
+    return bands.some((b) => b.name === name) ? name : this.settings.admission.default_band;
+  }
+
+  private count(band: string): BandCounters {
+    let c = this.counters.get(band);
+    if (!c) {
+      c = { admitted: 0, queued: 0, full: 0, expired: 0, abandoned: 0 };
+      this.counters.set(band, c);
+    }
+    return c;
+  }
+
+  status(now: number): PoolStatus {
+    this.clock = now;
+    const cands = this.candidates();
+    const s = this.settings;
+    const loads = [...this.endpoints.values()].map((e) => e.load);
+    return {
+      model: this.model,
+      endpointsVersion: this.endpointsVersion,
+      saturation: cands.some(isRoutable) ? this.saturationOf(cands) : null,
+      loadFeed: loads.every((l) => !l) ? "none" : feedIsLive(loads, s.stale_after, now) ? "live" : "stale",
+      leases: this.held.size,
+      sessions: this.sessions.size,
+      failOpens: this.failOpens,
+      bands: [...s.admission.bands]
+        .sort((a, b) => b.priority - a.priority)
+        .map((b) => ({
+          name: b.name,
+          ceiling: b.saturation_ceiling,
+          depth: this.flow.depth(b.name),
+          ...this.count(b.name),
+        })),
+      routes: { ...this.routes },
+      endpoints: cands.map((c) => {
+        const e = this.endpoints.get(c.spec.id)!;
+        return {
+          id: c.spec.id,
+          url: c.spec.url,
+          pool: c.spec.pool,
+          priority: c.spec.priority,
+          weight: c.spec.weight,
+          state: c.state ?? "unscraped",
+          inflight: e.inflight,
+          saturation: c.saturation,
+          breaker: c.breaker,
+          loadAgeMs: e.load ? now - e.load.at : null,
+          waiting: e.load?.waiting ?? null,
+          running: e.load?.running ?? null,
+          kvUsage: e.load?.kvUsage ?? null,
+          prefixBlocks: this.prefix.blocksHeld(c.spec.id),
+        };
+      }),
+      lastRejections: this.lastRejections,
+    };
+  }
+}
+
+function isRoutable(c: Candidate): boolean {
+  return c.state !== "draining" && c.state !== "down" && c.breaker !== "open";
+}
+
+function describeUnroutable(cands: readonly Candidate[]): string {
+  const open = cands.filter((c) => c.breaker === "open").length;
+  const out = cands.filter((c) => c.state === "draining" || c.state === "down").length;
+  const parts: string[] = [];
+  if (open > 0) parts.push(`${open} with an open circuit breaker`);
+  if (out > 0) parts.push(`${out} draining or down`);
+  return parts.join(", ") || "none routable";
+}
+
+function refusal(status: 429 | 503, code: RefusalCode, message: string, retryAfterMs: number): Admission {
+  return { ok: false, status, code, message, retryAfterMs };
+}
+
+function bandSpecs(s: RouterConfig) {
+  return s.admission.bands.map((b) => ({
+    name: b.name,
+    priority: b.priority,
+    ceiling: b.saturation_ceiling,
+  }));
+}
+
+function flowOptions(s: RouterConfig) {
+  return {
+    enabled: s.admission.enabled,
+    capacityPerBand: s.admission.queue_capacity_per_band,
+    ttlMs: s.admission.queue_ttl,
+  };
+}
