@@ -16,7 +16,7 @@ describe("names, aliases, fallbacks", () => {
       cfg({
         models: [
           { name: "big", aliases: ["gpt-4o"], fallbacks: ["small-alias"], profiles: [prof()] },
-          { name: "small", aliases: ["small-alias"], routing: "completion" },
+          { name: "small", aliases: ["small-alias"], routing: "round-robin" },
         ],
         endpoints: [{ id: "e1", url: "http://10.0.0.1:8000", models: ["small"] }],
       }),
@@ -24,7 +24,7 @@ describe("names, aliases, fallbacks", () => {
     expect(c.get("gpt-4o")?.name).toBe("big");
     expect(c.get("big")?.fallbacks).toEqual(["small"]);
     expect(c.get("big")?.routing).toBe("chat");
-    expect(c.get("small")?.routing).toBe("completion");
+    expect(c.get("small")?.routing).toBe("round-robin");
     expect(c.get("small")?.routerOnly).toBe(true);
     expect(c.get("small")?.endpoints.map((e) => e.id)).toEqual(["e1"]);
     expect(c.profile("big/p")?.gpusPerReplica).toBe(1);

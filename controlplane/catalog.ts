@@ -9,6 +9,7 @@
  * Pure: no Node or Workers APIs, so the control plane, a Durable Object, the
  * CLI, tests and benchmarks all build the same catalog from the same config.
  */
+import { poolPriorityConflicts } from "../edge/catalog.ts";
 import type { Config, EndpointConfig, EngineKind, ModelConfig, ProfileConfig } from "./config/schema.ts";
 
 export type PlacementStrategy = "binpack" | "spread";
@@ -290,6 +291,9 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
     });
   });
 
+  for (const c of poolPriorityConflicts(config.endpoints)) {
+    issues.push(`endpoints[${c.index}].priority: ${c.message}`);
+  }
   const endpointIds = new Map<string, number>();
   config.endpoints.forEach((e, i) => {
     const prev = endpointIds.get(e.id);

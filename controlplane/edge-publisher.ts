@@ -14,8 +14,10 @@ import type { ReplicaRecord } from "./reconcile/types.ts";
  * ready replica (its rank 0, the only rank that serves HTTP) plus the static
  * endpoints of the config; it is written only when it changes, because the
  * edge stores it in KV (one write a second per key, minutes to propagate).
- * Load goes to the edge's memory instead, batched at least a second apart
- * and only for endpoints whose numbers moved.
+ * The router settings (the config's `router:` section) go once per start
+ * or reload. Load goes to the models' pools instead, batched at least a
+ * second apart, for endpoints whose numbers moved and, every
+ * `loadRefreshMs`, for the rest: a pool takes silence for a lost feed.
  */
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
@@ -67,6 +69,12 @@ export interface EdgePublisherOptions {
   facts: () => EdgeFacts;
   /** How often to look for changes; load is never pushed more often. */
   intervalMs?: number;
+  /**
+   * An endpoint's load is pushed again after this long even if its numbers
+   * did not move, so the pool can tell a quiet engine from a lost feed: a
+   * third of the edge's `stale_after`.
+   */
+  loadRefreshMs: number;
 }
 
 export class EdgePublisher {
@@ -74,7 +82,9 @@ export class EdgePublisher {
   private published = "";
   private catalogPending = true;
   private catalog: Catalog | undefined;
-  private readonly lastLoad = new Map<string, string>();
+  private routerPending = false;
+  private router: Record<string, unknown> = {};
+  private readonly lastLoad = new Map<string, { key: string; at: number }>();
   private busy = false;
   failures = 0;
   endpointWrites = 0;
@@ -82,8 +92,9 @@ export class EdgePublisher {
 
   constructor(private readonly opts: EdgePublisherOptions) {}
 
-  start(catalog: Catalog): void {
+  start(catalog: Catalog, routerSection: Record<string, unknown>): void {
     this.setCatalog(catalog);
+    this.setRouterSettings(routerSection);
     this.timer = setInterval(() => void this.tick(), this.opts.intervalMs ?? 1_000);
     void this.tick();
   }
@@ -95,6 +106,12 @@ export class EdgePublisher {
   setCatalog(catalog: Catalog): void {
     this.catalog = catalog;
     this.catalogPending = true;
+  }
+
+  /** The config file's `router:` section; the edge validates it and fills in its defaults. */
+  setRouterSettings(section: Record<string, unknown>): void {
+    this.router = section;
+    this.routerPending = true;
   }
 
   async tick(): Promise<void> {
@@ -113,6 +130,11 @@ export class EdgePublisher {
         });
         this.catalogPending = false;
         log.info("catalog published to the edge", { models: this.catalog.models.length });
+      }
+      if (this.routerPending) {
+        const { version } = await client.putRouterSettings({ settingsJson: JSON.stringify(this.router) });
+        this.routerPending = false;
+        log.info("router settings published to the edge", { version: String(version) });
       }
       const facts = this.opts.facts();
       const endpoints = endpointSet(facts);
@@ -148,8 +170,9 @@ export class EdgePublisher {
       if (!l) continue;
       const state = head.state === "ready" ? "ready" : head.state === "draining" ? "draining" : "down";
       const key = `${l.waiting}/${l.running}/${l.kvUsage.toFixed(3)}/${l.prefixCacheHitRate.toFixed(3)}/${state}`;
-      if (this.lastLoad.get(r.id) === key) continue;
-      this.lastLoad.set(r.id, key);
+      const last = this.lastLoad.get(r.id);
+      if (last?.key === key && f.now - last.at < this.opts.loadRefreshMs) continue;
+      this.lastLoad.set(r.id, { key, at: f.now });
       loads.push(
         create(EndpointLoadSchema, {
           endpointId: r.id,

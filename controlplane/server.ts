@@ -255,6 +255,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     publisher = new EdgePublisher({
       client: edgeSyncClient(edgeUrl, edgeToken),
       log: log.child({ component: "edge-publisher", edge: edgeUrl }),
+      loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
       facts: () => ({
         replicas: reconciler.table.list(),
         address: (node) => registry.get(node)?.advertiseAddress,
@@ -263,7 +264,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         now: now(),
       }),
     });
-    publisher.start(catalog);
+    publisher.start(catalog, opts.loaded.routerSection);
   } else if (edgeUrl) {
     log.warn("edge.url is set but the EdgeSync secret is not: not publishing to the edge", {
       token_env: config.edge.token_env,
@@ -282,6 +283,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       const nextCatalog = buildCatalog(next.config);
       reconciler.reload(next.config, nextCatalog);
       publisher?.setCatalog(nextCatalog);
+      publisher?.setRouterSettings(next.routerSection);
       log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
     },
     async close() {

@@ -18,6 +18,25 @@ export const endpointRecordSchema = z.object({
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
+/**
+ * Spill-over goes pool by pool in priority order, so a pool has one
+ * priority: the index and message of every endpoint that breaks that.
+ */
+export function poolPriorityConflicts(
+  list: readonly { pool?: string | undefined; priority?: number | undefined }[],
+): { index: number; message: string }[] {
+  const seen = new Map<string, number>();
+  const out: { index: number; message: string }[] = [];
+  list.forEach((e, index) => {
+    const pool = e.pool || "default";
+    const priority = e.priority ?? 0;
+    const p = seen.get(pool);
+    if (p === undefined) seen.set(pool, priority);
+    else if (p !== priority) out.push({ index, message: `pool "${pool}" already has priority ${p}` });
+  });
+  return out;
+}
+
 export const catalogModelSchema = z.object({
   name: z.string().min(1),
   aliases: z.array(z.string()).default([]),

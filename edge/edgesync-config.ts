@@ -8,6 +8,7 @@ import {
   EMPTY_ENDPOINTS,
   endpointRecordSchema,
   endpointsDocSchema,
+  poolPriorityConflicts,
   RoutingTable,
 } from "./catalog.ts";
 import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "./config-store.ts";
@@ -74,7 +75,6 @@ export function configCalls(env: Env): ConfigCalls {
 
     async putEndpointSets(req) {
       const ids = new Set<string>();
-      const poolPriority = new Map<string, number>();
       const endpoints = req.endpoints.map((e, i) => {
         const r = endpointRecordSchema.safeParse({
           id: e.id,
@@ -91,13 +91,10 @@ export function configCalls(env: Env): ConfigCalls {
         }
         if (ids.has(r.data.id)) throw invalid(`endpoints[${i}].id: duplicate id "${r.data.id}"`);
         ids.add(r.data.id);
-        const p = poolPriority.get(r.data.pool);
-        if (p !== undefined && p !== r.data.priority) {
-          throw invalid(`endpoints[${i}].priority: pool "${r.data.pool}" already has priority ${p}`);
-        }
-        poolPriority.set(r.data.pool, r.data.priority);
         return r.data;
       });
+      const conflict = poolPriorityConflicts(endpoints)[0];
+      if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
       const [rawOld, rawCatalog] = await Promise.all([
         kv.get(ENDPOINTS_KEY, "json"),
         kv.get(CATALOG_KEY, "json"),

@@ -51,6 +51,12 @@ export interface LoadedConfig {
   config: Config;
   source: string;
   envOverrides: string[];
+  /**
+   * The `router:` section as written (file plus overrides, durations as
+   * strings): what the control plane pushes to the edge, which owns its
+   * schema and fills in the defaults itself.
+   */
+  routerSection: Record<string, unknown>;
 }
 
 /** Parses YAML text, overlays it on the defaults, then applies LLMGW_ overrides. */
@@ -72,7 +78,10 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   const envOverrides = applyEnvOverrides(raw as Record<string, unknown>, env);
   const result = configSchema.safeParse(raw);
   if (!result.success) throw new ConfigError(source, formatIssues(result.error));
-  return { config: result.data, source, envOverrides };
+  const router = (raw as Record<string, unknown>).router;
+  const routerSection =
+    typeof router === "object" && router !== null ? (router as Record<string, unknown>) : {};
+  return { config: result.data, source, envOverrides, routerSection };
 }
 
 /** An empty or missing path runs on the defaults. */

@@ -5,6 +5,7 @@ import { parseDocument } from "yaml";
 import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
+import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { endpointSchema } from "../config/schema.ts";
 import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
 
@@ -25,6 +26,9 @@ export const endpointsFileSchema = z
         ctx.addIssue({ code: "custom", path: [i, "id"], message: `duplicate id (also endpoints[${first}])` });
       } else seen.set(e.id, i);
     });
+    for (const c of poolPriorityConflicts(list)) {
+      ctx.addIssue({ code: "custom", path: [c.index, "priority"], message: c.message });
+    }
   });
 export type EndpointsFile = z.output<typeof endpointsFileSchema>;
 
