@@ -8,8 +8,8 @@
  * and for the `chat` policy, three tiers, the first that decides wins:
  *
  * 1. session: the endpoint this session was last routed to, unless it is
- *    saturated or its load is over `session_load_factor` × the best (and
- *    over the best by more than two requests);
+ *    saturated or has more requests in flight than `session_load_factor` ×
+ *    the least busy endpoint's, and four more;
  * 2. prefix: the endpoint holding the longest run of this prompt's blocks
  *    (at least half of them), under the same load guard — affinity is a
  *    filter with a release, not a weight, because a weighted blend sends a
@@ -33,8 +33,8 @@ export interface Candidate {
   probing: boolean;
   saturation: number;
   score: number;
-  /** What one more request adds to `score`: the slack of the load guard. */
-  oneRequest: number;
+  /** Requests in flight per unit of weight: what affinity is released on. */
+  pressure: number;
 }
 
 export interface PickContext {
@@ -148,23 +148,22 @@ export function twoChoices(cands: readonly Candidate[], random: () => number): C
 
 /**
  * Affinity is let go only when both gaps are real (as SGLang's imbalance
- * switch): the warm endpoint's load is over factor × the best, and more than
- * this many requests over it — at a handful of requests a ratio alone would
- * move a session for one request's difference.
+ * switch): the warm endpoint has more than factor × the requests in flight
+ * of the least busy one, and more than this many requests over it. In-flight
+ * counts, not the load score: they are exact, while scraped KV and queue
+ * figures differ between engines by more than one request's worth anyway.
  */
-export const AFFINITY_SLACK_REQUESTS = 2;
+export const AFFINITY_SLACK_REQUESTS = 3;
 
-/** The affinity guard: not saturated, and not loaded beyond the best by both factor and slack. */
-function withinGuard(c: Candidate, best: number, factor: number): boolean {
-  return (
-    c.saturation < 1 && c.score <= Math.max(factor * best, best + AFFINITY_SLACK_REQUESTS * c.oneRequest)
-  );
+/** The affinity guard: not saturated, and not busier than the least busy beyond factor and slack. */
+function withinGuard(c: Candidate, least: number, factor: number): boolean {
+  return c.saturation < 1 && c.pressure <= Math.max(factor * least, least + AFFINITY_SLACK_REQUESTS);
 }
 
 function byPrefix(
   cands: readonly Candidate[],
   ctx: PickContext,
-  best: number,
+  least: number,
 ): [Candidate, number] | undefined {
   if (ctx.prefixBlocks === 0) return undefined;
   const need = Math.max(1, Math.ceil(ctx.prefixBlocks * MIN_PREFIX_SHARE));
@@ -174,9 +173,9 @@ function byPrefix(
     let warm: Candidate | undefined;
     for (const id of level.endpoints) {
       const c = byId.get(id)!;
-      if (!warm || c.score < warm.score) warm = c;
+      if (!warm || c.pressure < warm.pressure || (c.pressure === warm.pressure && c.score < warm.score)) warm = c;
     }
-    if (warm && withinGuard(warm, best, ctx.sessionLoadFactor)) return [warm, level.blocks];
+    if (warm && withinGuard(warm, least, ctx.sessionLoadFactor)) return [warm, level.blocks];
   }
   return undefined;
 }
@@ -192,13 +191,14 @@ function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, Rout
     case "least-load":
       return [lowest(cands, ctx.random), "least-load", 0];
     case "chat": {
-      let best = Number.POSITIVE_INFINITY;
-      for (const c of cands) best = Math.min(best, c.score);
+      let least = 0;
+      for (const c of cands) least += c.pressure;
+      least /= cands.length;
       if (ctx.sessionEndpoint !== undefined) {
         const pinned = cands.find((c) => c.spec.id === ctx.sessionEndpoint);
-        if (pinned && withinGuard(pinned, best, ctx.sessionLoadFactor)) return [pinned, "session", 0];
+        if (pinned && withinGuard(pinned, least, ctx.sessionLoadFactor)) return [pinned, "session", 0];
       }
-      const warm = byPrefix(cands, ctx, best);
+      const warm = byPrefix(cands, ctx, least);
       if (warm) return [warm[0], "prefix", warm[1]];
       return [twoChoices(cands, ctx.random), "load", 0];
     }

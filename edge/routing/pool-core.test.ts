@@ -1,20 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../router-config.ts";
 import { type Admission, type AdmitRequest, type Lease, PoolCore } from "./pool-core.ts";
 import { blockHashes } from "./prefix-hash.ts";
 import type { EndpointSpec, LoadSample, RoutingPolicy } from "./types.ts";
-
-/** A seeded PRNG (mulberry32): every run of these tests makes the same random draws. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function ep(id: string, extra: Partial<EndpointSpec> = {}): EndpointSpec {
   return { id, url: `http://${id}`, pool: "default", priority: 0, weight: 1, via: "direct", ...extra };
@@ -25,7 +14,7 @@ function sample(at: number, extra: Partial<LoadSample> = {}): LoadSample {
 }
 
 function pool(n: number, router: Record<string, unknown> = {}, seed = 1) {
-  const p = new PoolCore("m", routerSchema.parse(router), seeded(seed));
+  const p = new PoolCore("m", routerSchema.parse(router), mulberry32(seed));
   p.setEndpoints(
     1,
     Array.from({ length: n }, (_, i) => ep(`e${i}`)),
@@ -106,7 +95,7 @@ describe("PoolCore admission by band", () => {
   });
 
   it("no endpoints: 503 no_endpoints at once; all breakers open: 503 no_capacity", () => {
-    const empty = new PoolCore("m", routerSchema.parse({}), seeded(1));
+    const empty = new PoolCore("m", routerSchema.parse({}), mulberry32(1));
     expect(admit(empty, req(), 0).a).toMatchObject({ status: 503, code: "no_endpoints" });
     const p = pool(1, { failure_threshold: 1, cooldown: "10s" });
     const l = leaseOf(admit(p, req(), 0));
@@ -218,7 +207,7 @@ describe("PoolCore picking (chat)", () => {
   });
 
   it("spill-over: the priority-1 pool is used only while the priority-0 pool is saturated", () => {
-    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 2 } }), seeded(3));
+    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 2 } }), mulberry32(3));
     p.setEndpoints(1, [ep("h100-a", { pool: "h100" }), ep("a100-a", { pool: "a100", priority: 1 })], 0);
     const ids = Array.from({ length: 3 }, () => leaseOf(admit(p, req({ band: "platinum" }), 0)).endpoint.id);
     expect(ids).toEqual(["h100-a", "h100-a", "a100-a"]);
@@ -229,7 +218,7 @@ describe("PoolCore picking (chat)", () => {
   });
 
   it("weight: an endpoint of weight 3 takes about three times the traffic of weight 1", () => {
-    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 1000 } }), seeded(9));
+    const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 1000 } }), mulberry32(9));
     p.setEndpoints(1, [ep("big", { weight: 3 }), ep("small")], 0);
     for (let i = 0; i < 400; i++) leaseOf(admit(p, req({ band: "platinum" }), 0));
     const [big, small] = inflight(p) as [number, number];

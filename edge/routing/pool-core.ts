@@ -412,7 +412,7 @@ export class PoolCore {
         probing: this.breakers.probing(e.spec.id),
         saturation: saturationOf(g),
         score: loadScoreOf(g),
-        oneRequest: 1 / (s.scoring.target_inflight * e.spec.weight),
+        pressure: e.inflight / e.spec.weight,
       });
     }
     return out;
