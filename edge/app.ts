@@ -9,7 +9,7 @@ import { routingTable } from "./config-store.ts";
 import { EDGESYNC_PREFIX, handleEdgeSync } from "./edgesync.ts";
 import type { Env } from "./env.ts";
 import { type KeyRecord, limitsOf, modelAllowed, resolveBand } from "./key-rules.ts";
-import { ApiError, errors } from "./openai-errors.ts";
+import { ApiError, errors, refusal } from "./openai-errors.ts";
 import { Picker } from "./picker.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
 import {
@@ -20,6 +20,7 @@ import {
   readBodyLimited,
   validate,
 } from "./request-schema.ts";
+import { reservationFor } from "./reservations.ts";
 import { revocationLog, revocationWatch } from "./revocations.ts";
 import { routerSettings } from "./settings.ts";
 import { upstreamFor } from "./upstream.ts";
@@ -28,7 +29,8 @@ import { upstreamFor } from "./upstream.ts";
  * The OpenAI surface. Order of checks, each with its own status: key (401)
  * → body size (413) → JSON and types (400) → model known (404) → model and
  * band allowed for the key (403) → the key's ledger: revoked (401), RPM/TPM
- * (429), budget (429 insufficient_quota) → engines (503/504, or theirs).
+ * (429), budget (429 insufficient_quota), running requests that may spend
+ * what is left (429, after a short wait) → engines (503/504, or theirs).
  * Nothing reaches an engine before all of these pass.
  */
 
@@ -173,21 +175,19 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
       // Keys without limits skip the ledger round trip at admission; their
       // usage is still charged (and revocation comes from the log above).
       const limited = hasLimits(key);
-      const adm = limited ? await ledgerOf(env, key.id).admit(limitsOf(key)) : { ok: true as const };
-      if (!adm.ok) {
-        if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
-        if (adm.reason === "budget") {
-          throw errors.quotaExhausted(
-            `You exceeded this key's token budget (${adm.limit} tokens per period).`,
-            adm.retryAfterMs,
-          );
-        }
-        throw errors.rateLimited(
-          `Rate limit reached: ${adm.limit} ${adm.reason === "rpm" ? "requests" : "tokens"} per minute.`,
-          "rate_limit_exceeded",
-          adm.retryAfterMs,
-        );
-      }
+      const adm = limited
+        ? await ledgerOf(env, key.id).admit(
+            limitsOf(key),
+            reservationFor(
+              requestId,
+              body,
+              bytes.byteLength,
+              apiPath !== "/v1/embeddings",
+              settings.timeouts.total,
+            ),
+          )
+        : { ok: true as const };
+      if (!adm.ok) throw refusal(adm);
       const stream = body.stream === true && apiPath !== "/v1/embeddings";
       const run = proxy({
         requestId,
@@ -216,6 +216,7 @@ function inference(apiPath: ApiPath, schema: z.ZodType<Record<string, unknown> &
               prompt_tokens: o.usage?.prompt_tokens ?? 0,
               completion_tokens: o.usage?.completion_tokens ?? 0,
               partial: !o.completed && o.status < 400,
+              reservation: limited ? requestId : undefined,
             },
           }),
         )
