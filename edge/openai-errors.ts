@@ -74,13 +74,22 @@ export const errors = {
   notFound: (message: string) => new ApiError(404, message, "invalid_request_error", "not_found"),
   methodNotAllowed: (message: string) =>
     new ApiError(405, message, "invalid_request_error", "method_not_allowed"),
-  tooLarge: (limit: number) =>
+  tooLarge: (limit: number, decoded = false) =>
     new ApiError(
       413,
-      `Request body is larger than the limit of ${limit} bytes.`,
+      `Request body is larger than the limit of ${limit} bytes${decoded ? " once decoded" : ""}.`,
       "invalid_request_error",
       "request_too_large",
     ),
+  unsupportedEncoding: (encoding: string) =>
+    new ApiError(
+      415,
+      `Content-Encoding \`${encoding.slice(0, 64)}\` is not supported; send the body unencoded, or encoded with gzip or deflate.`,
+      "invalid_request_error",
+      "unsupported_content_encoding",
+    ),
+  badEncoding: (encoding: string) =>
+    errors.invalid(`The request body is not valid ${encoding} data.`, null, "invalid_content_encoding"),
   rateLimited: (message: string, code: string, retryAfterMs: number) =>
     new ApiError(429, message, "rate_limit_error", code, null, retryAfterHeaders(retryAfterMs)),
   // The budget is spent: retrying within the period cannot succeed, so tell
