@@ -102,45 +102,42 @@ describe("key limits", () => {
     );
   }
 
+  /**
+   * Requests one after the other on a fresh key, each sent once the last
+   * answer is in; what each got, and the ledger and engine once charged.
+   */
+  async function backToBack(limits: Parameters<typeof createKey>[1], n: number) {
+    const key = await createKey(edge, limits);
+    const before = await engineCounters(serial);
+    const got: (number | string | null)[] = [];
+    for (let i = 0; i < n; i++) {
+      const r = await send(client(key), "serial");
+      got.push(r.ok ? r.tokens : r.code);
+    }
+    const ledger = await charged(key, got.filter((g) => typeof g === "number").length);
+    return { got, ledger, engine: delta(before, await engineCounters(serial)) };
+  }
+
   // Three keys each, as the three runs: the hole was a race
   // between a request's charge and the next admission.
   it("budget, back to back: the request that crosses it completes and every later one is refused", async () => {
-    const budget = 30;
     for (let run = 0; run < 3; run++) {
-      const key = await createKey(edge, { budget: { tokens: budget, period: "1d" } });
-      const before = await engineCounters(serial);
-      const results: Result[] = [];
-      for (let i = 0; i < 5; i++) results.push(await send(client(key), "serial"));
+      const { got, ledger, engine } = await backToBack({ budget: { tokens: 30, period: "1d" } }, 5);
       // 19 (under 30), then 38: the second crosses the budget; nothing after it starts.
-      expect(results.map((r) => (r.ok ? r.tokens : r.code))).toEqual([
-        PER_REQUEST,
-        PER_REQUEST,
-        "insufficient_quota",
-        "insufficient_quota",
-        "insufficient_quota",
-      ]);
-      const u = await charged(key, 2);
-      const engine = delta(before, await engineCounters(serial));
+      const refused = "insufficient_quota";
+      expect(got).toEqual([PER_REQUEST, PER_REQUEST, refused, refused, refused]);
       expect(engine).toEqual({ tokens: 2 * PER_REQUEST, finished: 2 });
-      expect(u.prompt + u.completion).toBe(engine.tokens);
-      expect(u.budgetUsed).toBe(engine.tokens);
+      expect(ledger.prompt + ledger.completion).toBe(engine.tokens);
+      expect(ledger.budgetUsed).toBe(engine.tokens);
     }
   });
 
   it("TPM, back to back: the same, refused until the window frees", async () => {
     for (let run = 0; run < 3; run++) {
-      const key = await createKey(edge, { tpm: 30 });
-      const before = await engineCounters(serial);
-      const results: Result[] = [];
-      for (let i = 0; i < 4; i++) results.push(await send(client(key), "serial"));
-      expect(results.map((r) => (r.ok ? r.tokens : r.code))).toEqual([
-        PER_REQUEST,
-        PER_REQUEST,
-        "rate_limit_exceeded",
-        "rate_limit_exceeded",
-      ]);
-      await charged(key, 2);
-      expect(delta(before, await engineCounters(serial))).toEqual({ tokens: 2 * PER_REQUEST, finished: 2 });
+      const { got, ledger, engine } = await backToBack({ tpm: 30 }, 4);
+      expect(got).toEqual([PER_REQUEST, PER_REQUEST, "rate_limit_exceeded", "rate_limit_exceeded"]);
+      expect(engine).toEqual({ tokens: 2 * PER_REQUEST, finished: 2 });
+      expect(ledger.prompt + ledger.completion).toBe(engine.tokens);
     }
   });
 
