@@ -185,13 +185,15 @@ export class KeyLedger extends DurableObject<Env> {
           "DELETE FROM reservations WHERE id IN (SELECT value FROM json_each(?))",
           JSON.stringify(batch.closes),
         );
-        for (const id of batch.closes) this.holds.close(id);
       }
       if (++this.charges % 1000 === 0) {
         this.sql.exec("DELETE FROM charge_batches WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
       }
     });
-    if (charged) for (const wake of [...this.waiters]) wake();
+    if (!charged) return { charged };
+    // Only once the transaction has committed, so memory never runs ahead of SQLite.
+    for (const id of batch.closes) this.holds.close(id);
+    for (const wake of [...this.waiters]) wake();
     return { charged };
   }
 
