@@ -283,7 +283,6 @@ export async function keyUsage(edge: Pick<Edge, "sync">, keyId: string) {
     prompt: Number(u.promptTokens),
     completion: Number(u.completionTokens),
     partial: Number(u.partialRequests),
-    budgetUsed: Number(u.budgetUsed),
   };
 }
 
