@@ -8,6 +8,8 @@ export interface ChargeInput {
   completion_tokens: number;
   /** The answer was cut short (client disconnect, engine failure). */
   partial: boolean;
+  /** The request's reservation in its key's ledger (its request id), for keys with limits. */
+  reservation?: string | undefined;
 }
 
 /** What one isolate sends for a key at a time: its finished requests, summed (whole, non-negative counts). */
@@ -18,16 +20,26 @@ export interface ChargeBatch {
   prompt_tokens: number;
   completion_tokens: number;
   partial_requests: number;
+  /** The reservations these requests held (reservations.ts), closed with the charge. */
+  closes: string[];
 }
 
 /** Sums finished requests into one batch (token counts as whole, non-negative numbers). */
 export function sumCharges(id: string, items: readonly ChargeInput[]): ChargeBatch {
-  const b: ChargeBatch = { id, requests: 0, prompt_tokens: 0, completion_tokens: 0, partial_requests: 0 };
+  const b: ChargeBatch = {
+    id,
+    requests: 0,
+    prompt_tokens: 0,
+    completion_tokens: 0,
+    partial_requests: 0,
+    closes: [],
+  };
   for (const c of items) {
     b.requests++;
     b.prompt_tokens += Math.max(0, Math.floor(c.prompt_tokens));
     b.completion_tokens += Math.max(0, Math.floor(c.completion_tokens));
     if (c.partial) b.partial_requests++;
+    if (c.reservation) b.closes.push(c.reservation);
   }
   return b;
 }

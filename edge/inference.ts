@@ -11,16 +11,18 @@ import { ApiError, errors } from "./openai-errors.ts";
 import { admit, ClientGone } from "./pool-client.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
+import { reservationFor } from "./reservations.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
 import { upstreamFor } from "./upstream.ts";
 
 /**
  * One inference request, as the steps it goes through:
  *
- *   caller (401) → body (413, 400) → model (404, 403) → band (400, 403)
- *   → the key's ledger (401, 429) → admission by the model's pool (429,
- *   503; the queue) → proxy (retries, fallbacks; 503, 504, the engine's)
- *   → charge and release, after the response, in waitUntil.
+ *   caller (401) → body (413, 415, 400) → model (404, 403) → band (400,
+ *   403) → the key's ledger (401; 429 for RPM/TPM/budget, or for running
+ *   requests that may spend what is left) → admission by the model's pool
+ *   (429, 503; the queue) → proxy (retries, fallbacks; 503, 504, the
+ *   engine's) → charge and release, after the response, in waitUntil.
  *
  * Nothing reaches an engine before every check before it has passed. Each
  * step is a function of its own below, in that order.
@@ -36,7 +38,7 @@ function newRequestId(): string {
 
 async function body(c: Ctx, schema: Schema, config: EdgeConfig) {
   const bytes = await readBodyLimited(c.req.raw, config.settings.max_body_bytes);
-  return validate(schema, parseJsonBody(bytes));
+  return { reqBody: validate(schema, parseJsonBody(bytes)), size: bytes.byteLength };
 }
 
 /** The canonical model and its fallbacks, if the key may use it. */
@@ -107,10 +109,15 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const config = cfg instanceof Promise ? await cfg : cfg;
       const k = caller(c);
       const key = k instanceof Promise ? await k : k;
-      const reqBody = await body(c, schema, config);
+      const { reqBody, size } = await body(c, schema, config);
       const { chain } = model(config.table, reqBody.model, key);
       const b = band(c, key, config);
-      await admitKey(c.env, key);
+      const generates = apiPath !== "/v1/embeddings";
+      await admitKey(
+        c.env,
+        key,
+        reservationFor(requestId, reqBody, size, generates, config.settings.timeouts.total),
+      );
       const plan = admission(c, config, requestId, key, b.name, chain, reqBody, apiPath);
       // Registered before the pool or an engine is asked: every request the
       // ledger admitted is charged once (failures for 0 tokens) and every
@@ -122,7 +129,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       });
       c.executionCtx.waitUntil(
         finished
-          .then((o) => Promise.all([plan.settle(), charge(c.env, key, o)]))
+          .then((o) => Promise.all([plan.settle(), charge(c.env, key, requestId, o)]))
           .catch((err) => console.error("charging or releasing failed", requestId, err)),
       );
       try {

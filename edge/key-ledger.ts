@@ -3,22 +3,28 @@ import type { ChargeBatch } from "./charge.ts";
 import type { Env } from "./env.ts";
 import type { KeyLimits } from "./key-rules.ts";
 import {
+  ADMIT_WAIT_MS,
   type AdmitResult,
   admit,
   type BudgetState,
   budgetPeriodStart,
+  reservesTokens,
   SlidingWindow,
+  waitBeforeRetry,
 } from "./rate-window.ts";
+import { OpenReservations, type Reservation, type ReservationRequest } from "./reservations.ts";
 
 /**
  * One per API key (named by the key id): the strongly consistent place for
  * what must not drift between edge locations — the revoked flag, RPM/TPM
  * windows, the budget, and durable usage totals.
  *
- * A thin shell: the rules are in rate-window.ts. Windows live in memory
- * (if the object is evicted they restart empty, which only ever errs toward
- * admitting); totals, budget use, the revoked flag and the set of charged
- * batch ids are in SQLite.
+ * A thin shell: the rules are in rate-window.ts and reservations.ts.
+ * Windows live in memory (if the object is evicted they restart empty,
+ * which only ever errs toward admitting); totals, budget use, the revoked
+ * flag, the set of charged batch ids and the open reservations are in
+ * SQLite — a reservation must outlive an eviction during a long request,
+ * or the next admission would not see it.
  */
 export interface UsageTotals {
   requests: number;
@@ -39,6 +45,9 @@ export class KeyLedger extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private readonly requests = new SlidingWindow();
   private readonly tokens = new SlidingWindow();
+  private readonly holds: OpenReservations;
+  /** Admissions waiting for a reservation to close; woken in arrival order. */
+  private readonly waiters = new Set<() => void>();
   private charges = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -53,7 +62,16 @@ export class KeyLedger extends DurableObject<Env> {
         revoked INTEGER NOT NULL
       );
       INSERT OR IGNORE INTO totals VALUES (1, 0, 0, 0, 0, 0, 0, 0);
+      CREATE TABLE IF NOT EXISTS reservations (
+        id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL
+      );
     `);
+    this.holds = new OpenReservations(
+      this.sql
+        .exec("SELECT id, tokens, expires_at FROM reservations")
+        .toArray()
+        .map((r) => ({ id: String(r.id), tokens: Number(r.tokens), expiresAt: Number(r.expires_at) })),
+    );
   }
 
   private row(): Record<string, number> {
@@ -65,20 +83,69 @@ export class KeyLedger extends DurableObject<Env> {
     return { periodStart: r.budget_period_start!, used: r.budget_used! };
   }
 
-  /** Called before a request is sent anywhere; counts it against RPM when admitted. */
-  async admit(limits: KeyLimits): Promise<AdmitResult> {
-    const now = Date.now();
-    if (this.row().revoked) return { ok: false, reason: "revoked" };
-    const r = admit(limits, this.requests, this.tokens, this.budget(), now);
-    if (r.ok) this.requests.add(now, 1);
-    return r;
+  /**
+   * Called before a request is sent anywhere; counts it against RPM when
+   * admitted, and for TPM and budget keys holds `hold.tokens` until the
+   * charge that names `hold.id` lands. When only what is running could
+   * have reached a limit, waits (at most ADMIT_WAIT_MS) for charges and
+   * decides again.
+   */
+  async admit(limits: KeyLimits, hold: ReservationRequest): Promise<AdmitResult> {
+    const deadline = Date.now() + ADMIT_WAIT_MS;
+    for (;;) {
+      const now = Date.now();
+      if (this.row().revoked) return { ok: false, reason: "revoked" };
+      if (this.holds.expire(now) > 0) this.sql.exec("DELETE FROM reservations WHERE expires_at <= ?", now);
+      const r = admit(
+        limits,
+        {
+          requests: this.requests,
+          tokens: this.tokens,
+          budget: this.budget(),
+          reserved: this.holds.tokens(),
+        },
+        now,
+      );
+      if (r.ok) {
+        this.requests.add(now, 1);
+        if (reservesTokens(limits))
+          this.reserve({ id: hold.id, tokens: hold.tokens, expiresAt: now + hold.ttlMs });
+        return r;
+      }
+      const wait = waitBeforeRetry(r, now, deadline, this.holds.nextExpiry());
+      if (wait === undefined) return r;
+      await this.nextChange(wait);
+    }
+  }
+
+  private reserve(r: Reservation): void {
+    this.sql.exec(
+      "INSERT OR REPLACE INTO reservations (id, tokens, expires_at) VALUES (?, ?, ?)",
+      r.id,
+      r.tokens,
+      r.expiresAt,
+    );
+    this.holds.open(r);
+  }
+
+  /** Resolves when a reservation closes or after `ms`, whichever is first. */
+  private nextChange(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.waiters.add(done);
+    });
   }
 
   /**
    * Charges one batch of finished requests (charge-batcher.ts), once: a
    * second call with the same batch id is a no-op, so the caller may retry
    * the call safely. One row and one update per batch, however many
-   * requests it holds.
+   * requests it holds; the batch also closes its requests' reservations.
    */
   async charge(batch: ChargeBatch, budgetPeriodMs: number): Promise<{ charged: boolean }> {
     const now = Date.now();
@@ -113,10 +180,20 @@ export class KeyLedger extends DurableObject<Env> {
         start,
       );
       this.tokens.add(now, tokens);
+      if (batch.closes.length > 0) {
+        this.sql.exec(
+          "DELETE FROM reservations WHERE id IN (SELECT value FROM json_each(?))",
+          JSON.stringify(batch.closes),
+        );
+      }
       if (++this.charges % 1000 === 0) {
         this.sql.exec("DELETE FROM charge_batches WHERE at < ?", now - CHARGE_ID_RETENTION_MS);
       }
     });
+    if (!charged) return { charged };
+    // Only once the transaction has committed, so memory never runs ahead of SQLite.
+    for (const id of batch.closes) this.holds.close(id);
+    for (const wake of [...this.waiters]) wake();
     return { charged };
   }
 
@@ -137,5 +214,6 @@ export class KeyLedger extends DurableObject<Env> {
   /** Takes effect for the very next admission, wherever it comes from. */
   async revoke(): Promise<void> {
     this.sql.exec("UPDATE totals SET revoked = 1 WHERE id = 1");
+    for (const wake of [...this.waiters]) wake();
   }
 }

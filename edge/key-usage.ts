@@ -2,8 +2,9 @@ import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
 import type { Env } from "./env.ts";
 import { type KeyRecord, limitsOf } from "./key-rules.ts";
-import { errors } from "./openai-errors.ts";
+import { refusal } from "./openai-errors.ts";
 import type { Outcome } from "./proxy.ts";
+import type { ReservationRequest } from "./reservations.ts";
 
 /**
  * A key's limits before a request and its charge after: the two places a
@@ -19,23 +20,15 @@ function hasLimits(key: KeyRecord): boolean {
   return key.rpm > 0 || key.tpm > 0 || (key.budget_tokens > 0 && key.budget_period_ms > 0);
 }
 
-/** Refuses the request if the key is revoked, over RPM/TPM, or out of budget. */
-export async function admitKey(env: Env, key: KeyRecord): Promise<void> {
+/**
+ * Refuses the request if the key is revoked, over RPM/TPM, out of budget,
+ * or if its running requests may spend what is left; otherwise the ledger
+ * holds `reservation` until the request's charge closes it.
+ */
+export async function admitKey(env: Env, key: KeyRecord, reservation: ReservationRequest): Promise<void> {
   if (!hasLimits(key)) return;
-  const adm = await ledgerOf(env, key.id).admit(limitsOf(key));
-  if (adm.ok) return;
-  if (adm.reason === "revoked") throw errors.unauthorized("This API key has been revoked.");
-  if (adm.reason === "budget") {
-    throw errors.quotaExhausted(
-      `You exceeded this key's token budget (${adm.limit} tokens per period).`,
-      adm.retryAfterMs,
-    );
-  }
-  throw errors.rateLimited(
-    `Rate limit reached: ${adm.limit} ${adm.reason === "rpm" ? "requests" : "tokens"} per minute.`,
-    "rate_limit_exceeded",
-    adm.retryAfterMs,
-  );
+  const adm = await ledgerOf(env, key.id).admit(limitsOf(key), reservation);
+  if (!adm.ok) throw refusal(adm);
 }
 
 interface PendingCharge {
@@ -63,7 +56,7 @@ const limitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 10);
 const unlimitedCharges = new ChargeBatcher<PendingCharge>(flushCharges, 1_000);
 
 /** Charges what the request used, once: every admitted request, failed ones for 0 tokens. */
-export function charge(env: Env, key: KeyRecord, o: Outcome | undefined): Promise<void> {
+export function charge(env: Env, key: KeyRecord, requestId: string, o: Outcome | undefined): Promise<void> {
   return (hasLimits(key) ? limitedCharges : unlimitedCharges).add(key.id, {
     env,
     periodMs: key.budget_period_ms,
@@ -71,6 +64,7 @@ export function charge(env: Env, key: KeyRecord, o: Outcome | undefined): Promis
       prompt_tokens: o?.usage?.prompt_tokens ?? 0,
       completion_tokens: o?.usage?.completion_tokens ?? 0,
       partial: o !== undefined && !o.completed && o.status < 400,
+      reservation: hasLimits(key) ? requestId : undefined,
     },
   });
 }

@@ -1,3 +1,5 @@
+import type { AdmitRefusal } from "./rate-window.ts";
+
 /**
  * Every error the edge returns has OpenAI's shape,
  * `{"error":{"message","type","param","code"}}`, because clients (the
@@ -72,13 +74,22 @@ export const errors = {
   notFound: (message: string) => new ApiError(404, message, "invalid_request_error", "not_found"),
   methodNotAllowed: (message: string) =>
     new ApiError(405, message, "invalid_request_error", "method_not_allowed"),
-  tooLarge: (limit: number) =>
+  tooLarge: (limit: number, decoded = false) =>
     new ApiError(
       413,
-      `Request body is larger than the limit of ${limit} bytes.`,
+      `Request body is larger than the limit of ${limit} bytes${decoded ? " once decoded" : ""}.`,
       "invalid_request_error",
       "request_too_large",
     ),
+  unsupportedEncoding: (encoding: string) =>
+    new ApiError(
+      415,
+      `Content-Encoding \`${encoding.slice(0, 64)}\` is not supported; send the body unencoded, or encoded with gzip or deflate.`,
+      "invalid_request_error",
+      "unsupported_content_encoding",
+    ),
+  badEncoding: (encoding: string) =>
+    errors.invalid(`The request body is not valid ${encoding} data.`, null, "invalid_content_encoding"),
   rateLimited: (message: string, code: string, retryAfterMs: number) =>
     new ApiError(429, message, "rate_limit_error", code, null, retryAfterHeaders(retryAfterMs)),
   // The budget is spent: retrying within the period cannot succeed, so tell
@@ -93,6 +104,37 @@ export const errors = {
   timeout: (message: string, code: string) => new ApiError(504, message, "timeout_error", code),
   internal: (message: string) => new ApiError(500, message, "server_error", "internal_error"),
 };
+
+/** A key ledger's refusal (rate-window.ts) as the error the client gets. */
+export function refusal(r: AdmitRefusal): ApiError {
+  switch (r.reason) {
+    case "revoked":
+      return errors.unauthorized("This API key has been revoked.");
+    case "budget":
+      return errors.quotaExhausted(
+        `You exceeded this key's token budget (${r.limit} tokens per period).`,
+        r.retryAfterMs,
+      );
+    case "pending":
+      return r.of === "budget"
+        ? errors.rateLimited(
+            `This key's requests still running may use the rest of its token budget (${r.limit} tokens per period); retry once they have finished.`,
+            "budget_pending",
+            r.retryAfterMs,
+          )
+        : errors.rateLimited(
+            `This key's requests still running may reach its limit of ${r.limit} tokens per minute; retry once they have finished.`,
+            "rate_limit_exceeded",
+            r.retryAfterMs,
+          );
+    default:
+      return errors.rateLimited(
+        `Rate limit reached: ${r.limit} ${r.reason === "rpm" ? "requests" : "tokens"} per minute.`,
+        "rate_limit_exceeded",
+        r.retryAfterMs,
+      );
+  }
+}
 
 function asString(v: unknown): string | null {
   if (typeof v === "string") return v;

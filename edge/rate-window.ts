@@ -59,12 +59,45 @@ export class SlidingWindow {
 export type AdmitResult =
   | { ok: true }
   | { ok: false; reason: "revoked" }
-  | { ok: false; reason: "rpm" | "tpm" | "budget"; retryAfterMs: number; limit: number };
+  | { ok: false; reason: "rpm" | "tpm" | "budget"; retryAfterMs: number; limit: number }
+  | {
+      ok: false;
+      /** What is charged is under the limit, but what is running could reach it. */
+      reason: "pending";
+      of: "budget" | "tpm";
+      retryAfterMs: number;
+      limit: number;
+    };
+
+export type AdmitRefusal = Exclude<AdmitResult, { ok: true }>;
 
 export interface BudgetState {
   periodStart: number;
   used: number;
 }
+
+/** What a key's ledger knows at an admission. */
+export interface LedgerView {
+  /** Requests admitted, per second of the last minute. */
+  requests: SlidingWindow;
+  /** Tokens charged, per second of the last minute. */
+  tokens: SlidingWindow;
+  budget: BudgetState;
+  /** Tokens held by open reservations: admitted requests whose charge has not landed (reservations.ts). */
+  reserved: number;
+}
+
+/**
+ * How long an admission may wait for running requests' charges before it
+ * gives up with a `pending` refusal. A request that ended is charged within
+ * tens of milliseconds (charge-batcher), so back-to-back requests are
+ * decided on what the previous one really used; a request still running
+ * longer than this makes the next one retry instead.
+ */
+export const ADMIT_WAIT_MS = 2_000;
+
+/** Retry-After of a `pending` refusal: when running requests may have ended. */
+export const PENDING_RETRY_MS = 1_000;
 
 /** Fixed budget periods aligned to the epoch, so every isolate and the ledger agree on them. */
 export function budgetPeriodStart(now: number, periodMs: number): number {
@@ -73,45 +106,85 @@ export function budgetPeriodStart(now: number, periodMs: number): number {
 
 /**
  * Whether a request may start. RPM counts requests admitted in the last
- * minute; TPM and the budget count tokens already charged, because a
- * request's tokens are known only at its end. So the request that crosses a
- * limit completes and the next one is refused — concurrent requests can
- * overshoot by what they generate together.
+ * minute. TPM and the budget count tokens charged, and the tokens reserved
+ * for requests admitted but not yet charged. A request is admitted while
+ * what is charged plus what is reserved is under the limit: even if every
+ * running request used all it reserved, the limit would not have been
+ * crossed before this one started. So the request that crosses a limit
+ * completes, and nothing starts after it — even before its charge lands.
+ *
+ * The refusals: `budget`/`rpm`/`tpm` when what is charged (or admitted) has
+ * reached the limit; `pending` when only the reservations could reach it —
+ * the ledger then waits for charges (waitBeforeRetry) and decides again.
  */
-export function admit(
-  limits: KeyLimits,
-  requests: SlidingWindow,
-  tokens: SlidingWindow,
-  budget: BudgetState,
-  now: number,
-): AdmitResult {
-  if (limits.budgetTokens > 0 && limits.budgetPeriodMs > 0) {
-    const start = budgetPeriodStart(now, limits.budgetPeriodMs);
-    const used = budget.periodStart === start ? budget.used : 0;
-    if (used >= limits.budgetTokens) {
-      return {
-        ok: false,
-        reason: "budget",
-        retryAfterMs: start + limits.budgetPeriodMs - now,
-        limit: limits.budgetTokens,
-      };
-    }
+export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitResult {
+  const hasBudget = limits.budgetTokens > 0 && limits.budgetPeriodMs > 0;
+  const start = budgetPeriodStart(now, limits.budgetPeriodMs);
+  const spent = hasBudget && view.budget.periodStart === start ? view.budget.used : 0;
+  if (hasBudget && spent >= limits.budgetTokens) {
+    return {
+      ok: false,
+      reason: "budget",
+      retryAfterMs: start + limits.budgetPeriodMs - now,
+      limit: limits.budgetTokens,
+    };
   }
-  if (limits.rpm > 0 && requests.sum(now) >= limits.rpm) {
+  if (limits.rpm > 0 && view.requests.sum(now) >= limits.rpm) {
     return {
       ok: false,
       reason: "rpm",
-      retryAfterMs: Math.max(1, requests.msUntilAtMost(now, limits.rpm - 1)),
+      retryAfterMs: Math.max(1, view.requests.msUntilAtMost(now, limits.rpm - 1)),
       limit: limits.rpm,
     };
   }
-  if (limits.tpm > 0 && tokens.sum(now) >= limits.tpm) {
+  const perMinute = limits.tpm > 0 ? view.tokens.sum(now) : 0;
+  // The window must free enough that what it still holds plus what is
+  // reserved is under the limit.
+  const tpmFree = () =>
+    Math.max(1, view.tokens.msUntilAtMost(now, Math.max(0, limits.tpm - 1 - view.reserved)));
+  if (limits.tpm > 0 && perMinute >= limits.tpm) {
+    return { ok: false, reason: "tpm", retryAfterMs: tpmFree(), limit: limits.tpm };
+  }
+  if (hasBudget && spent + view.reserved >= limits.budgetTokens) {
     return {
       ok: false,
-      reason: "tpm",
-      retryAfterMs: Math.max(1, tokens.msUntilAtMost(now, limits.tpm - 1)),
+      reason: "pending",
+      of: "budget",
+      retryAfterMs: PENDING_RETRY_MS,
+      limit: limits.budgetTokens,
+    };
+  }
+  if (limits.tpm > 0 && perMinute + view.reserved >= limits.tpm) {
+    return {
+      ok: false,
+      reason: "pending",
+      of: "tpm",
+      retryAfterMs: view.reserved < limits.tpm ? Math.min(PENDING_RETRY_MS, tpmFree()) : PENDING_RETRY_MS,
       limit: limits.tpm,
     };
   }
   return { ok: true };
+}
+
+/** Whether a key's admissions hold reservations: only TPM and the budget count tokens. */
+export function reservesTokens(limits: KeyLimits): boolean {
+  return limits.tpm > 0 || (limits.budgetTokens > 0 && limits.budgetPeriodMs > 0);
+}
+
+/**
+ * How long to wait before deciding a refused admission again, or undefined
+ * to answer it now. Only a `pending` refusal waits, and only until the
+ * deadline: until a reservation closes (the ledger wakes the wait early),
+ * the next one expires, or the refusal's own retry time — a TPM window
+ * sliding — comes round.
+ */
+export function waitBeforeRetry(
+  r: AdmitRefusal,
+  now: number,
+  deadline: number,
+  nextExpiry: number | undefined,
+): number | undefined {
+  if (r.reason !== "pending" || now >= deadline) return undefined;
+  const until = Math.min(deadline, now + r.retryAfterMs, nextExpiry ?? Number.POSITIVE_INFINITY);
+  return Math.max(1, until - now);
 }

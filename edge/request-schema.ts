@@ -88,11 +88,30 @@ export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
 }
 
 /**
+ * The body encodings the edge decodes: those workerd's DecompressionStream
+ * supports (`br` and `zstd` it does not). `x-gzip` is gzip's old name.
+ */
+const DECODABLE: Record<string, "gzip" | "deflate"> = { gzip: "gzip", "x-gzip": "gzip", deflate: "deflate" };
+
+/** The decompression a Content-Encoding calls for, null for none; anything else is a 415. */
+function decodingOf(header: string | null): "gzip" | "deflate" | null {
+  const encoding = header?.trim().toLowerCase() ?? "";
+  if (encoding === "" || encoding === "identity") return null;
+  const format = DECODABLE[encoding];
+  if (!format) throw errors.unsupportedEncoding(header!.trim());
+  return format;
+}
+
+/**
  * Reads at most `limit` bytes. Content-Length is checked first so a large
  * upload is refused before a byte is read; a chunked body (no length) is
- * counted as it arrives and cut off at the limit.
+ * counted as it arrives and cut off at the limit. A gzip or deflate body is
+ * decoded, and the limit holds for the decoded bytes too: decoding stops at
+ * the first byte past it, so a small body that inflates to gigabytes costs
+ * no more memory than one at the limit.
  */
 export async function readBodyLimited(req: Request, limit: number): Promise<Uint8Array> {
+  const format = decodingOf(req.headers.get("content-encoding"));
   const declared = req.headers.get("content-length");
   if (declared !== null) {
     const n = Number(declared);
@@ -102,8 +121,24 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
   if (!req.body) return new Uint8Array(0);
   // A declared length the runtime enforces (a body cannot run past its
   // Content-Length), so one native read replaces the chunk loop.
-  if (declared !== null) return new Uint8Array(await req.arrayBuffer());
-  const reader = req.body.getReader();
+  const raw =
+    declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+  if (format === null) return raw;
+  const decoded = new Response(raw).body!.pipeThrough(new DecompressionStream(format));
+  try {
+    return await readLimited(decoded, limit, true);
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    throw errors.badEncoding(req.headers.get("content-encoding")!.trim().toLowerCase());
+  }
+}
+
+async function readLimited(
+  body: ReadableStream<Uint8Array>,
+  limit: number,
+  decoded: boolean,
+): Promise<Uint8Array> {
+  const reader = body.getReader();
   const parts: Uint8Array[] = [];
   let size = 0;
   for (;;) {
@@ -112,7 +147,7 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
     size += value.byteLength;
     if (size > limit) {
       await reader.cancel().catch(() => {});
-      throw errors.tooLarge(limit);
+      throw errors.tooLarge(limit, decoded);
     }
     parts.push(value);
   }

@@ -145,7 +145,10 @@ export function promptTokenizer(): (messages: readonly SimMessage[]) => number[]
       let f = frame.get(m.role);
       if (!f) {
         const t = chatPromptTokens([{ role: m.role, content: "" }]);
-        f = { head: t.slice(1, t.length - generation.length - 1), tail: t[t.length - generation.length - 1]! };
+        f = {
+          head: t.slice(1, t.length - generation.length - 1),
+          tail: t[t.length - generation.length - 1]!,
+        };
         frame.set(m.role, f);
       }
       let body = cache.get(m.content);
@@ -183,7 +186,14 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
   const byId = new Map(engines.map((e) => [e.id, e]));
   pool.setEndpoints(
     1,
-    engines.map((e) => ({ id: e.id, url: `http://${e.id}`, pool: "default", priority: 0, weight: 1, via: "direct" })),
+    engines.map((e) => ({
+      id: e.id,
+      url: `http://${e.id}`,
+      pool: "default",
+      priority: 0,
+      weight: 1,
+      via: "direct",
+    })),
     0,
   );
   const tokens = promptTokenizer();
@@ -293,8 +303,15 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
   engines.forEach((e, i) => {
     const scrape = () => {
       const g = e.core.gauges();
-      pending.push({ endpoint: e.id, at: tl.now, waiting: g.waiting, running: g.running, kvUsage: g.kvUsage });
-      if (tl.now < lastArrival || results.size < requests.length || open > 0) tl.at(tl.now + scrapeMs, scrape);
+      pending.push({
+        endpoint: e.id,
+        at: tl.now,
+        waiting: g.waiting,
+        running: g.running,
+        kvUsage: g.kvUsage,
+      });
+      if (tl.now < lastArrival || results.size < requests.length || open > 0)
+        tl.at(tl.now + scrapeMs, scrape);
     };
     tl.at((scrapeMs * i) / engines.length, scrape);
   });

@@ -173,7 +173,8 @@ function byPrefix(
     let warm: Candidate | undefined;
     for (const id of level.endpoints) {
       const c = byId.get(id)!;
-      if (!warm || c.pressure < warm.pressure || (c.pressure === warm.pressure && c.score < warm.score)) warm = c;
+      if (!warm || c.pressure < warm.pressure || (c.pressure === warm.pressure && c.score < warm.score))
+        warm = c;
     }
     if (warm && withinGuard(warm, least, ctx.sessionLoadFactor)) return [warm, level.blocks];
   }

@@ -1,3 +1,4 @@
+import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   createKey,
@@ -33,6 +34,8 @@ interface Case {
   body?: unknown;
   /** Send the body chunked, without Content-Length. */
   chunked?: boolean;
+  /** The bytes sent, in place of `body`'s (for encoded bodies; set Content-Encoding in `headers`). */
+  bytes?: Uint8Array;
 }
 
 interface Keys {
@@ -201,6 +204,57 @@ const CASES: Case[] = [
     code: "request_too_large",
   },
   { name: "oversized non-JSON body", body: "y".repeat(LIMIT + 1), status: 413 },
+  // Encoded bodies: decoded within the limit, or refused
+  {
+    name: "gzip bomb (10 KB that inflates to 20 MB)",
+    headers: { "content-encoding": "gzip" },
+    bytes: gzipSync(Buffer.alloc(20_000_000, " ")),
+    status: 413,
+    code: "request_too_large",
+  },
+  {
+    name: "chunked deflate bomb",
+    headers: { "content-encoding": "deflate" },
+    bytes: deflateSync(Buffer.alloc(20_000_000, " ")),
+    chunked: true,
+    status: 413,
+    code: "request_too_large",
+  },
+  {
+    name: "brotli body",
+    headers: { "content-encoding": "br" },
+    bytes: brotliCompressSync(JSON.stringify(chat({}))),
+    status: 415,
+    code: "unsupported_content_encoding",
+  },
+  {
+    name: "two encodings",
+    headers: { "content-encoding": "gzip, gzip" },
+    bytes: gzipSync(gzipSync(JSON.stringify(chat({})))),
+    status: 415,
+    code: "unsupported_content_encoding",
+  },
+  {
+    name: "raw deflate labelled deflate",
+    headers: { "content-encoding": "deflate" },
+    bytes: deflateRawSync(JSON.stringify(chat({}))),
+    status: 400,
+    code: "invalid_content_encoding",
+  },
+  {
+    name: "gzip header, plain body",
+    headers: { "content-encoding": "gzip" },
+    body: chat({}),
+    status: 400,
+    code: "invalid_content_encoding",
+  },
+  {
+    name: "gzip of a body that is not JSON",
+    headers: { "content-encoding": "gzip" },
+    bytes: gzipSync("{model: alpha"),
+    status: 400,
+    code: "invalid_json",
+  },
   // Routes
   { name: "unknown path", path: "/v1/nothing", body: chat({}), status: 404 },
   { name: "GET on a POST route", method: "GET", body: undefined, status: 405 },
@@ -241,9 +295,10 @@ describe("malformed requests", () => {
           : c.auth;
     if (auth !== null) headers.authorization = auth;
     let body: BodyInit | undefined;
-    if (c.body !== undefined) {
-      let bytes: Uint8Array<ArrayBuffer> =
-        typeof c.body === "string"
+    if (c.body !== undefined || c.bytes) {
+      let bytes: Uint8Array<ArrayBuffer> = c.bytes
+        ? new Uint8Array(c.bytes)
+        : typeof c.body === "string"
           ? new TextEncoder().encode(c.body)
           : new TextEncoder().encode(JSON.stringify(c.body));
       if (c.body === "\u0000INVALID_UTF8\u0000") bytes = new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]);
@@ -301,5 +356,32 @@ describe("malformed requests", () => {
     expect(ok.status).toBe(200);
     await ok.text();
     expect((await engineCounters(sim)).prompt).toBeGreaterThan(before.prompt);
+  });
+
+  it("decodes gzip and deflate bodies, up to the limit once decoded", async () => {
+    const json = (extra: Record<string, unknown>) =>
+      Buffer.from(JSON.stringify(chat({ max_tokens: 2, ...extra })));
+    const sent: [string, Uint8Array, boolean][] = [
+      ["gzip", gzipSync(json({})), false],
+      ["x-gzip", gzipSync(json({})), false],
+      ["DEFLATE", deflateSync(json({})), false],
+      ["gzip", gzipSync(json({})), true],
+      ["identity", json({}), false],
+      // Compressed to a few hundred bytes, decoded just under the limit.
+      ["gzip", gzipSync(json({ pad: "x".repeat(LIMIT - 200) })), false],
+    ];
+    for (const [encoding, bytes, chunked] of sent) {
+      const before = await engineCounters(sim);
+      const res = await send({
+        name: encoding,
+        status: 200,
+        headers: { "content-encoding": encoding },
+        bytes,
+        chunked,
+      });
+      expect(res.status, `${encoding}${chunked ? " chunked" : ""}: ${await res.clone().text()}`).toBe(200);
+      expect((await res.json()).choices[0].message.content).toBeTypeOf("string");
+      expect((await engineCounters(sim)).finished).toBe(before.finished + 1);
+    }
   });
 });

@@ -7,7 +7,23 @@ import { sumCharges } from "../../edge/charge.ts";
 import { ChargeBatcher } from "../../edge/charge-batcher.ts";
 import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "../../edge/key-rules.ts";
 import { ApiError, normaliseEngineError } from "../../edge/openai-errors.ts";
-import { admit, budgetPeriodStart, SlidingWindow } from "../../edge/rate-window.ts";
+import {
+  ADMIT_WAIT_MS,
+  admit,
+  budgetPeriodStart,
+  type LedgerView,
+  PENDING_RETRY_MS,
+  reservesTokens,
+  SlidingWindow,
+  waitBeforeRetry,
+} from "../../edge/rate-window.ts";
+import {
+  estimateTokens,
+  OPEN_ENDED_COMPLETION_TOKENS,
+  OpenReservations,
+  RESERVATION_GRACE_MS,
+  reservationFor,
+} from "../../edge/reservations.ts";
 import { POLL_MS, RevocationWatch } from "../../edge/revocation-watch.ts";
 import { sha256Hex } from "../../edge/sha256.ts";
 import { SseSplitter, StreamUsage } from "../../edge/sse-usage.ts";
@@ -83,26 +99,127 @@ describe("SSE usage", () => {
 
 describe("rate windows and admission", () => {
   const limits = { rpm: 2, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0 };
+  const view = (v: Partial<LedgerView> = {}): LedgerView => ({
+    requests: new SlidingWindow(),
+    tokens: new SlidingWindow(),
+    budget: { periodStart: 0, used: 0 },
+    reserved: 0,
+    ...v,
+  });
   it("refuses past RPM until the window slides, with a Retry-After", () => {
-    const req = new SlidingWindow();
-    const tok = new SlidingWindow();
-    const budget = { periodStart: 0, used: 0 };
-    req.add(1_000, 1);
-    req.add(30_500, 1);
-    const r = admit(limits, req, tok, budget, 31_000);
+    const v = view();
+    v.requests.add(1_000, 1);
+    v.requests.add(30_500, 1);
+    const r = admit(limits, v, 31_000);
     expect(r).toMatchObject({ ok: false, reason: "rpm" });
     if (!r.ok && r.reason === "rpm") expect(r.retryAfterMs).toBe(30_000);
-    expect(admit(limits, req, tok, budget, 61_000).ok).toBe(true);
+    expect(admit(limits, v, 61_000).ok).toBe(true);
+  });
+  it("says when the window frees enough for one request, to the millisecond of its one-second buckets", () => {
+    const v = view();
+    v.requests.add(10_250, 1);
+    v.requests.add(10_900, 1);
+    // Both in the bucket of second 10, which leaves the window at 70 s.
+    expect(admit(limits, v, 10_950)).toMatchObject({ reason: "rpm", retryAfterMs: 59_050 });
+    expect(admit(limits, v, 69_999)).toMatchObject({ reason: "rpm", retryAfterMs: 1 });
+    expect(admit(limits, v, 70_000).ok).toBe(true);
   });
   it("refuses past TPM and past the budget of the current period only", () => {
-    const req = new SlidingWindow();
-    const tok = new SlidingWindow();
-    tok.add(0, 150);
-    expect(admit(limits, req, tok, { periodStart: 0, used: 0 }, 10)).toMatchObject({ reason: "tpm" });
+    const v = view();
+    v.tokens.add(0, 150);
+    expect(admit(limits, v, 10)).toMatchObject({ reason: "tpm", retryAfterMs: 59_990 });
     const b = { rpm: 0, tpm: 0, budgetTokens: 10, budgetPeriodMs: 86_400_000 };
-    expect(admit(b, req, tok, { periodStart: 0, used: 10 }, 1000)).toMatchObject({ reason: "budget" });
-    expect(admit(b, req, tok, { periodStart: 0, used: 10 }, 86_400_001).ok).toBe(true);
+    const spent = view({ budget: { periodStart: 0, used: 10 } });
+    expect(admit(b, spent, 1000)).toMatchObject({ reason: "budget", retryAfterMs: 86_399_000 });
+    expect(admit(b, spent, 86_400_001).ok).toBe(true);
     expect(budgetPeriodStart(86_400_001, 86_400_000)).toBe(86_400_000);
+  });
+  it("admits a budget key while charged plus reserved is under the budget, so only the crossing request runs past it", () => {
+    const b = { rpm: 0, tpm: 0, budgetTokens: 30, budgetPeriodMs: 86_400_000 };
+    const at = (used: number, reserved: number) =>
+      admit(b, view({ budget: { periodStart: 0, used }, reserved }), 1_000);
+    expect(at(0, 0).ok).toBe(true);
+    // The first request (reserved 29) may not have crossed: the second is admitted.
+    expect(at(0, 29).ok).toBe(true);
+    // Reservations that could reach the budget: decided once they are charged.
+    expect(at(0, 30)).toMatchObject({
+      ok: false,
+      reason: "pending",
+      of: "budget",
+      retryAfterMs: PENDING_RETRY_MS,
+    });
+    expect(at(19, 11)).toMatchObject({ reason: "pending" });
+    // Charged 19 of 30, nothing running: the request that will cross starts.
+    expect(at(19, 0).ok).toBe(true);
+    // Charged 38: spent, whatever is running.
+    expect(at(38, 0)).toMatchObject({ reason: "budget" });
+    expect(at(38, 500)).toMatchObject({ reason: "budget" });
+  });
+  it("counts reservations against TPM, and its Retry-After waits for the window to free room beside them", () => {
+    const t = { rpm: 0, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0 };
+    const v = view({ reserved: 40 });
+    v.tokens.add(5_000, 30);
+    v.tokens.add(20_000, 40);
+    // 70 charged + 40 running ≥ 100: pending; the window frees room for 40 when second 5 leaves it.
+    expect(admit(t, v, 21_000)).toMatchObject({
+      reason: "pending",
+      of: "tpm",
+      retryAfterMs: PENDING_RETRY_MS,
+    });
+    expect(admit(t, v, 64_500)).toMatchObject({ reason: "pending", retryAfterMs: 500 });
+    expect(admit(t, v, 65_000).ok).toBe(true);
+    v.tokens.add(21_000, 40);
+    // 110 charged: refused outright, until 70 − 60 ≤ 100 − 1 − 40: second 20 leaves at 80 s.
+    expect(admit(t, v, 22_000)).toMatchObject({ reason: "tpm", retryAfterMs: 58_000 });
+  });
+  it("holds reservations only for TPM and budget keys", () => {
+    expect(reservesTokens({ rpm: 5, tpm: 0, budgetTokens: 0, budgetPeriodMs: 0 })).toBe(false);
+    expect(reservesTokens({ rpm: 0, tpm: 5, budgetTokens: 0, budgetPeriodMs: 0 })).toBe(true);
+    expect(reservesTokens({ rpm: 0, tpm: 0, budgetTokens: 5, budgetPeriodMs: 1 })).toBe(true);
+  });
+  it("waits for a pending decision until a reservation closes or expires, its retry time, or the deadline", () => {
+    const pending = { ok: false, reason: "pending", of: "budget", retryAfterMs: 1_000, limit: 30 } as const;
+    expect(waitBeforeRetry(pending, 0, ADMIT_WAIT_MS, undefined)).toBe(1_000);
+    expect(waitBeforeRetry(pending, 0, 300, undefined)).toBe(300);
+    expect(waitBeforeRetry(pending, 0, ADMIT_WAIT_MS, 50)).toBe(50);
+    expect(waitBeforeRetry(pending, 0, ADMIT_WAIT_MS, -5)).toBe(1);
+    expect(waitBeforeRetry(pending, ADMIT_WAIT_MS, ADMIT_WAIT_MS, undefined)).toBeUndefined();
+    const spent = { ok: false, reason: "budget", retryAfterMs: 1_000, limit: 30 } as const;
+    expect(waitBeforeRetry(spent, 0, ADMIT_WAIT_MS, undefined)).toBeUndefined();
+  });
+});
+
+describe("reservations", () => {
+  it("bounds a request by its body bytes plus n × max_tokens, or assumes OPEN_ENDED_COMPLETION_TOKENS", () => {
+    expect(estimateTokens({ max_tokens: 8 }, 100, true)).toBe(108);
+    expect(estimateTokens({ max_tokens: 8, n: 3 }, 100, true)).toBe(124);
+    expect(estimateTokens({ max_tokens: 8, max_completion_tokens: 20 }, 100, true)).toBe(120);
+    expect(estimateTokens({ max_tokens: 30, max_completion_tokens: 20 }, 100, true)).toBe(130);
+    expect(estimateTokens({}, 100, true)).toBe(100 + OPEN_ENDED_COMPLETION_TOKENS);
+    expect(estimateTokens({ max_tokens: null }, 100, true)).toBe(100 + OPEN_ENDED_COMPLETION_TOKENS);
+    // Embeddings: the prompt only.
+    expect(estimateTokens({ max_tokens: 8 }, 100, false)).toBe(100);
+    expect(reservationFor("req_1", { max_tokens: 8 }, 100, true, 1_800_000)).toEqual({
+      id: "req_1",
+      tokens: 108,
+      ttlMs: 1_800_000 + RESERVATION_GRACE_MS,
+    });
+  });
+  it("keeps the sum of what is open, closes each once, and expires what a dead Worker left", () => {
+    const r = new OpenReservations([{ id: "a", tokens: 10, expiresAt: 1_000 }]);
+    r.open({ id: "b", tokens: 5, expiresAt: 2_000 });
+    r.open({ id: "b", tokens: 7, expiresAt: 2_000 }); // reopened: replaced, not added twice
+    expect(r.tokens()).toBe(17);
+    expect(r.nextExpiry()).toBe(1_000);
+    expect(r.close("a")).toBe(true);
+    expect(r.close("a")).toBe(false);
+    expect(r.close("never")).toBe(false);
+    expect(r.tokens()).toBe(7);
+    expect(r.expire(1_999)).toBe(0);
+    expect(r.expire(2_000)).toBe(1);
+    expect(r.tokens()).toBe(0);
+    expect(r.size).toBe(0);
+    expect(r.nextExpiry()).toBeUndefined();
   });
 });
 
@@ -360,7 +477,17 @@ describe("sumCharges", () => {
       prompt_tokens: 17,
       completion_tokens: 8,
       partial_requests: 1,
+      closes: [],
     });
+  });
+  it("names the reservations its requests held", () => {
+    const c = (reservation?: string) => ({
+      prompt_tokens: 1,
+      completion_tokens: 1,
+      partial: false,
+      reservation,
+    });
+    expect(sumCharges("b2", [c("req_a"), c(), c("req_b")]).closes).toEqual(["req_a", "req_b"]);
   });
 });
 
