@@ -156,16 +156,16 @@ describe("PoolCore load and staleness", () => {
 });
 
 describe("PoolCore picking (chat)", () => {
-  it("session: sticks to its endpoint, and lets go when that endpoint is loaded past factor × the best", () => {
+  it("session: sticks to its endpoint, and lets go when it has factor × and three requests more than the pool's mean", () => {
     const p = pool(4, { scoring: { target_inflight: 100, session_load_factor: 1.25 } });
     const first = leaseOf(admit(p, req({ session: "s1" }), 0));
     expect(first.route).toBe("load");
-    for (let i = 0; i < 2; i++) {
+    // In flight on the pinned endpoint k (others 0): mean k/4; it stays while
+    // k ≤ max(1.25 × k/4, k/4 + 3), i.e. up to k = 4.
+    for (let i = 0; i < 4; i++) {
       const l = leaseOf(admit(p, req({ session: "s1" }), i));
       expect([l.endpoint.id, l.route]).toEqual([first.endpoint.id, "session"]);
     }
-    // Three in flight on the pinned endpoint, none elsewhere: over 1.25 × 0,
-    // and over the best by more than two requests.
     const moved = leaseOf(admit(p, req({ session: "s1" }), 5));
     expect(moved.endpoint.id).not.toBe(first.endpoint.id);
     expect(moved.route).toBe("load");
