@@ -323,7 +323,8 @@ let exitCode = 0;
 const tolerance = `±${TOLERANCE * 100} %`;
 console.log(
   "calibration: the latency model's defaults against published vLLM figures, Llama-3(.1)-8B on one H100\n" +
-    `(model: predict.ts on a virtual clock, the mean of ${RUNS} random workloads; ratio = model ÷ published)\n`,
+    `(model: predict.ts on a virtual clock, the mean of ${RUNS} draws where the workload is random;\n` +
+    " ratio = model ÷ published: < 1 is a model too fast for a latency, too slow for a throughput)\n",
 );
 const cal = calibration();
 console.log(
