@@ -262,7 +262,7 @@ export function fp8Weights(p: LatencyParams): LatencyParams {
   return { ...p, weightsReadMs: p.weightsReadMs * 0.5, computeUsPerToken: p.computeUsPerToken * 0.5 };
 }
 
-export function engineFor(setup: EngineSetup, params: LatencyParams): EngineCoreConfig {
+function engineFor(setup: EngineSetup, params: LatencyParams): EngineCoreConfig {
   const fp8 = setup.weights === "fp8";
   const m = H100_80GB_LLAMA_3_1_8B_MEMORY;
   // FP8 weights take half the memory, which leaves the KV cache the rest.
