@@ -1,8 +1,11 @@
 /**
- * `npm run bench:sim-engine`: is the sim engine the model it claims to be,
- * and is it cheap enough that a fleet benchmark measures the model rather
- * than the simulator?
+ * `npm run bench:sim-engine`: is the model true to published vLLM figures,
+ * is the sim engine the model it claims to be, and is it cheap enough that a
+ * fleet benchmark measures the model rather than the simulator?
  *
+ * 0. Calibration. Every published point in agent/sim-engine/calibration.ts
+ *    beside the model's figure for the same workload (virtual clock, a few
+ *    seconds). The bar: every V1-era point within ±20 %.
  * 1. Fidelity. A real engine process (default flags: Llama-3.1-8B on one
  *    H100) is driven by 1, 8 and 64 closed-loop streams of 1,000 prompt +
  *    128 output tokens (token-id prompts, so the model sees exactly the same
@@ -18,6 +21,14 @@
  * Env: SIM_BENCH_SPEED (fidelity speed, default 1), SIM_BENCH_COST_SECONDS (6).
  */
 import { Agent, request } from "node:http";
+import {
+  type CalibrationRow,
+  calibrate,
+  describeWorkload,
+  METRICS,
+  RUNS,
+  TOLERANCE,
+} from "../agent/sim-engine/calibration.ts";
 import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
 import { replayTrace, simulateClosedLoop, type TraceRequest } from "../agent/sim-engine/predict.ts";
 import { BOS } from "../agent/sim-engine/text.ts";
@@ -279,14 +290,52 @@ async function cost() {
   return { wall, cpu, cpuReported, streamed, generated, lag };
 }
 
+function calibration(): { rows: string[][]; workloads: string[]; v1: CalibrationRow[] } {
+  const results = calibrate();
+  const published = (v: number) => v.toLocaleString("en-US", { maximumFractionDigits: 2 });
+  const model = (v: number) => (v >= 100 ? Math.round(v).toLocaleString("en-US") : v.toPrecision(3));
+  return {
+    rows: results.map(({ point: p, model: m, ratio, within }) => {
+      const { label, unit } = METRICS[p.metric];
+      return [
+        p.id,
+        p.source,
+        p.setup,
+        `${label} ${published(p.published)} ${unit}`,
+        `${model(m)} ${unit}`,
+        ratio.toFixed(2),
+        p.era,
+        within ? "yes" : "no",
+      ];
+    }),
+    workloads: results.map(({ point: p }) => `  #${p.id}: ${describeWorkload(p)}`),
+    v1: results.filter((r) => r.point.era === "V1"),
+  };
+}
+
 function table(head: string[], rows: string[][]): string {
   const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const fmt = (r: string[]) => `| ${r.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`;
   return [fmt(head), `|${w.map((n) => "-".repeat(n + 2)).join("|")}|`, ...rows.map(fmt)].join("\n");
 }
 
-const main = await start(["--sim-speed", String(SPEED), "--seed", "1"]);
 let exitCode = 0;
+const tolerance = `±${TOLERANCE * 100} %`;
+console.log(
+  "calibration: the latency model's defaults against published vLLM figures, Llama-3(.1)-8B on one H100\n" +
+    `(model: predict.ts on a virtual clock, the mean of ${RUNS} draws where the workload is random;\n` +
+    " ratio = model ÷ published: < 1 is a model too fast for a latency, too slow for a throughput)\n",
+);
+const cal = calibration();
+console.log(
+  table(["#", "source", "setup", "published", "model", "ratio", "era", `within ${tolerance}`], cal.rows),
+);
+console.log(`\nwhat the model runs for each point:\n${cal.workloads.join("\n")}`);
+const v1In = cal.v1.filter((r) => r.within).length;
+console.log(`\nV1-era points within ${tolerance}: ${v1In} of ${cal.v1.length}\n`);
+if (v1In < cal.v1.length) exitCode = 1;
+
+const main = await start(["--sim-speed", String(SPEED), "--seed", "1"]);
 try {
   console.log(
     `sim engine fidelity: Llama-3.1-8B / 1×H100 model, ${PROMPT} prompt + ${OUTPUT} output tokens, closed loop, --sim-speed ${SPEED}`,

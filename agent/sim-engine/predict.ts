@@ -1,16 +1,28 @@
 /**
- * The model's own prediction for a closed-loop benchmark (C clients, each
- * sending its next request when the previous one ends), computed by running
- * the very EngineCore the server runs, on a virtual clock. The benchmark
- * prints these beside what it measures against the real process.
+ * The model's own predictions, computed by running the very EngineCore the
+ * server runs, on a virtual clock: a closed loop (C clients, each sending its
+ * next request when the previous one ends) or the replay of a trace of
+ * arrivals (open loop: a recorded run, a Poisson process, a burst). The
+ * benchmark prints these beside what it measures against the real process,
+ * and the calibration (calibration.ts) beside published vLLM figures.
  */
 import { EngineCore, type EngineCoreConfig } from "./engine-core.ts";
+import type { Seq, SeqEvent } from "./scheduler.ts";
+
+/** What happened to one request, in simulated seconds. */
+export interface RequestRecord {
+  arrival: number;
+  firstToken: number;
+  end: number;
+  outputTokens: number;
+}
 
 export interface ClosedLoopWorkload {
   concurrency: number;
   requestsPerClient: number;
   prompt: (client: number, round: number) => number[];
-  outputTokens: number;
+  /** Output tokens of every request, or of request `round` of `client`. */
+  outputTokens: number | ((client: number, round: number) => number);
   /** Simulated seconds between a response ending and the client's next request. */
   gapSeconds?: number;
   /** When each client sends its first request (default: all at 0). */
@@ -25,74 +37,130 @@ export interface ClosedLoopResult {
   ttftMean: number;
   itlMean: number;
   e2eMean: number;
+  /** Every finished request, in the order it finished. */
+  perRequest: RequestRecord[];
 }
 
-export function simulateClosedLoop(cfg: EngineCoreConfig, w: ClosedLoopWorkload): ClosedLoopResult {
-  const core = new EngineCore(cfg);
-  const gap = w.gapSeconds ?? 0;
-  const pending: { client: number; round: number; at: number }[] = [];
-  for (let c = 0; c < w.concurrency; c++) pending.push({ client: c, round: 0, at: w.startAt?.(c) ?? 0 });
-  let clock = 0;
-  let ttftSum = 0;
-  let itlSum = 0;
-  let itlCount = 0;
-  let e2eSum = 0;
-  let done = 0;
-  let tokens = 0;
-  const submitDue = () => {
-    for (let i = 0; i < pending.length; ) {
-      const p = pending[i]!;
-      if (p.at > clock) {
-        i++;
-        continue;
-      }
-      pending.splice(i, 1);
-      core.submit({
-        id: `${p.client}/${p.round}`,
-        promptIds: w.prompt(p.client, p.round),
-        maxTokens: w.outputTokens,
-        naturalLength: Number.POSITIVE_INFINITY,
-        nextToken: (k) => k,
-        arrival: clock,
-      });
+/** Where requests come from: told the clock, it submits what is due; told of a finish, it may plan more. */
+interface Arrivals {
+  submitDue(core: EngineCore, clock: number): void;
+  /** When the next request not yet submitted arrives; undefined when none is planned. */
+  nextAt(): number | undefined;
+  finished(seq: Seq, clock: number): void;
+}
+
+/** Sums the latencies of the token events a run produces. */
+class Tally {
+  tokens = 0;
+  done = 0;
+  private ttftSum = 0;
+  private itlSum = 0;
+  private itlCount = 0;
+  private e2eSum = 0;
+  readonly perRequest: RequestRecord[] = [];
+
+  /** Counts one event; returns the sequence if it finished. */
+  take(ev: SeqEvent): Seq | undefined {
+    if (ev.kind !== "token") return undefined;
+    this.tokens++;
+    const seq = ev.seq;
+    if (ev.index === 0) this.ttftSum += ev.at - seq.spec.arrival;
+    else if (ev.prevAt !== undefined) {
+      this.itlSum += ev.at - ev.prevAt;
+      this.itlCount++;
     }
-  };
-  submitDue();
+    if (!ev.finished) return undefined;
+    this.done++;
+    this.e2eSum += ev.at - seq.spec.arrival;
+    this.perRequest.push({
+      arrival: seq.spec.arrival,
+      firstToken: seq.firstTokenAt ?? ev.at,
+      end: ev.at,
+      outputTokens: seq.outputLen,
+    });
+    return seq;
+  }
+
+  get ttftMean(): number {
+    return this.done > 0 ? this.ttftSum / this.done : 0;
+  }
+  get itlMean(): number {
+    return this.itlCount > 0 ? this.itlSum / this.itlCount : 0;
+  }
+  get e2eMean(): number {
+    return this.done > 0 ? this.e2eSum / this.done : 0;
+  }
+}
+
+/** Steps the core until no request is running, waiting or still to arrive; returns the final clock. */
+function drive(core: EngineCore, arrivals: Arrivals, tally: Tally, start: number): number {
+  let clock = start;
   for (;;) {
+    arrivals.submitDue(core, clock);
     const step = core.startStep();
     if (!step) {
-      if (pending.length === 0) break;
-      clock = Math.min(...pending.map((p) => p.at));
-      submitDue();
+      const next = arrivals.nextAt();
+      if (next === undefined) return clock;
+      clock = next;
       continue;
     }
     clock += step.seconds;
     for (const ev of core.finishStep(clock)) {
-      if (ev.kind !== "token") continue;
-      tokens++;
-      const seq = ev.seq;
-      if (ev.index === 0) ttftSum += ev.at - seq.spec.arrival;
-      else if (ev.prevAt !== undefined) {
-        itlSum += ev.at - ev.prevAt;
-        itlCount++;
-      }
-      if (ev.finished) {
-        done++;
-        e2eSum += ev.at - seq.spec.arrival;
+      const seq = tally.take(ev);
+      if (seq) arrivals.finished(seq, clock);
+    }
+  }
+}
+
+const submit = (core: EngineCore, id: string, prompt: number[], outputTokens: number, arrival: number) =>
+  core.submit({
+    id,
+    promptIds: prompt,
+    maxTokens: outputTokens,
+    naturalLength: Number.POSITIVE_INFINITY,
+    nextToken: (k) => k,
+    arrival,
+  });
+
+export function simulateClosedLoop(cfg: EngineCoreConfig, w: ClosedLoopWorkload): ClosedLoopResult {
+  const gap = w.gapSeconds ?? 0;
+  const out = w.outputTokens;
+  const pending: { client: number; round: number; at: number }[] = [];
+  for (let c = 0; c < w.concurrency; c++) pending.push({ client: c, round: 0, at: w.startAt?.(c) ?? 0 });
+  const tally = new Tally();
+  const seconds = drive(
+    new EngineCore(cfg),
+    {
+      submitDue(core, clock) {
+        for (let i = 0; i < pending.length; ) {
+          const p = pending[i]!;
+          if (p.at > clock) {
+            i++;
+            continue;
+          }
+          pending.splice(i, 1);
+          const tokens = typeof out === "number" ? out : out(p.client, p.round);
+          submit(core, `${p.client}/${p.round}`, w.prompt(p.client, p.round), tokens, clock);
+        }
+      },
+      nextAt: () => (pending.length > 0 ? Math.min(...pending.map((p) => p.at)) : undefined),
+      finished(seq, clock) {
         const [client, round] = seq.spec.id.split("/").map(Number) as [number, number];
         if (round + 1 < w.requestsPerClient) pending.push({ client, round: round + 1, at: clock + gap });
-      }
-    }
-    submitDue();
-  }
+      },
+    },
+    tally,
+    0,
+  );
   return {
-    requests: done,
-    outputTokens: tokens,
-    seconds: clock,
-    outputTokensPerSecond: clock > 0 ? tokens / clock : 0,
-    ttftMean: done > 0 ? ttftSum / done : 0,
-    itlMean: itlCount > 0 ? itlSum / itlCount : 0,
-    e2eMean: done > 0 ? e2eSum / done : 0,
+    requests: tally.done,
+    outputTokens: tally.tokens,
+    seconds,
+    outputTokensPerSecond: seconds > 0 ? tally.tokens / seconds : 0,
+    ttftMean: tally.ttftMean,
+    itlMean: tally.itlMean,
+    e2eMean: tally.e2eMean,
+    perRequest: tally.perRequest,
   };
 }
 
@@ -103,67 +171,52 @@ export interface TraceRequest {
 }
 
 export interface TraceResult {
+  requests: number;
   outputTokens: number;
   /** From the first arrival to the last token. */
   seconds: number;
   ttftMean: number;
   itlMean: number;
+  e2eMean: number;
+  /** Every finished request, in the order it finished. */
+  perRequest: RequestRecord[];
 }
 
 /**
  * Open-loop replay: the requests arrive exactly when the trace says. The
  * benchmark records when its closed-loop clients really sent each request
  * and asks the model what those arrivals should have produced, so jitter
- * in the client does not count against the engine.
+ * in the client does not count against the engine. A trace of Poisson
+ * arrivals is vLLM's `--request-rate`; one with every request at the same
+ * instant is its burst (`--request-rate inf`) and an offline batch.
  */
 export function replayTrace(cfg: EngineCoreConfig, trace: TraceRequest[]): TraceResult {
-  const core = new EngineCore(cfg);
   const queue = [...trace].sort((a, b) => a.at - b.at);
   const t0 = queue[0]?.at ?? 0;
-  let clock = t0;
   let next = 0;
-  let ttftSum = 0;
-  let itlSum = 0;
-  let itlCount = 0;
-  let tokens = 0;
-  let done = 0;
-  const submitDue = () => {
-    for (; next < queue.length && queue[next]!.at <= clock; next++) {
-      const r = queue[next]!;
-      core.submit({
-        id: String(next),
-        promptIds: r.prompt,
-        maxTokens: r.outputTokens,
-        naturalLength: Number.POSITIVE_INFINITY,
-        nextToken: (k) => k,
-        arrival: r.at,
-      });
-    }
-  };
-  for (;;) {
-    submitDue();
-    const step = core.startStep();
-    if (!step) {
-      if (next >= queue.length) break;
-      clock = queue[next]!.at;
-      continue;
-    }
-    clock += step.seconds;
-    for (const ev of core.finishStep(clock)) {
-      if (ev.kind !== "token") continue;
-      tokens++;
-      if (ev.index === 0) ttftSum += ev.at - ev.seq.spec.arrival;
-      else if (ev.prevAt !== undefined) {
-        itlSum += ev.at - ev.prevAt;
-        itlCount++;
-      }
-      if (ev.finished) done++;
-    }
-  }
+  const tally = new Tally();
+  const end = drive(
+    new EngineCore(cfg),
+    {
+      submitDue(core, clock) {
+        for (; next < queue.length && queue[next]!.at <= clock; next++) {
+          const r = queue[next]!;
+          submit(core, String(next), r.prompt, r.outputTokens, r.at);
+        }
+      },
+      nextAt: () => queue[next]?.at,
+      finished() {},
+    },
+    tally,
+    t0,
+  );
   return {
-    outputTokens: tokens,
-    seconds: clock - t0,
-    ttftMean: done > 0 ? ttftSum / done : 0,
-    itlMean: itlCount > 0 ? itlSum / itlCount : 0,
+    requests: tally.done,
+    outputTokens: tally.tokens,
+    seconds: end - t0,
+    ttftMean: tally.ttftMean,
+    itlMean: tally.itlMean,
+    e2eMean: tally.e2eMean,
+    perRequest: tally.perRequest,
   };
 }

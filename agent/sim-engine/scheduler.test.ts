@@ -133,10 +133,10 @@ describe("closed-loop prediction", () => {
       outputTokens: 3,
       prompt: () => range(100),
     });
-    // prefill step: 0.5 + max(5.7, 100 × 0.032) + 100 × 0.051 / 1000 + 0.06 = 6.2651 ms
-    expect(r.ttftMean).toBeCloseTo(0.0062651, 7);
-    // decode: 0.5 + 5.7 + 101 × 0.051 / 1000 + 0.06 = 6.265151 ms, then 102 tokens of context
-    expect(r.itlMean).toBeCloseTo((0.006265151 + 0.006265202) / 2, 8);
+    // prefill step: 1 + max(6.2, 100 × 0.022) + 100 × 0.051 / 1000 + 0.032 = 7.2371 ms
+    expect(r.ttftMean).toBeCloseTo(0.0072371, 7);
+    // decode: 1 + 6.2 + 101 × 0.051 / 1000 + 0.032 = 7.237151 ms, then 102 tokens of context
+    expect(r.itlMean).toBeCloseTo((0.007237151 + 0.007237202) / 2, 8);
     expect(r.outputTokens).toBe(3);
   });
 
