@@ -181,6 +181,8 @@ export class Supervisor {
   private orphanTimer: Timer | undefined;
   private logTimer: ReturnType<typeof setInterval> | undefined;
   private closed = false;
+  /** Set by `shutdown()`: nothing new is launched, not even a restart after backoff. */
+  private shuttingDown = false;
 
   private constructor(private readonly options: SupervisorOptions) {
     this.opts = {
@@ -358,9 +360,23 @@ export class Supervisor {
     this.orphanTimer.unref();
   }
 
-  /** Stops every engine (an operator's `agent --stop-engines`, or tests). */
+  /** Stops every engine (tests; `shutdown()` for an agent that exits). */
   async stopAll(reason = "agent stopping engines"): Promise<void> {
     await Promise.all([...this.shards.values()].map((s) => this.stopShard(s, reason, undefined)));
+  }
+
+  /**
+   * Stops every engine, then supervising (`llmgw agent --stop-engines-on-exit`).
+   * A deliberate stop, not a crash: each shard is forgotten once its engine
+   * has exited, so the state file is left without it and the next agent has
+   * nothing to adopt or to count. Commands already under way finish first,
+   * so none launches an engine after the stop has gone by.
+   */
+  async shutdown(reason: string): Promise<void> {
+    this.shuttingDown = true;
+    await Promise.all(this.ops.values());
+    await this.stopAll(reason);
+    this.close();
   }
 
   /** Stops supervising and leaves the engines running for the next agent to adopt. */
@@ -379,7 +395,7 @@ export class Supervisor {
   // ------------------------------------------------------------------ launching
 
   private async launch(shard: Shard): Promise<void> {
-    if (this.closed) return;
+    if (this.closed || this.shuttingDown) return;
     const run = ++shard.run;
     this.clearTimers(shard);
     shard.restartAt = undefined;
