@@ -153,6 +153,16 @@ function persistedName(s: ShardState): PersistedState | null {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** `p`, or undefined after `ms`. The timer goes with the race: left pending, it would hold an exiting agent up. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: Timer | undefined;
+  try {
+    return await Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(r, ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function safeFileName(id: string): string {
   return id.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 200) || "shard";
 }
@@ -641,9 +651,7 @@ export class Supervisor {
     if (!proc) return undefined;
     const deadline = Date.now() + graceMs;
     if (!proc.hasExited() || groupAlive(proc.pid)) proc.signalGroup("SIGTERM");
-    let timer: Timer | undefined;
-    await Promise.race([proc.exited, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
-    clearTimeout(timer);
+    await within(proc.exited, graceMs);
     while (groupAlive(proc.pid) && Date.now() < deadline) await sleep(50);
     if (!proc.hasExited() || groupAlive(proc.pid)) {
       this.log.warn("engine ignored SIGTERM, killing", {
@@ -653,7 +661,7 @@ export class Supervisor {
       });
       proc.signalGroup("SIGKILL");
     }
-    return Promise.race([proc.exited, sleep(5_000).then(() => undefined)]);
+    return within(proc.exited, 5_000);
   }
 
   private watchDrain(shard: Shard, notBefore: number): void {
