@@ -157,7 +157,10 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: Timer | undefined;
   try {
-    return await Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(r, ms)))]);
+    return await Promise.race([
+      p,
+      new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
