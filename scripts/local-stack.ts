@@ -77,6 +77,9 @@ const say = (text: string) => process.stdout.write(text);
 const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
 
 function start(name: string, args: string[], color: number, childEnv = env): ChildProcess {
+  // A Ctrl-C during start-up has already signalled every child there was;
+  // one started after it would be left running.
+  if (stopping) throw new Error("stopping");
   const child = spawn(process.execPath, args, {
     cwd: REPO,
     env: childEnv,

@@ -17,7 +17,7 @@ export async function awaiting(
   edgeUrl: string,
   apiKey: string,
 ): Promise<string | null> {
-  const { models } = await control.listModels({});
+  const { models } = await control.listModels({}, { timeoutMs: 5_000 });
   const placed = models.filter((m) => m.replicasDesired > 0);
   if (placed.length === 0) return "the control plane's catalog";
   for (const m of placed) {
@@ -29,6 +29,7 @@ export async function awaiting(
       method: "POST",
       headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
       body: JSON.stringify({ model: m.name, messages: [{ role: "user", content: "Hello" }], max_tokens: 1 }),
+      signal: AbortSignal.timeout(10_000),
     });
     const body = await res.text();
     if (!res.ok) return `${m.name} through the edge: HTTP ${res.status} ${body.slice(0, 200)}`;
