@@ -23,6 +23,9 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
   --ping-timeout DUR      HTTP/2 ping timeout (default 5s)
   --stable-after DUR      a session this long resets the reconnect backoff (default 10s)
   --scrape-interval DUR   engine /metrics scrape interval (default 2s)
+  --stop-engines-on-exit  on SIGINT or SIGTERM, stop every engine (SIGTERM, then SIGKILL after its
+                          stop grace) and forget it before exiting; by default engines keep serving
+                          and the next agent on this state dir adopts them
 `;
 
 export interface AgentFlags {
@@ -43,6 +46,8 @@ export interface AgentFlags {
   pingTimeoutMs: number;
   stableAfterMs: number;
   scrapeIntervalMs: number;
+  /** Stop engines when the agent exits (the local stack), instead of leaving them for the next agent. */
+  stopEnginesOnExit: boolean;
   /** Hidden (tests, local stack): the supervisor's restart backoff and orphan grace. */
   restartBackoffMs: number | undefined;
   restartMaxBackoffMs: number | undefined;
@@ -103,6 +108,7 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
       "ping-timeout": { type: "string" },
       "stable-after": { type: "string" },
       "scrape-interval": { type: "string" },
+      "stop-engines-on-exit": { type: "boolean" },
       // Hidden: not in AGENT_HELP, for tests and the local stack.
       "restart-backoff": { type: "string" },
       "restart-max-backoff": { type: "string" },
@@ -147,6 +153,7 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     pingTimeoutMs: dur(values["ping-timeout"], "--ping-timeout", 5_000),
     stableAfterMs: dur(values["stable-after"], "--stable-after", 10_000),
     scrapeIntervalMs: dur(values["scrape-interval"], "--scrape-interval", 2_000),
+    stopEnginesOnExit: values["stop-engines-on-exit"] ?? false,
     restartBackoffMs: optDur(values["restart-backoff"], "--restart-backoff"),
     restartMaxBackoffMs: optDur(values["restart-max-backoff"], "--restart-max-backoff"),
     orphanGraceMs: optDur(values["orphan-grace"], "--orphan-grace"),

@@ -159,9 +159,15 @@ export async function main(argv: string[]): Promise<number> {
     process.on("SIGINT", () => resolve());
     process.on("SIGTERM", () => resolve());
   });
-  // Engines are left running: an agent restart must never stop inference.
+  // The stream goes first, so no command can start an engine behind the stop.
   await client.stop();
-  supervisor.close();
+  if (f.stopEnginesOnExit) {
+    log.info("stopping engines before exiting (--stop-engines-on-exit)");
+    await supervisor.shutdown("agent exiting (--stop-engines-on-exit)");
+  } else {
+    // Engines are left running: an agent restart must never stop inference.
+    supervisor.close();
+  }
   unlock();
   return 0;
 }

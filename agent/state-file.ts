@@ -10,6 +10,11 @@ import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_p
  * alone may have been reused by an unrelated process), and its log file.
  * Written whole and atomically (temp file + rename) on every transition, so a
  * crash mid-write leaves the previous version, never half a file.
+ *
+ * A shard the agent stops on purpose (StopShard, a drain, an agent exiting
+ * with --stop-engines-on-exit) leaves the file once its engine has exited.
+ * So an engine the file lists that is gone at the next start died while no
+ * agent was watching: a crash, counted as one.
  */
 
 export const STATE_FILE_NAME = "engines.json";

@@ -153,6 +153,19 @@ function persistedName(s: ShardState): PersistedState | null {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** `p`, or undefined after `ms`. The timer goes with the race: left pending, it would hold an exiting agent up. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: Timer | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function safeFileName(id: string): string {
   return id.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 200) || "shard";
 }
@@ -181,6 +194,8 @@ export class Supervisor {
   private orphanTimer: Timer | undefined;
   private logTimer: ReturnType<typeof setInterval> | undefined;
   private closed = false;
+  /** Set by `shutdown()`: nothing new is launched, not even a restart after backoff. */
+  private shuttingDown = false;
 
   private constructor(private readonly options: SupervisorOptions) {
     this.opts = {
@@ -358,9 +373,23 @@ export class Supervisor {
     this.orphanTimer.unref();
   }
 
-  /** Stops every engine (an operator's `agent --stop-engines`, or tests). */
+  /** Stops every engine (tests; `shutdown()` for an agent that exits). */
   async stopAll(reason = "agent stopping engines"): Promise<void> {
     await Promise.all([...this.shards.values()].map((s) => this.stopShard(s, reason, undefined)));
+  }
+
+  /**
+   * Stops every engine, then supervising (`llmgw agent --stop-engines-on-exit`).
+   * A deliberate stop, not a crash: each shard is forgotten once its engine
+   * has exited, so the state file is left without it and the next agent has
+   * nothing to adopt or to count. Commands already under way finish first,
+   * so none launches an engine after the stop has gone by.
+   */
+  async shutdown(reason: string): Promise<void> {
+    this.shuttingDown = true;
+    await Promise.all(this.ops.values());
+    await this.stopAll(reason);
+    this.close();
   }
 
   /** Stops supervising and leaves the engines running for the next agent to adopt. */
@@ -379,7 +408,7 @@ export class Supervisor {
   // ------------------------------------------------------------------ launching
 
   private async launch(shard: Shard): Promise<void> {
-    if (this.closed) return;
+    if (this.closed || this.shuttingDown) return;
     const run = ++shard.run;
     this.clearTimers(shard);
     shard.restartAt = undefined;
@@ -625,9 +654,7 @@ export class Supervisor {
     if (!proc) return undefined;
     const deadline = Date.now() + graceMs;
     if (!proc.hasExited() || groupAlive(proc.pid)) proc.signalGroup("SIGTERM");
-    let timer: Timer | undefined;
-    await Promise.race([proc.exited, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
-    clearTimeout(timer);
+    await within(proc.exited, graceMs);
     while (groupAlive(proc.pid) && Date.now() < deadline) await sleep(50);
     if (!proc.hasExited() || groupAlive(proc.pid)) {
       this.log.warn("engine ignored SIGTERM, killing", {
@@ -637,7 +664,7 @@ export class Supervisor {
       });
       proc.signalGroup("SIGKILL");
     }
-    return Promise.race([proc.exited, sleep(5_000).then(() => undefined)]);
+    return within(proc.exited, 5_000);
   }
 
   private watchDrain(shard: Shard, notBefore: number): void {

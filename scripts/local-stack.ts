@@ -3,40 +3,99 @@
  * `wrangler dev`, a control plane, and two agents with simulated GPUs whose
  * engines are sim engines launched through the real vLLM adapter — with
  * every process's log prefixed on this terminal. It creates an API key and
- * prints how to call the edge. Ctrl-C stops everything, engines included.
+ * prints how to call the edge once a request through it succeeds. Ctrl-C
+ * stops everything, engines included, and waits until it has.
+ *
+ * Run as `node --import tsx` (package.json), not under tsx's CLI: a
+ * terminal's Ctrl-C reaches every process of the foreground group at once,
+ * and tsx's CLI SIGKILLs a script that does not acknowledge the signal
+ * within tens of milliseconds, which under load cut this script's clean-up
+ * short and left engines running.
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { promisify } from "node:util";
+import { groupAlive } from "../agent/engine-process.ts";
+import { errorMessage } from "../common/log.ts";
+import { controlClient, DEFAULT_CONTROL_PLANE } from "../controlplane/ctl/client.ts";
 import { killEngines } from "../test/harness/engines.ts";
+import { parseStackOptions, STACK_HELP, type StackOptions } from "./local-stack/options.ts";
+import { awaiting } from "./local-stack/ready.ts";
 
 const REPO = join(import.meta.dirname, "..");
 const LLMGW = join(REPO, "bin", "llmgw.mjs");
 const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
-const STATE = join(REPO, ".state");
-const AGENTS = join(STATE, "agents");
-const EDGE = "http://127.0.0.1:8787";
-const ADMIN = "http://127.0.0.1:9090";
+const DEFAULT_EDGE = "http://127.0.0.1:8787";
+/** How long children get to exit after SIGTERM (agents stop their engines first) before SIGKILL. */
+const CHILD_GRACE_MS = 20_000;
+const READY_DEADLINE_MS = 120_000;
+/** npm relays the terminal's Ctrl-C, so one keypress arrives twice: only a later signal forces. */
+const SAME_INTERRUPT_MS = 1_000;
+
+let opts: StackOptions;
+try {
+  const parsed = parseStackOptions(process.argv.slice(2), REPO);
+  if (parsed === "help") {
+    process.stdout.write(STACK_HELP);
+    process.exit(0);
+  }
+  opts = parsed;
+} catch (err) {
+  process.stderr.write(`npm start: ${errorMessage(err)}\n\n${STACK_HELP}`);
+  process.exit(2);
+}
+
+const AGENTS = join(opts.stateDir, "agents");
+const EDGE = `http://127.0.0.1:${opts.edgePort}`;
+const ADMIN = `http://127.0.0.1:${opts.adminPort}`;
 // A fresh EdgeSync secret per run: it only has to be shared by the two
 // processes this script starts.
 const TOKEN = randomBytes(24).toString("base64url");
 const env = { ...process.env, LLMGW_EDGE_TOKEN: TOKEN };
+// The control plane's addresses follow the flags (LLMGW_ overrides of
+// infra/local/llmgw.yaml; the defaults are the file's values).
+const controlEnv = {
+  ...env,
+  LLMGW_AGENT_LISTEN: `127.0.0.1:${opts.agentPort}`,
+  LLMGW_ADMIN_LISTEN: `127.0.0.1:${opts.adminPort}`,
+  LLMGW_DATA_DIR: join(opts.stateDir, "controlplane"),
+  LLMGW_EDGE__URL: EDGE,
+  ...(opts.enginePorts ? { LLMGW_CONTROL__PORT_RANGE: `[${opts.enginePorts.join(", ")}]` } : {}),
+};
 const children: ChildProcess[] = [];
-const quiet = process.argv.includes("--quiet");
+let up = false;
+let stopping: Promise<never> | undefined;
+let abortStart: (err: Error) => void = () => {};
+const startAborted = new Promise<never>((_, reject) => {
+  abortStart = reject;
+});
+startAborted.catch(() => {});
 
-function start(name: string, cmd: string[], color: number): ChildProcess {
-  const child = spawn(process.execPath, cmd, { cwd: REPO, env, stdio: ["ignore", "pipe", "pipe"] });
+const say = (text: string) => process.stdout.write(text);
+const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
+
+function start(name: string, args: string[], color: number, childEnv = env): ChildProcess {
+  // A Ctrl-C during start-up has already signalled every child there was;
+  // one started after it would be left running.
+  if (stopping) throw new Error("stopping");
+  const child = spawn(process.execPath, args, {
+    cwd: REPO,
+    env: childEnv,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const prefix = `\x1b[${color}m${name.padEnd(10)}\x1b[0m `;
   const forward = (buf: Buffer) => {
-    if (quiet) return;
-    for (const line of buf.toString().split("\n"))
-      if (line.trim()) process.stdout.write(`${prefix}${line}\n`);
+    if (opts.quiet) return;
+    for (const line of buf.toString().split("\n")) if (line.trim()) say(`${prefix}${line}\n`);
   };
   child.stdout!.on("data", forward);
   child.stderr!.on("data", forward);
   child.on("exit", (code, signal) => {
-    if (!stopping) process.stdout.write(`${prefix}exited (${signal ?? code})\n`);
+    if (stopping) return;
+    say(`${prefix}exited (${signal ?? code})\n`);
+    if (!up) abortStart(new Error(`${name} exited (${signal ?? code}) before the stack was up`));
   });
   children.push(child);
   return child;
@@ -55,44 +114,102 @@ function waitForLine(child: ChildProcess, pattern: RegExp, what: string, timeout
     };
     child.stdout!.on("data", check);
     child.stderr!.on("data", check);
-    child.once("exit", () => reject(new Error(`${what}: process exited`)));
   });
 }
 
-async function waitFor(what: string, probe: () => Promise<boolean>, timeoutMs = 120_000): Promise<void> {
+/** Polls `probe` (null: done; else what it still waits for) until done or the deadline. */
+async function waitFor(probe: () => Promise<string | null>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!(await probe().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
+  for (;;) {
+    const left = await probe().catch((err: unknown) => errorMessage(err));
+    if (left === null) return;
+    if (Date.now() > deadline) throw new Error(`not ready within ${timeoutMs / 1000} s: waiting for ${left}`);
+    await new Promise((r) => setTimeout(r, 250));
   }
 }
 
-let stopping = false;
-function stop(code = 0): void {
-  if (stopping) return;
-  stopping = true;
-  for (const c of children) c.kill("SIGTERM");
-  // Engines are detached from their agents by design (they survive agent
-  // restarts); the local stack owns them, so it stops them too.
-  setTimeout(() => {
-    killEngines(AGENTS);
-    process.exit(code);
-  }, 1_500);
+/** Resolves with the children still running after `ms`. */
+async function exitWithin(procs: ChildProcess[], ms: number): Promise<ChildProcess[]> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    Promise.all(procs.map((c) => (exited(c) ? null : new Promise((r) => c.once("exit", r))))),
+    new Promise((r) => (timer = setTimeout(r, ms))),
+  ]);
+  clearTimeout(timer);
+  return procs.filter((c) => !exited(c));
 }
-process.on("SIGINT", () => stop());
-process.on("SIGTERM", () => stop());
-process.on("SIGHUP", () => stop());
+
+/** SIGKILLs engines an agent left running (it died before stopping them) and waits until they are gone. */
+async function killLeftEngines(): Promise<void> {
+  const left = killEngines(AGENTS);
+  if (left.length === 0) return;
+  // Their records stay in the agents' state files: stopped by nobody who
+  // could record it, they count as crashes when the agents next start.
+  say(`killed ${left.length} engine(s) an agent left running\n`);
+  const deadline = Date.now() + 5_000;
+  while (left.some(groupAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+}
+
+/**
+ * SIGTERM to every child — the agents run with --stop-engines-on-exit, so
+ * each stops its engines and forgets them, and the next start counts no
+ * crash — then wait for all of them (and any engine left) to be gone.
+ */
+function stop(code: number): Promise<never> {
+  stopping ??= (async () => {
+    say("\nstopping the local stack…\n");
+    for (const c of children) if (!exited(c)) c.kill("SIGTERM");
+    const late = await exitWithin(children, CHILD_GRACE_MS);
+    for (const c of late) c.kill("SIGKILL");
+    await exitWithin(late, 5_000);
+    await killLeftEngines();
+    say("stopped\n");
+    process.exit(code);
+  })();
+  return stopping;
+}
+
+/** A second Ctrl-C: no more waiting. */
+function force(): void {
+  say("\nforced: killing every process of the stack\n");
+  for (const c of children) if (!exited(c)) c.kill("SIGKILL");
+  killEngines(AGENTS);
+  process.exit(130);
+}
+
+let firstSignalAt = 0;
+function onSignal(): void {
+  if (firstSignalAt === 0) {
+    firstSignalAt = Date.now();
+    void stop(0);
+  } else if (Date.now() - firstSignalAt > SAME_INTERRUPT_MS) force();
+}
+process.on("SIGINT", onSignal);
+process.on("SIGTERM", onSignal);
+process.on("SIGHUP", onSignal);
 // When whatever started us goes away without a signal reaching us (npm
 // killed by a supervisor, a closed terminal), we are re-parented: stop too,
 // rather than leave a fleet running nobody can see.
 const parent = process.ppid;
 setInterval(() => {
-  if (process.ppid !== parent) stop();
+  if (process.ppid !== parent) void stop(0);
 }, 1_000).unref();
+
+async function createKey(): Promise<string> {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [LLMGW, "keys", "create", "--name", "local-dev", "--band", "platinum", "--edge", EDGE, "--json"],
+    { cwd: REPO, env },
+  ).catch((err: { stderr?: string }) => {
+    throw new Error(`creating the API key failed: ${err.stderr ?? errorMessage(err)}`);
+  });
+  return (JSON.parse(stdout) as { secret: string }).secret;
+}
 
 async function main(): Promise<void> {
   mkdirSync(AGENTS, { recursive: true });
-  killEngines(AGENTS); // leftovers of a run that was killed hard
+  await killLeftEngines(); // leftovers of a run that was killed hard
+  const until = <T>(p: Promise<T>) => Promise.race([p, startAborted]);
 
   const edge = start(
     "edge",
@@ -102,20 +219,22 @@ async function main(): Promise<void> {
       "--ip",
       "127.0.0.1",
       "--port",
-      "8787",
+      String(opts.edgePort),
       "--persist-to",
-      join(STATE, "edge"),
+      join(opts.stateDir, "edge"),
       "--show-interactive-dev-session=false",
       "--var",
       `EDGE_SYNC_TOKEN:${TOKEN}`,
     ],
     35,
   );
-  const cp = start("control", [LLMGW, "server", "--config", "infra/local/llmgw.yaml"], 36);
-  await Promise.all([
-    waitForLine(edge, /Ready on http/, "the edge (wrangler dev)"),
-    waitForLine(cp, /control plane listening/, "the control plane"),
-  ]);
+  const cp = start("control", [LLMGW, "server", "--config", "infra/local/llmgw.yaml"], 36, controlEnv);
+  await until(
+    Promise.all([
+      waitForLine(edge, /Ready on http/, "the edge (wrangler dev)"),
+      waitForLine(cp, /control plane listening/, "the control plane"),
+    ]),
+  );
   const nodes: [string, string][] = [
     ["gpu-node-1", "127.0.0.11"],
     ["gpu-node-2", "127.0.0.12"],
@@ -127,7 +246,7 @@ async function main(): Promise<void> {
         LLMGW,
         "agent",
         "--control-plane",
-        "http://127.0.0.1:7443",
+        `http://127.0.0.1:${opts.agentPort}`,
         "--node",
         node,
         "--simulate-gpus",
@@ -142,41 +261,31 @@ async function main(): Promise<void> {
         join(AGENTS, node),
         "--vllm-bin",
         "test/bin/vllm",
+        // The stack owns its engines: Ctrl-C stops them, deliberately, so
+        // the next start finds nothing to count as a crash.
+        "--stop-engines-on-exit",
       ],
       32 + i,
     );
   }
 
-  const created = spawnSync(
-    process.execPath,
-    [LLMGW, "keys", "create", "--name", "local-dev", "--band", "platinum", "--edge", EDGE, "--json"],
-    { cwd: REPO, env, encoding: "utf8" },
-  );
-  if (created.status !== 0) throw new Error(`creating the API key failed: ${created.stderr}`);
-  const { secret } = JSON.parse(created.stdout) as { secret: string };
+  const secret = await until(createKey());
+  say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
+  const control = controlClient(ADMIN);
+  await until(waitFor(() => awaiting(control, EDGE, secret), READY_DEADLINE_MS));
+  up = true;
+  say(banner(secret));
+}
 
-  process.stdout.write("\nwaiting for the replicas to be placed and ready…\n");
-  await waitFor("ready replicas at the edge", async () => {
-    const res = await fetch(`${EDGE}/v1/models`, { headers: { authorization: `Bearer ${secret}` } });
-    const models = (await res.json()) as { data?: { id: string }[] };
-    const r = await fetch(`${ADMIN}/control.v1.ControlService/ListReplicas`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: "{}",
-    });
-    const replicas = (await r.json()) as { replicas?: { state: string }[] };
-    return (
-      (models.data?.length ?? 0) > 0 &&
-      (replicas.replicas?.length ?? 0) > 0 &&
-      replicas.replicas!.every((x) => x.state === "ready")
-    );
-  });
-
-  process.stdout.write(`
+function banner(secret: string): string {
+  const ctlFlag = ADMIN === DEFAULT_CONTROL_PLANE ? "" : ` --control-plane ${ADMIN}`;
+  const edgeFlag = EDGE === DEFAULT_EDGE ? "" : ` --edge ${EDGE}`;
+  return `
 \x1b[1mllmgw local stack is up\x1b[0m
   edge (OpenAI API)  ${EDGE}/v1
-  control plane      admin ${ADMIN}   agents http://127.0.0.1:7443
+  control plane      admin ${ADMIN}   agents http://127.0.0.1:${opts.agentPort}
   API key            ${secret}
+                     bands up to platinum; requests run as gold unless they send x-llmgw-band
 
 Call it:
   curl ${EDGE}/v1/chat/completions -H "Authorization: Bearer ${secret}" \\
@@ -187,15 +296,16 @@ Call it:
     'new (require("openai").OpenAI)().chat.completions.create({model:"llama-8b",messages:[{role:"user",content:"Hi"}]}).then(r=>console.log(r.choices[0].message.content))'
 
 Look around:
-  npx llmgw ctl nodes | replicas | models | explain qwen-32b
-  LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw keys usage
+  npx llmgw ctl nodes | replicas | models | explain qwen-32b${ctlFlag}
+  LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw keys usage${edgeFlag}
   curl ${ADMIN}/metrics
 
-Ctrl-C stops everything.
-`);
+${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.
+`;
 }
 
 main().catch((err) => {
-  process.stderr.write(`npm start: ${(err as Error).message}\n`);
-  stop(1);
+  if (stopping) return;
+  process.stderr.write(`npm start: ${errorMessage(err)}\n`);
+  void stop(1);
 });

@@ -1,0 +1,67 @@
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+
+export const STACK_HELP = `usage: npm start [-- flags]
+
+  --quiet              print no process logs: only progress, the banner and exits
+  --state-dir DIR      where the stack keeps its state: edge KV, control plane data, agents'
+                       engine state and logs (default .state; delete it for a clean start)
+  --edge-port N        the edge's port (default 8787)
+  --admin-port N       the control plane's admin API port (default 9090)
+  --agent-port N       the control plane's agent listener port (default 7443)
+  --engine-ports A-B   ports the control plane hands to engines (default: control.port_range in
+                       infra/local/llmgw.yaml, 20000-20999)
+  -h, --help           this help
+`;
+
+export interface StackOptions {
+  quiet: boolean;
+  stateDir: string;
+  edgePort: number;
+  adminPort: number;
+  agentPort: number;
+  enginePorts: [number, number] | undefined;
+}
+
+function port(value: string | undefined, flag: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > 65535)
+    throw new Error(`${flag}: "${value}" is not a port (1-65535)`);
+  return n;
+}
+
+function portRange(value: string | undefined): [number, number] | undefined {
+  if (value === undefined) return undefined;
+  const m = /^(\d+)-(\d+)$/.exec(value);
+  const from = m ? port(m[1], "--engine-ports", 0) : 0;
+  const to = m ? port(m[2], "--engine-ports", 0) : 0;
+  if (!m || from > to) throw new Error(`--engine-ports: "${value}" is not a range FROM-TO, e.g. 20000-20999`);
+  return [from, to];
+}
+
+/** The flags after `npm start --`; `repo` anchors the default state directory. */
+export function parseStackOptions(argv: string[], repo: string): StackOptions | "help" {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      quiet: { type: "boolean" },
+      "state-dir": { type: "string" },
+      "edge-port": { type: "string" },
+      "admin-port": { type: "string" },
+      "agent-port": { type: "string" },
+      "engine-ports": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) return "help";
+  return {
+    quiet: values.quiet ?? false,
+    stateDir: resolve(repo, values["state-dir"] ?? ".state"),
+    edgePort: port(values["edge-port"], "--edge-port", 8787),
+    adminPort: port(values["admin-port"], "--admin-port", 9090),
+    agentPort: port(values["agent-port"], "--agent-port", 7443),
+    enginePorts: portRange(values["engine-ports"]),
+  };
+}

@@ -1,0 +1,51 @@
+import { readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { tempDir } from "../harness/fleet.ts";
+import {
+  crashesCounted,
+  runCurl,
+  type StackRun,
+  stackPorts,
+  stackProcesses,
+  startStack,
+} from "../harness/local-stack.ts";
+import { REPO } from "../harness/process.ts";
+
+/**
+ * The README's first five minutes: `npm start` on a fresh state directory,
+ * the README's curl the moment the banner prints, Ctrl-C as a terminal
+ * sends it (SIGINT to the whole process group), and `npm start` again.
+ * Two starts here; `npm run check:start` runs ten fresh starts and three
+ * cycles and prints the timings.
+ */
+describe("npm start, as a new user runs it", () => {
+  const stateDir = tempDir("npm-start");
+  let run: StackRun | undefined;
+
+  afterAll(() => {
+    run?.destroy();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  it("serves the README's curl at the banner, stops whole on Ctrl-C, and starts again without counting a crash", async () => {
+    const ports = await stackPorts();
+    for (const cycle of [1, 2]) {
+      run = startStack(stateDir, ports);
+      const banner = await run.banner;
+      const curl = await runCurl(banner.curl);
+      expect(curl.status, `cycle ${cycle}: ${curl.output}`).toBe(200);
+      expect(curl.content.length).toBeGreaterThan(0);
+      expect(curl.done).toBe(true);
+      // The banner's curl is the README's, with the key and port filled in.
+      const body = /-d '[^']+'/.exec(banner.curl)![0];
+      expect(readFileSync(join(REPO, "README.md"), "utf8")).toContain(body);
+
+      expect(await crashesCounted(run), `cycle ${cycle}`).toEqual([]);
+
+      const stopped = await run.interrupt();
+      expect(stopped.code).toBe(0);
+      expect(stackProcesses(run.mark), run.output().slice(-3000)).toEqual([]);
+    }
+  }, 400_000);
+});
