@@ -43,7 +43,7 @@ export function stepLogprobs(
   const p: number[] = [0.35 + 0.6 * rand()];
   let rest = 1 - p[0]!;
   for (let j = 1; j < CANDIDATES; j++) {
-    const pj = Math.min(p[j - 1]! * (0.15 + 0.6 * rand()), rest * 0.85);
+    const pj = Math.min(p[j - 1]! * (0.15 + 0.6 * rand()), rest * 0.5);
     p.push(pj);
     rest -= pj;
   }
