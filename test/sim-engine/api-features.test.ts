@@ -125,6 +125,28 @@ async function bothWays(e: Engine, body: Record<string, unknown>) {
   return { plain, streamed, moved };
 }
 
+/** A raw streamed chat request with continuous usage, read chunk by chunk, and a hang-up. */
+async function rawStream(e: Engine, body: Record<string, unknown>) {
+  const ac = new AbortController();
+  const res = await fetch(`${e.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      model: MODEL,
+      ...body,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    }),
+    signal: ac.signal,
+  });
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  return {
+    read: async () => decoder.decode((await reader.read()).value, { stream: true }),
+    hangUp: () => ac.abort(),
+  };
+}
+
 const WEATHER: OpenAI.ChatCompletionTool = {
   type: "function",
   function: {
@@ -230,28 +252,17 @@ describe("n > 1", () => {
 
   it("a client that leaves mid-stream is charged what every choice generated, the prompt once", async () => {
     const before = await metrics(main);
-    const ac = new AbortController();
-    const res = await fetch(`${main.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: user("disconnect with four choices"),
-        n: 4,
-        max_tokens: 1500,
-        ignore_eos: true,
-        stream: true,
-        stream_options: { include_usage: true, continuous_usage_stats: true },
-      }),
-      signal: ac.signal,
+    const stream = await rawStream(main, {
+      messages: user("disconnect with four choices"),
+      n: 4,
+      max_tokens: 1500,
+      ignore_eos: true,
     });
-    const reader = res.body!.getReader();
     const seen = new Map<number, number>();
     let buf = "";
     let prompt = 0;
     while ([...seen.values()].filter((n) => n >= 5).length < 4) {
-      const { value } = await reader.read();
-      buf += new TextDecoder().decode(value);
+      buf += await stream.read();
       const events = buf.split("\n\n");
       buf = events.pop()!;
       for (const ev of events) {
@@ -260,7 +271,7 @@ describe("n > 1", () => {
         seen.set(obj.choices[0].index, obj.usage.completion_tokens);
       }
     }
-    ac.abort();
+    stream.hangUp();
     await waitUntil(
       "choices gone",
       async () => (await metrics(main))["vllm:num_requests_running"] === 0,
@@ -276,24 +287,9 @@ describe("n > 1", () => {
 
   it("--sim-hang-phase mid-stream: one token per choice, all of them counted, then nothing", async () => {
     const before = await metrics(hangMid);
-    const ac = new AbortController();
-    const res = await fetch(`${hangMid.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: user("hang with three choices"),
-        n: 3,
-        stream: true,
-        stream_options: { include_usage: true, continuous_usage_stats: true },
-      }),
-      signal: ac.signal,
-    });
-    const reader = res.body!.getReader();
+    const stream = await rawStream(hangMid, { messages: user("hang with three choices"), n: 3 });
     let text = "";
-    while ((text.match(/"delta":\{"content":/g) ?? []).length < 3) {
-      text += new TextDecoder().decode((await reader.read()).value);
-    }
+    while ((text.match(/"delta":\{"content":/g) ?? []).length < 3) text += await stream.read();
     await waitUntil(
       "choices stopped",
       async () => (await metrics(hangMid))["vllm:num_requests_running"] === 0,
@@ -305,7 +301,7 @@ describe("n > 1", () => {
     expect(moved.prompt).toBe(JSON.parse(text.split("\n\n")[0]!.slice(6)).usage.prompt_tokens);
     expect(text.match(/"role":"assistant"/g)).toHaveLength(3);
     expect(text).not.toContain("[DONE]");
-    ac.abort();
+    stream.hangUp();
   });
 });
 
