@@ -77,22 +77,6 @@ function bytesAt(b: Uint8Array, at: number, what: Uint8Array): boolean {
   return true;
 }
 
-/** The choice index in vLLM's layout (`"choices":[{"index":N`) before byte `end`, or -1. */
-function choiceIndexBytes(b: Uint8Array, end: number): number {
-  // Hop from bracket to bracket: the first `[` is nearly always the choices array's.
-  const bracket = FIRST_CHOICE.indexOf(91 /* [ */);
-  for (let p = b.indexOf(91, DATA_OBJECT.length); p >= 0 && p < end; p = b.indexOf(91, p + 1)) {
-    const at = p - bracket;
-    if (!bytesAt(b, at, FIRST_CHOICE)) continue;
-    let i = at + FIRST_CHOICE.length;
-    const start = i;
-    let n = 0;
-    for (; i < end && i - start < 8 && b[i]! >= 48 && b[i]! <= 57; i++) n = n * 10 + b[i]! - 48;
-    return i > start ? n : -1;
-  }
-  return -1;
-}
-
 function choiceIndexText(data: string): number {
   const at = data.indexOf('"choices":[{"index":');
   if (at < 0) return -1;
@@ -127,6 +111,8 @@ export class StreamUsage {
   /** The final `choices: []` chunk's usage: the request's total. */
   private readonly total: UsageSlot = { text: undefined, parsed: undefined };
   private readonly decoder = new TextDecoder();
+  /** Where the last chunk's choice index was (choiceIndex). */
+  private choiceAt = 0;
   /** `data: [DONE]` seen: the engine finished the stream normally. */
   done = false;
   /** An error event from the engine (already normalised). */
@@ -197,7 +183,7 @@ export class StreamUsage {
     const isNull = tail + NULL.length === n - 3 && bytesAt(b, tail, NULL);
     if (!isNull) {
       if (b[tail] !== 123 /* { */) return undefined;
-      const choice = usageOnly ? -1 : choiceIndexBytes(b, at);
+      const choice = usageOnly ? -1 : this.choiceIndex(b, at);
       if (!usageOnly && choice < 0) return undefined;
       this.record(choice, this.decoder.decode(b.subarray(tail, n - 3)));
     } else if (usageOnly) {
@@ -211,6 +197,26 @@ export class StreamUsage {
     b[at + 1] = 10;
     b[at + 2] = 10;
     return b.subarray(0, at + 3);
+  }
+
+  /**
+   * The choice index in vLLM's layout (`"choices":[{"index":N`) before byte
+   * `end`, or -1. The key sits at the same offset in every chunk of a stream
+   * (id, object, created and model do not change), so that is tried first.
+   */
+  private choiceIndex(b: Uint8Array, end: number): number {
+    if (!bytesAt(b, this.choiceAt, FIRST_CHOICE)) {
+      const bracket = FIRST_CHOICE.indexOf(91 /* [ */);
+      let p = DATA_OBJECT.length;
+      while (p < end && !(b[p] === 91 && bytesAt(b, p - bracket, FIRST_CHOICE))) p++;
+      if (p >= end) return -1;
+      this.choiceAt = p - bracket;
+    }
+    let i = this.choiceAt + FIRST_CHOICE.length;
+    const start = i;
+    let n = 0;
+    for (; i < end && i - start < 8 && b[i]! >= 48 && b[i]! <= 57; i++) n = n * 10 + b[i]! - 48;
+    return i > start ? n : -1;
   }
 
   /** One event (without its blank line); returns what to forward, "" to drop it. */

@@ -121,6 +121,16 @@ describe("usage per choice, other layouts", () => {
     expect(one.usage?.completion_tokens).toBe(2);
   });
 
+  it("finds the choice index again when the chunk layout moves", () => {
+    const short = chatChunks("c", 1, "m", "continuous");
+    const long = chatChunks("chatcmpl-a-much-longer-id", 1, "a/longer-model", "continuous");
+    const t = new StreamUsage("none");
+    expect(t.chunk(enc.encode(short.token(0, contentDelta("a"), null, null, u(3))))).toBeDefined();
+    expect(t.chunk(enc.encode(long.token(12, contentDelta("b"), null, null, u(4))))).toBeDefined();
+    expect(t.chunk(enc.encode(short.token(1, contentDelta("c"), null, null, u(5))))).toBeDefined();
+    expect(t.usage?.completion_tokens).toBe(12);
+  });
+
   it("leaves a usage chunk whose choice index it cannot find to the text path", () => {
     const odd = `data: {"id":"c","choices":[{"delta":{"content":"x"},"index":1}],"usage":${u(4)}}\n\n`;
     const t = new StreamUsage("none");
