@@ -21,7 +21,8 @@ export interface ChoicePlan {
   /** Tokens after which the choice ends by itself; Infinity: only max_tokens ends it. */
   naturalLength: number;
   tokenAt(index: number): number;
-  pieceAt(index: number): string;
+  /** The text of output token `index`, whose id (from tokenAt) is `token`. */
+  pieceAt(index: number, token: number): string;
   /** Seeds what else is made up about this choice (logprobs). */
   seed: number;
   /** Set when the choice's tokens are a call's arguments. */
@@ -45,7 +46,7 @@ export function planChoice(
     return {
       naturalLength: ignoreEos ? Number.POSITIVE_INFINITY : text.naturalLength,
       tokenAt: text.tokenAt,
-      pieceAt: (i) => outputTokenText(text.tokenAt(i)),
+      pieceAt: (_i, token) => outputTokenText(token),
       seed: text.seed,
     };
   }

@@ -92,7 +92,6 @@ export class Generation {
   private readonly io: GenerationIo;
   private readonly writer: ChunkWriter;
   private readonly choices: Choice[];
-  private readonly bySeq = new Map<string, Choice>();
   private readonly chat: boolean;
   /** The response ended, or the client left: events are dropped. */
   private done = false;
@@ -124,7 +123,6 @@ export class Generation {
       steps: [],
     }));
     this.open = this.choices.length;
-    for (const c of this.choices) this.bySeq.set(c.seqId, c);
   }
 
   /** Sends the head (streams, and a request fated to crash), then hands the choices to the engine. */
@@ -143,15 +141,17 @@ export class Generation {
     const group: SeqGroup = { promptCounted: false };
     io.runner.submitGroup(
       this.choices.map((c) => ({
-        id: c.seqId,
-        promptIds: spec.promptIds,
-        maxTokens: spec.maxTokens,
-        naturalLength: c.plan.naturalLength,
-        nextToken: c.plan.tokenAt,
-        group,
-        ...(spec.cacheSalt !== undefined ? { cacheSalt: spec.cacheSalt } : {}),
+        spec: {
+          id: c.seqId,
+          promptIds: spec.promptIds,
+          maxTokens: spec.maxTokens,
+          naturalLength: c.plan.naturalLength,
+          nextToken: c.plan.tokenAt,
+          group,
+          ...(spec.cacheSalt !== undefined ? { cacheSalt: spec.cacheSalt } : {}),
+        },
+        sink: { onEvent: (ev: SeqEvent) => this.onEvent(c, ev) },
       })),
-      { onEvent: (ev) => this.onEvent(ev) },
       arrival,
     );
   }
@@ -181,10 +181,8 @@ export class Generation {
     }
   }
 
-  private onEvent(ev: SeqEvent): void {
-    if (this.done || ev.kind !== "token") return;
-    const c = this.bySeq.get(ev.seq.spec.id);
-    if (!c || c.ended) return;
+  private onEvent(c: Choice, ev: SeqEvent): void {
+    if (this.done || ev.kind !== "token" || c.ended) return;
     const { spec, io } = this;
     const first = !this.started;
     if (first) {
@@ -193,7 +191,7 @@ export class Generation {
       this.cached = ev.seq.cachedPromptTokens;
       io.span?.token();
     }
-    const full = c.plan.pieceAt(ev.index);
+    const full = c.plan.pieceAt(ev.index, ev.token);
     let piece = full;
     let reason: string | null = ev.finished ?? null;
     if (spec.stops.length > 0) {

@@ -77,7 +77,7 @@ export class Runner {
 
   /** Least-loaded core, like vLLM's data-parallel front end. */
   submit(spec: Omit<SeqSpec, "arrival">, sink: TokenSink, arrival = this.simNow()): void {
-    this.submitGroup([spec], sink, arrival);
+    this.submitGroup([{ spec, sink }], arrival);
   }
 
   private leastLoaded(): Lane {
@@ -87,10 +87,10 @@ export class Runner {
     return lane;
   }
 
-  /** Sequences that must share a core (an `n > 1` request's choices share its prefix cache), one sink for all. */
-  submitGroup(specs: Omit<SeqSpec, "arrival">[], sink: TokenSink, arrival = this.simNow()): void {
+  /** Sequences that must share a core (an `n > 1` request's choices share its prefix cache), each with its sink. */
+  submitGroup(seqs: { spec: Omit<SeqSpec, "arrival">; sink: TokenSink }[], arrival = this.simNow()): void {
     const lane = this.leastLoaded();
-    for (const spec of specs) {
+    for (const { spec, sink } of seqs) {
       lane.inbox.push({ ...spec, arrival });
       this.sinks.set(spec.id, { sink, lane });
     }

@@ -161,7 +161,7 @@ describe("JSON values from a schema", () => {
 describe("choice plans", () => {
   const prompt = [1, 2, 3, 4];
   const text = (p: ReturnType<typeof planChoice>, n = p.naturalLength) =>
-    Array.from({ length: n }, (_, i) => p.pieceAt(i)).join("");
+    Array.from({ length: n }, (_, i) => p.pieceAt(i, p.tokenAt(i))).join("");
 
   it("text: choice 0 is what n=1 says, other choices say something else, deterministically", () => {
     const one = planOutput(9, prompt, 64);
