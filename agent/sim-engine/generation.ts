@@ -28,6 +28,8 @@ import {
   completionChunks,
   completionLogprobs,
   contentDelta,
+  JSON_HEADERS,
+  SSE_HEADERS,
   toolCallDelta,
   toolCallJson,
   usageJson,
@@ -83,9 +85,6 @@ interface Choice {
   logprobs: string[];
   steps: { step: ReturnType<typeof stepLogprobs>; offset: number }[];
 }
-
-const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" };
-const JSON_HEADERS = { "content-type": "application/json" };
 
 export class Generation {
   private readonly spec: GenerationSpec;

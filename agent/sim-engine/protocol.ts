@@ -30,6 +30,12 @@ const ERROR_TYPES: Record<number, string> = {
   503: "ServiceUnavailableError",
 };
 
+export const SSE_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+};
+export const JSON_HEADERS = { "content-type": "application/json" };
+
 export function errorBody(e: ApiError): string {
   return JSON.stringify({ error: { message: e.message, type: e.type, param: e.param, code: e.status } });
 }

@@ -23,10 +23,12 @@ import {
   embeddingInputs,
   embeddingsBody,
   errorBody,
+  JSON_HEADERS,
   messageText,
   modelsBody,
   promptOf,
   type ResponseFormat,
+  SSE_HEADERS,
   usageJson,
   zodToApiError,
 } from "./protocol.ts";
@@ -481,9 +483,6 @@ export class SimServer {
     res.end(body);
   }
 }
-
-const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" };
-const JSON_HEADERS = { "content-type": "application/json" };
 
 const SCHEMA_PARAM = "response_format.json_schema.schema";
 
