@@ -10,7 +10,14 @@ import { ApiError, errors } from "./openai-errors.ts";
  * come back as a 500 instead of the caller's 400.
  */
 const modelName = z.string().min(1, "must not be empty").max(256, "must be at most 256 characters");
-const nonNegInt = z.number().int().min(0);
+/**
+ * At least 1, as vLLM and OpenAI's chat API have it; the sim engine applies
+ * the same rule with the same message (agent/sim-engine/protocol.ts).
+ */
+const maxTokens = z
+  .number()
+  .int()
+  .min(1, { error: (iss) => `must be at least 1, got ${String(iss.input)}` });
 
 const streamOptions = z
   .looseObject({
@@ -24,7 +31,7 @@ const stop = z.union([z.string(), z.array(z.string()).max(16)]).nullish();
 const sampling = {
   stream: z.boolean().nullish(),
   stream_options: streamOptions,
-  max_tokens: nonNegInt.nullish(),
+  max_tokens: maxTokens.nullish(),
   n: z.number().int().min(1).max(128).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
@@ -46,7 +53,7 @@ const message = z.looseObject({
 export const chatRequest = z.looseObject({
   model: modelName,
   messages: z.array(message).min(1, "must contain at least one message"),
-  max_completion_tokens: nonNegInt.nullish(),
+  max_completion_tokens: maxTokens.nullish(),
   ...sampling,
 });
 

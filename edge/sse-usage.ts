@@ -8,8 +8,11 @@ import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
  * The proxy asks engines for `stream_options.include_usage` and vLLM's
  * `continuous_usage_stats`, so every chunk carries the cumulative usage so
  * far: whatever point a stream stops at, the last chunk read says exactly
- * what was generated up to it. What the client sees is cut back to what it
- * asked for.
+ * what was generated up to it. With `n > 1` vLLM counts each chunk's own
+ * choice only (`completion_tokens` of that choice), so the usage so far is
+ * the sum over choices of each one's latest count, until the final
+ * `choices: []` chunk gives the total. What the client sees is cut back to
+ * what it asked for.
  */
 export interface Usage {
   prompt_tokens: number;
@@ -58,6 +61,7 @@ export class SseSplitter {
 
 // The bytes the chunk fast path (StreamUsage.chunk) looks for.
 const DATA_OBJECT = bytesOf("data: {");
+const FIRST_CHOICE = bytesOf('"choices":[{"index":');
 const USAGE_KEY = bytesOf(',"usage":');
 const EMPTY_CHOICES = bytesOf('"choices":[]');
 const NULL = bytesOf("null");
@@ -73,12 +77,42 @@ function bytesAt(b: Uint8Array, at: number, what: Uint8Array): boolean {
   return true;
 }
 
+function choiceIndexText(data: string): number {
+  const at = data.indexOf('"choices":[{"index":');
+  if (at < 0) return -1;
+  const m = /^\d{1,7}/.exec(data.slice(at + 20, at + 28));
+  return m ? Number(m[0]) : -1;
+}
+
+/** One source of usage: a choice's latest chunk, or the final total. Parsed when asked for. */
+interface UsageSlot {
+  text: string | undefined;
+  parsed: Usage | undefined;
+}
+
+function settle(slot: UsageSlot | undefined): Usage | undefined {
+  if (slot === undefined) return undefined;
+  if (slot.text !== undefined) {
+    try {
+      const u = readUsage(JSON.parse(slot.text));
+      if (u) slot.parsed = u;
+    } catch {
+      // A malformed usage tail: keep the last one that was parsed.
+    }
+    slot.text = undefined;
+  }
+  return slot.parsed;
+}
+
 export class StreamUsage {
-  private parsed: Usage | undefined;
-  // The usage object of the latest chunk, as text: with usage on every
-  // chunk only the last one matters, so it is parsed when asked for, once.
-  private usageText: string | undefined;
+  // The usage object of each choice's latest chunk, as text: with usage on
+  // every chunk only the last one matters, so it is parsed when asked for, once.
+  private readonly choices = new Map<number, UsageSlot>();
+  /** The final `choices: []` chunk's usage: the request's total. */
+  private readonly total: UsageSlot = { text: undefined, parsed: undefined };
   private readonly decoder = new TextDecoder();
+  /** Where the last chunk's choice index was (choiceIndex). */
+  private choiceAt = 0;
   /** `data: [DONE]` seen: the engine finished the stream normally. */
   done = false;
   /** An error event from the engine (already normalised). */
@@ -88,23 +122,33 @@ export class StreamUsage {
 
   constructor(private readonly mode: UsageMode) {}
 
-  /** Latest cumulative usage seen. */
+  /** Usage so far: the final total once seen, else the sum over choices of each one's latest. */
   get usage(): Usage | undefined {
-    if (this.usageText !== undefined) {
-      try {
-        const u = readUsage(JSON.parse(this.usageText));
-        if (u) this.parsed = u;
-      } catch {
-        // A malformed usage tail: keep the last one that was parsed.
-      }
-      this.usageText = undefined;
+    const total = settle(this.total);
+    if (total) return total;
+    let sum: Usage | undefined;
+    for (const slot of this.choices.values()) {
+      const u = settle(slot);
+      if (!u) continue;
+      const completion = (sum?.completion_tokens ?? 0) + u.completion_tokens;
+      sum = {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: completion,
+        total_tokens: u.prompt_tokens + completion,
+      };
     }
-    return this.parsed;
+    return sum;
   }
 
-  set usage(u: Usage | undefined) {
-    this.parsed = u;
-    this.usageText = undefined;
+  /** Records a chunk's usage: `choice` is its choice's index, -1 for the final total. */
+  private record(choice: number, text: string | undefined, parsed?: Usage): void {
+    let slot = choice < 0 ? this.total : this.choices.get(choice);
+    if (slot === undefined) {
+      slot = { text: undefined, parsed: undefined };
+      this.choices.set(choice, slot);
+    }
+    slot.text = text;
+    if (parsed) slot.parsed = parsed;
   }
 
   /**
@@ -139,7 +183,9 @@ export class StreamUsage {
     const isNull = tail + NULL.length === n - 3 && bytesAt(b, tail, NULL);
     if (!isNull) {
       if (b[tail] !== 123 /* { */) return undefined;
-      this.usageText = this.decoder.decode(b.subarray(tail, n - 3));
+      const choice = usageOnly ? -1 : this.choiceIndex(b, at);
+      if (!usageOnly && choice < 0) return undefined;
+      this.record(choice, this.decoder.decode(b.subarray(tail, n - 3)));
     } else if (usageOnly) {
       return undefined; // `"choices":[],"usage":null`: not a usage chunk; the general path decides
     }
@@ -151,6 +197,26 @@ export class StreamUsage {
     b[at + 1] = 10;
     b[at + 2] = 10;
     return b.subarray(0, at + 3);
+  }
+
+  /**
+   * The choice index in vLLM's layout (`"choices":[{"index":N`) before byte
+   * `end`, or -1. The key sits at the same offset in every chunk of a stream
+   * (id, object, created and model do not change), so that is tried first.
+   */
+  private choiceIndex(b: Uint8Array, end: number): number {
+    if (!bytesAt(b, this.choiceAt, FIRST_CHOICE)) {
+      const bracket = FIRST_CHOICE.indexOf(91 /* [ */);
+      let p = DATA_OBJECT.length;
+      while (p < end && !(b[p] === 91 && bytesAt(b, p - bracket, FIRST_CHOICE))) p++;
+      if (p >= end) return -1;
+      this.choiceAt = p - bracket;
+    }
+    let i = this.choiceAt + FIRST_CHOICE.length;
+    const start = i;
+    let n = 0;
+    for (; i < end && i - start < 8 && b[i]! >= 48 && b[i]! <= 57; i++) n = n * 10 + b[i]! - 48;
+    return i > start ? n : -1;
   }
 
   /** One event (without its blank line); returns what to forward, "" to drop it. */
@@ -198,12 +264,15 @@ export class StreamUsage {
       return `data: ${JSON.stringify({ error: this.error })}\n\n`;
     }
     const hasUsage = obj.usage !== undefined && obj.usage !== null;
-    if (hasUsage) {
-      const u = readUsage(obj.usage);
-      if (u) this.usage = u;
-    }
     const choices = obj.choices;
     const usageOnly = Array.isArray(choices) && choices.length === 0 && hasUsage;
+    if (hasUsage) {
+      const u = readUsage(obj.usage);
+      const index = Array.isArray(choices)
+        ? (choices[0] as { index?: unknown } | undefined)?.index
+        : undefined;
+      if (u) this.record(usageOnly ? -1 : typeof index === "number" ? index : 0, undefined, u);
+    }
     if (!usageOnly) this.dataEvents++;
     if (this.mode === "continuous" || !hasUsage) return `${raw}\n\n`;
     if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
@@ -233,8 +302,10 @@ export class StreamUsage {
       return this.mode === "continuous" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
     }
     if (tail.charCodeAt(0) !== 123 || data.charCodeAt(data.length - 1) !== 125) return undefined;
-    this.usageText = tail;
     const usageOnly = data.includes('"choices":[]');
+    const choice = usageOnly ? -1 : choiceIndexText(data);
+    if (!usageOnly && choice < 0) return undefined;
+    this.record(choice, tail);
     if (!usageOnly) this.dataEvents++;
     if (this.mode === "continuous") return `${raw}\n\n`;
     if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";

@@ -10,7 +10,8 @@
  * aborted meanwhile is discarded and not counted, so the counters equal the
  * sum of the usage the engine reports (or would have reported) per request.
  * A pooling (embeddings) sequence counts its prompt tokens when its prefill
- * completes, and no generation tokens.
+ * completes, and no generation tokens. The choices of an `n > 1` request
+ * (one SeqGroup) count their shared prompt once, at the first token of any.
  */
 import { KvCache } from "./kv-cache.ts";
 import { H100_LLAMA_3_1_8B, type LatencyParams, stepSeconds } from "./latency-model.ts";
@@ -116,7 +117,11 @@ export class EngineCore {
       }
       m.generationTokens++;
       if (ev.index === 0) {
-        m.promptTokens += seq.promptLen;
+        // Once per request: the usage of an n > 1 request counts its prompt once
+        // (vLLM's counter counts it per choice; see docs/sim-engine.md).
+        const group = seq.spec.group;
+        if (!group?.promptCounted) m.promptTokens += seq.promptLen;
+        if (group) group.promptCounted = true;
         m.ttft.observe(Math.max(0, ev.at - seq.spec.arrival));
       } else if (ev.prevAt !== undefined) {
         m.itl.observe(ev.at - ev.prevAt);

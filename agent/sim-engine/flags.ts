@@ -33,6 +33,8 @@ const KNOWN: Record<string, Kind> = {
   "block-size": "int",
   seed: "int",
   "enable-prompt-tokens-details": "bool",
+  "enable-auto-tool-choice": "bool",
+  "tool-call-parser": "string",
   "sim-speed": "number",
   "sim-kv-blocks": "int",
   "sim-gpu-memory-gib": "number",
@@ -90,6 +92,8 @@ const Schema = z.object({
   "block-size": int(1).max(1024).default(16),
   seed: z.coerce.number().int().default(0),
   "enable-prompt-tokens-details": z.boolean().default(false),
+  "enable-auto-tool-choice": z.boolean().default(false),
+  "tool-call-parser": z.string().min(1).optional(),
   "sim-speed": z.coerce.number().gt(0).max(1e6).default(1),
   "sim-kv-blocks": int(1).optional(),
   "sim-gpu-memory-gib": z.coerce.number().gt(0).default(80),
@@ -129,6 +133,9 @@ export interface SimEngineFlags {
   blockSize: number;
   seed: number;
   enablePromptTokensDetails: boolean;
+  /** `--enable-auto-tool-choice`; the parser's name is required with it, as in vLLM, and changes nothing in the sim. */
+  enableAutoToolChoice: boolean;
+  toolCallParser?: string;
   sim: {
     speed: number;
     kvBlocks?: number;
@@ -234,6 +241,9 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
   const f = parsed.data;
   if (f["node-rank"] >= f.nnodes)
     throw new FlagError(`--node-rank ${f["node-rank"]} must be below --nnodes ${f.nnodes}`);
+  if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
+    throw new FlagError("--enable-auto-tool-choice requires --tool-call-parser");
+  }
   return {
     model: f.model,
     host: f.host,
@@ -255,6 +265,8 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
     blockSize: f["block-size"],
     seed: f.seed,
     enablePromptTokensDetails: f["enable-prompt-tokens-details"],
+    enableAutoToolChoice: f["enable-auto-tool-choice"],
+    ...(f["tool-call-parser"] !== undefined ? { toolCallParser: f["tool-call-parser"] } : {}),
     sim: {
       speed: f["sim-speed"],
       ...(f["sim-kv-blocks"] !== undefined ? { kvBlocks: f["sim-kv-blocks"] } : {}),
@@ -283,7 +295,8 @@ vLLM flags: --host --port --served-model-name NAME... --tensor-parallel-size/-tp
   --pipeline-parallel-size/-pp --data-parallel-size/-dp --nnodes --node-rank
   --master-addr --master-port --headless --gpu-memory-utilization --max-model-len
   --max-num-seqs --max-num-batched-tokens --[no-]enable-prefix-caching --block-size
-  --seed --enable-prompt-tokens-details  (other vLLM flags: accepted, ignored, warned)
+  --seed --enable-prompt-tokens-details --enable-auto-tool-choice --tool-call-parser NAME
+  (other vLLM flags: accepted, ignored, warned)
 sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-len N
   --sim-startup-seconds S --sim-fail-rate P --sim-crash-after N
   --sim-hang-after N --sim-hang-phase first-token|mid-stream --sim-slow-token-ms M

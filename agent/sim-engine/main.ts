@@ -124,6 +124,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     seed: flags.seed,
     outputLen: flags.sim.outputLen,
     promptTokensDetails: flags.enablePromptTokensDetails,
+    autoToolChoice: flags.enableAutoToolChoice,
     faults: new FaultPlan({
       seed: flags.seed,
       failRate: flags.sim.failRate,

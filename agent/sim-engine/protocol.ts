@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import type { UsageMode } from "../../common/usage-mode.ts";
+import { MAX_LOGPROBS, type StepLogprobs, utf8Bytes } from "./logprobs.ts";
 
 export class ApiError extends Error {
   readonly status: number;
@@ -29,6 +30,12 @@ const ERROR_TYPES: Record<number, string> = {
   503: "ServiceUnavailableError",
 };
 
+export const SSE_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+};
+export const JSON_HEADERS = { "content-type": "application/json" };
+
 export function errorBody(e: ApiError): string {
   return JSON.stringify({ error: { message: e.message, type: e.type, param: e.param, code: e.status } });
 }
@@ -42,27 +49,83 @@ const StreamOptions = z
 
 const Stop = z.union([z.string(), z.array(z.string()).max(64)]).nullish();
 
+/**
+ * At least 1, as vLLM's SamplingParams and OpenAI's chat API have it; the
+ * edge applies the same rule with the same message (edge/request-schema.ts).
+ */
+const MaxTokens = z
+  .number()
+  .int()
+  .min(1, { error: (iss) => `must be at least 1, got ${String(iss.input)}` })
+  .nullish();
+
+/** Choices per request. vLLM sets no bound; the sim's is the edge's (edge/request-schema.ts). */
+export const MAX_N = 128;
+
+const ResponseFormat = z.discriminatedUnion("type", [
+  z.looseObject({ type: z.literal("text") }),
+  z.looseObject({ type: z.literal("json_object") }),
+  z.looseObject({
+    type: z.literal("json_schema"),
+    json_schema: z.looseObject({
+      name: z.string().min(1),
+      description: z.string().nullish(),
+      schema: z.record(z.string(), z.unknown()).nullish(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+]);
+export type ResponseFormat = z.infer<typeof ResponseFormat>;
+
 const common = {
   model: z.string().nullish(),
   stream: z.boolean().nullish(),
   stream_options: StreamOptions,
-  max_tokens: z.number().int().min(1).nullish(),
-  n: z.number().int().min(1).nullish(),
+  max_tokens: MaxTokens,
+  n: z.number().int().min(1).max(MAX_N).nullish(),
   stop: Stop,
   temperature: z.number().min(0).nullish(),
   seed: z.number().int().nullish(),
   ignore_eos: z.boolean().nullish(),
   cache_salt: z.string().nullish(),
   user: z.string().nullish(),
+  response_format: ResponseFormat.nullish(),
 };
 
 const TextPart = z.looseObject({ type: z.literal("text"), text: z.string() });
 const Content = z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]).optional();
 
+const FunctionCall = z.looseObject({ name: z.string(), arguments: z.string() });
+const Tool = z.looseObject({
+  type: z.literal("function"),
+  function: z.looseObject({
+    name: z.string().min(1),
+    description: z.string().nullish(),
+    parameters: z.record(z.string(), z.unknown()).nullish(),
+    strict: z.boolean().nullish(),
+  }),
+});
+const ToolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string().min(1) }) }),
+]);
+
 export const ChatRequest = z.looseObject({
   ...common,
-  messages: z.array(z.looseObject({ role: z.string().min(1), content: Content })).min(1),
-  max_completion_tokens: z.number().int().min(1).nullish(),
+  messages: z
+    .array(
+      z.looseObject({
+        role: z.string().min(1),
+        content: Content,
+        tool_calls: z.array(z.looseObject({ function: FunctionCall })).nullish(),
+      }),
+    )
+    .min(1),
+  max_completion_tokens: MaxTokens,
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(MAX_LOGPROBS).nullish(),
+  tools: z.array(Tool).nullish(),
+  tool_choice: ToolChoice.nullish(),
 });
 export type ChatRequest = z.infer<typeof ChatRequest>;
 
@@ -72,6 +135,7 @@ export const CompletionRequest = z.looseObject({
   // issue per element for every branch it rejects, which costs more than the request's prefill.
   prompt: z.union([z.string(), z.array(z.unknown()).min(1)]),
   echo: z.boolean().nullish(),
+  logprobs: z.number().int().min(0).max(MAX_LOGPROBS).nullish(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
 
@@ -195,32 +259,37 @@ export function usageJson(u: Usage, withDetails: boolean): string {
 
 /** Pre-rendered pieces of one response, so a token costs one string concatenation. */
 export interface ChunkWriter {
+  /** Chat: a choice's first chunk, the assistant role and no content yet. Completions have none (""). */
+  role(index: number, usage: string | null): string;
   /**
-   * The chunk for an output token (for chat, the first one comes after the
-   * role delta, whose continuous usage is `roleUsage`: no tokens yet).
+   * The chunk for one output token of choice `index`: `delta` is rendered
+   * (chat: a delta object from contentDelta/toolCallDelta; completions: the
+   * text as a JSON string), `logprobs` too, or null.
    */
   token(
-    text: string,
-    first: boolean,
+    index: number,
+    delta: string,
+    logprobs: string | null,
     finish: string | null,
     usage: string | null,
-    roleUsage?: string | null,
   ): string;
   /** Final `choices: []` usage chunk (include_usage). */
   usage(usage: string): string;
 }
 
+function chunkTail(usageMode: UsageMode): (usage: string | null) => string {
+  return usageMode === "none" ? () => "}\n\n" : (usage) => `,"usage":${usage ?? "null"}}\n\n`;
+}
+
 export function chatChunks(id: string, created: number, model: string, usageMode: UsageMode): ChunkWriter {
   const head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[`;
-  const tail = (usage: string | null) =>
-    usageMode === "none" ? "}\n\n" : `,"usage":${usage ?? "null"}}\n\n`;
+  const tail = chunkTail(usageMode);
   return {
-    token(text, first, finish, usage, roleUsage = null) {
-      const role = first
-        ? `${head}{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${tail(usageMode === "continuous" ? roleUsage : null)}`
-        : "";
+    role: (index, usage) =>
+      `${head}{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${tail(usage)}`,
+    token(index, delta, logprobs, finish, usage) {
       const fin = finish === null ? "null" : `"${finish}","stop_reason":null`;
-      return `${role}${head}{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":${fin}}]${tail(usageMode === "continuous" ? usage : null)}`;
+      return `${head}{"index":${index},"delta":${delta},"logprobs":${logprobs ?? "null"},"finish_reason":${fin}}]${tail(usage)}`;
     },
     usage: (usage) => `${head}]${tail(usage)}`,
   };
@@ -233,37 +302,109 @@ export function completionChunks(
   usageMode: UsageMode,
 ): ChunkWriter {
   const head = `data: {"id":"${id}","object":"text_completion","created":${created},"model":${JSON.stringify(model)},"choices":[`;
-  const tail = (usage: string | null) =>
-    usageMode === "none" ? "}\n\n" : `,"usage":${usage ?? "null"}}\n\n`;
+  const tail = chunkTail(usageMode);
   return {
-    token(text, _first, finish, usage) {
+    role: () => "",
+    token(index, text, logprobs, finish, usage) {
       const fin = finish === null ? "null" : `"${finish}"`;
-      return `${head}{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${fin},"stop_reason":null}]${tail(usageMode === "continuous" ? usage : null)}`;
+      return `${head}{"index":${index},"text":${text},"logprobs":${logprobs ?? "null"},"finish_reason":${fin},"stop_reason":null}]${tail(usage)}`;
     },
     usage: (usage) => `${head}]${tail(usage)}`,
   };
+}
+
+export const contentDelta = (text: string): string => `{"content":${JSON.stringify(text)}}`;
+
+/**
+ * A streamed tool call, as vLLM streams it: the call's first delta carries
+ * its id, type and function name with the first fragment of the arguments,
+ * later ones only further fragments. One call per choice: index 0.
+ */
+export function toolCallDelta(first: { id: string; name: string } | null, args: string): string {
+  return first
+    ? `{"tool_calls":[{"id":"${first.id}","type":"function","index":0,"function":{"name":${JSON.stringify(first.name)},"arguments":${JSON.stringify(args)}}}]}`
+    : `{"tool_calls":[{"index":0,"function":{"arguments":${JSON.stringify(args)}}}]}`;
+}
+
+export function toolCallJson(id: string, name: string, args: string): string {
+  return `{"id":"${id}","type":"function","function":{"name":${JSON.stringify(name)},"arguments":${JSON.stringify(args)}}}`;
+}
+
+/** One entry of chat's `logprobs.content`. */
+export function chatLogprob(step: StepLogprobs): string {
+  let top = "";
+  for (const t of step.top) {
+    top += `${top ? "," : ""}{"token":${JSON.stringify(t.token)},"logprob":${t.logprob},"bytes":[${utf8Bytes(t.token)}]}`;
+  }
+  return `{"token":${JSON.stringify(step.token)},"logprob":${step.logprob},"bytes":[${utf8Bytes(step.token)}],"top_logprobs":[${top}]}`;
+}
+
+/** Chat's `logprobs` object over rendered entries (one per token; a stream chunk has one). */
+export const chatLogprobs = (entries: readonly string[]): string => `{"content":[${entries.join(",")}]}`;
+
+/**
+ * A completion's `logprobs`: per token its text, logprob, offset in the
+ * output text (code points) and, as OpenAI documents it, the `top` most
+ * likely tokens plus the sampled one when it is not among them.
+ */
+export function completionLogprobs(steps: readonly { step: StepLogprobs; offset: number }[]): string {
+  let offsets = "";
+  let values = "";
+  let tokens = "";
+  let tops = "";
+  for (const [k, { step, offset }] of steps.entries()) {
+    const sep = k === 0 ? "" : ",";
+    offsets += `${sep}${offset}`;
+    values += `${sep}${step.logprob}`;
+    tokens += `${sep}${JSON.stringify(step.token)}`;
+    let dict = "";
+    for (const t of step.top) dict += `${dict ? "," : ""}${JSON.stringify(t.token)}:${t.logprob}`;
+    if (!step.top.some((t) => t.token === step.token)) {
+      dict += `${dict ? "," : ""}${JSON.stringify(step.token)}:${step.logprob}`;
+    }
+    tops += `${sep}{${dict}}`;
+  }
+  return `{"text_offset":[${offsets}],"token_logprobs":[${values}],"tokens":[${tokens}],"top_logprobs":[${tops}]}`;
+}
+
+/** One choice of a non-streamed chat answer: text (`content`) or a tool call (`content` null). */
+export function chatChoice(
+  index: number,
+  content: string | null,
+  toolCalls: string,
+  logprobs: string | null,
+  finish: string,
+): string {
+  return `{"index":${index},"message":{"role":"assistant","content":${content === null ? "null" : JSON.stringify(content)},"tool_calls":[${toolCalls}]},"logprobs":${logprobs ?? "null"},"finish_reason":"${finish}","stop_reason":null}`;
+}
+
+export function completionChoice(
+  index: number,
+  text: string,
+  logprobs: string | null,
+  finish: string,
+): string {
+  return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":${logprobs ?? "null"},"finish_reason":"${finish}","stop_reason":null,"prompt_logprobs":null}`;
 }
 
 export function chatCompletionBody(
   id: string,
   created: number,
   model: string,
-  text: string,
-  finish: string,
+  choices: readonly string[],
   usage: string,
 ): string {
-  return `{"id":"${id}","object":"chat.completion","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(text)},"tool_calls":[]},"logprobs":null,"finish_reason":"${finish}","stop_reason":null}],"usage":${usage},"prompt_logprobs":null}`;
+  return `{"id":"${id}","object":"chat.completion","created":${created},"model":${JSON.stringify(model)},"choices":[${choices.join(",")}],"usage":${usage},"prompt_logprobs":null}`;
 }
 
 export function completionBody(
   id: string,
   created: number,
   model: string,
-  text: string,
-  finish: string,
+  choices: readonly string[],
   usage: string,
 ): string {
-  return `{"id":"${id}","object":"text_completion","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":"${finish}","stop_reason":null,"prompt_logprobs":null}],"usage":${usage}}`;
+  return `{"id":"${id}","object":"text_completion","created":${created},"model":${JSON.stringify(model)},"choices":[${choices.join(",")}],"usage":${usage}}`;
 }
 
 export function modelsBody(names: string[], root: string, maxModelLen: number, created: number): string {

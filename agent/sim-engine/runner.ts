@@ -77,11 +77,23 @@ export class Runner {
 
   /** Least-loaded core, like vLLM's data-parallel front end. */
   submit(spec: Omit<SeqSpec, "arrival">, sink: TokenSink, arrival = this.simNow()): void {
+    this.submitGroup([{ spec, sink }], arrival);
+  }
+
+  private leastLoaded(): Lane {
     let lane = this.lanes[0]!;
     const load = (l: Lane) => l.core.load() + l.inbox.length;
     for (const l of this.lanes) if (load(l) < load(lane)) lane = l;
-    lane.inbox.push({ ...spec, arrival });
-    this.sinks.set(spec.id, { sink, lane });
+    return lane;
+  }
+
+  /** Sequences that must share a core (an `n > 1` request's choices share its prefix cache), each with its sink. */
+  submitGroup(seqs: { spec: Omit<SeqSpec, "arrival">; sink: TokenSink }[], arrival = this.simNow()): void {
+    const lane = this.leastLoaded();
+    for (const { spec, sink } of seqs) {
+      lane.inbox.push({ ...spec, arrival });
+      this.sinks.set(spec.id, { sink, lane });
+    }
     this.wake(lane);
   }
 

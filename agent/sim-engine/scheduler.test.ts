@@ -63,6 +63,23 @@ describe("Scheduler", () => {
     expect(s.prefix).toEqual({ queries: 133, hits: 64 });
   });
 
+  it("lets a prompt admitted in the same step hit blocks scheduled before it (vLLM V1 caches at schedule time)", () => {
+    const s = new Scheduler({ maxNumSeqs: 8, maxNumBatchedTokens: 1000 }, new KvCache(100, 16));
+    for (const id of ["c0", "c1", "c2"]) s.add(spec(id, range(50), 1));
+    expect(drain(s)[0]).toEqual({ c0: 50, c1: 2, c2: 2 }); // 48 tokens = 3 blocks from c0, in the same step
+    expect(s.prefix).toEqual({ queries: 150, hits: 96 });
+  });
+
+  it("counts the prompt of a group (an n > 1 request) once, at the first token of any of its choices", () => {
+    const core = new EngineCore(cfg({ numBlocks: 100 }));
+    const group = { promptCounted: false };
+    for (const id of ["a", "b"]) core.submit(spec(id, range(20), 2, { group }));
+    core.submit(spec("alone", range(7, 500), 2));
+    for (let t = 1; core.hasWork(); t++) core.finishStep(core.startStep()!.seconds * t);
+    expect(core.metrics.promptTokens).toBe(20 + 7);
+    expect(core.metrics.generationTokens).toBe(6);
+  });
+
   it("always computes the last prompt token even when the whole prompt is cached", () => {
     const s = new Scheduler({ maxNumSeqs: 8, maxNumBatchedTokens: 1000 }, new KvCache(100, 16));
     s.add(spec("a", range(32), 1));

@@ -10,7 +10,11 @@
  * When a running sequence needs a block and none is free, the most recently
  * admitted running sequence is preempted (vLLM's recompute mode): its blocks
  * are released (they stay in the prefix cache until evicted) and it goes
- * back to the head of the queue.
+ * back to the head of the queue. Full blocks enter the prefix cache when
+ * they are scheduled, not when computed (V1's `allocate_slots` caches up to
+ * the tokens it schedules), so a request admitted in the same step as an
+ * identical prompt already hits it: the choices of an `n > 1` request
+ * compute their prompt once.
  *
  * A sequence samples one token whenever a step leaves all of its tokens
  * computed. A pooling sequence (an embeddings request) is prefill only: the
@@ -37,7 +41,13 @@ export interface SeqSpec {
   cacheSalt?: number;
   /** Prefill only (embeddings): finishes when the prompt is computed, samples nothing. */
   pooling?: boolean;
+  /** The choices of one `n > 1` request share one: its prompt is counted once (engine-core.ts). */
+  group?: SeqGroup;
   arrival: number;
+}
+
+export interface SeqGroup {
+  promptCounted: boolean;
 }
 
 export interface Seq {
@@ -186,6 +196,7 @@ export class Scheduler {
       }
       if (!ok) break;
       if (need > 0) seq.blocks.push(...this.kv.allocate(need)!);
+      this.commitFullBlocks(seq, seq.computed + want);
       items.push({ seq, tokens: want });
       budget -= want;
     }
@@ -221,6 +232,7 @@ export class Scheduler {
       this.waiting.shift();
       seq.state = "running";
       this.running.push(seq);
+      this.commitFullBlocks(seq, computed + want);
       items.push({ seq, tokens: want });
       budget -= want;
     }
@@ -248,7 +260,6 @@ export class Scheduler {
         continue;
       }
       seq.computed += tokens;
-      this.commitFullBlocks(seq);
       if (seq.computed < seq.tokens.length) continue; // prefill chunk, more to come
       if (seq.spec.pooling) {
         seq.firstTokenAt ??= now;
@@ -321,9 +332,10 @@ export class Scheduler {
     }
   }
 
-  private commitFullBlocks(seq: Seq): void {
+  /** Enters the full blocks of `tokens[0 .. upTo)` into the prefix cache. */
+  private commitFullBlocks(seq: Seq, upTo: number): void {
     if (!this.kv.prefixCaching) return;
-    const full = Math.floor(seq.computed / this.kv.blockSize);
+    const full = Math.floor(upTo / this.kv.blockSize);
     if (full <= seq.committed) return;
     this.extendHashes(seq, full * this.kv.blockSize);
     for (let j = seq.committed; j < full; j++) this.kv.commit(seq.blocks[j]!, seq.hashes[j]!);

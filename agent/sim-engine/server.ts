@@ -7,34 +7,36 @@
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../../common/log.ts";
-import { type UsageMode, usageModeOf } from "../../common/usage-mode.ts";
+import { usageModeOf } from "../../common/usage-mode.ts";
+import { type ChoicePlan, type OutputShape, planChoice } from "./choice-plan.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
+import { Generation, type GenerationSpec } from "./generation.ts";
+import { checkSchema, SchemaError } from "./json-values.ts";
 import { renderMetrics } from "./metrics.ts";
 import {
   ApiError,
   ChatRequest,
-  type ChunkWriter,
   CompletionRequest,
-  chatChunks,
-  chatCompletionBody,
-  completionBody,
-  completionChunks,
   EmbeddingRequest,
   embeddingInputs,
   embeddingsBody,
   errorBody,
+  JSON_HEADERS,
   messageText,
   modelsBody,
   promptOf,
+  type ResponseFormat,
+  SSE_HEADERS,
   usageJson,
   zodToApiError,
 } from "./protocol.ts";
 import { type Arrival, type RequestTrace, TraceSpan, wallMs } from "./request-trace.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent } from "./scheduler.ts";
-import { chatPromptTokens, completionPromptTokens, fnv1a, outputTokenText, planOutput } from "./text.ts";
+import { chatPromptTokens, completionPromptTokens, fnv1a } from "./text.ts";
+import { type ToolFunction, toolToCall } from "./tool-choice.ts";
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 export const CRASH_EXIT_CODE = 70;
@@ -46,6 +48,8 @@ export interface ServerOptions {
   seed: number;
   outputLen: number;
   promptTokensDetails: boolean;
+  /** `--enable-auto-tool-choice` with a `--tool-call-parser`: `tool_choice: "auto"` is served. */
+  autoToolChoice?: boolean;
   faults: FaultPlan;
   runner: Runner;
   log: Logger;
@@ -149,12 +153,65 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    if ((r.n ?? 1) > 1) throw new ApiError(400, "n > 1 is not supported by this engine", "n");
-    const promptIds = chatPromptTokens(
-      r.messages.map((m, i) => ({ role: m.role, content: messageText(m.content, i) })),
-    );
+    if (r.top_logprobs && !r.logprobs) {
+      throw new ApiError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs");
+    }
+    const messages = r.messages.map((m, i) => ({
+      role: m.role,
+      content: messageText(m.content, i),
+      ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => c.function) } : {}),
+    }));
+    const tools: ToolFunction[] = r.tools?.map((t) => t.function) ?? [];
+    const call = this.toolCall(r, tools, messages.at(-1));
+    // The tools as the client wrote them: what a chat template would render.
+    const toolsJson = tools.length > 0 ? JSON.stringify((body as { tools: unknown }).tools) : undefined;
+    const promptIds = chatPromptTokens(messages, toolsJson);
+    let plans: ChoicePlan[];
+    if (call) {
+      const param = `tools.${tools.indexOf(call)}.function.parameters`;
+      const shape: OutputShape = {
+        kind: "tool",
+        name: call.name,
+        parameters: checked(call.parameters, param),
+      };
+      plans = this.plans(r, promptIds, shape, param);
+    } else plans = this.plans(r, promptIds, outputShape(r.response_format), SCHEMA_PARAM);
     const maxTokens = r.max_completion_tokens ?? r.max_tokens ?? undefined;
-    this.generate("chat", model, promptIds, maxTokens, r, res);
+    const logprobs = r.logprobs ? { top: r.top_logprobs ?? 0, greedy: r.temperature === 0 } : null;
+    this.generate("chat", model, promptIds, maxTokens, plans, logprobs, r, res);
+  }
+
+  /**
+   * The tool a chat request's answer calls (tool-choice.ts), after vLLM's
+   * checks: `tool_choice` needs `tools`, a named function must be among
+   * them, and "auto" (the default when tools are given) needs
+   * `--enable-auto-tool-choice` with a `--tool-call-parser`.
+   */
+  private toolCall(
+    r: ChatRequest,
+    tools: ToolFunction[],
+    last: { role: string; content: string } | undefined,
+  ): ToolFunction | undefined {
+    if (r.tool_choice != null && tools.length === 0) {
+      throw new ApiError(400, "When using `tool_choice`, `tools` must be set.", "tool_choice");
+    }
+    if (tools.length === 0) return undefined;
+    const choice = r.tool_choice ?? "auto";
+    if (typeof choice === "object" && !tools.some((t) => t.name === choice.function.name)) {
+      throw new ApiError(
+        400,
+        `Tool '${choice.function.name}' has not been passed in \`tools\`.`,
+        "tool_choice",
+      );
+    }
+    if (choice === "auto" && !this.opts.autoToolChoice) {
+      throw new ApiError(
+        400,
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+        "tool_choice",
+      );
+    }
+    return toolToCall(tools, choice, last && { role: last.role, text: last.content });
   }
 
   private completions(body: unknown, res: ServerResponse): void {
@@ -162,15 +219,28 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    if ((r.n ?? 1) > 1) throw new ApiError(400, "n > 1 is not supported by this engine", "n");
-    this.generate(
-      "completion",
-      model,
-      completionPromptTokens(promptOf(r.prompt)),
-      r.max_tokens ?? undefined,
-      r,
-      res,
-    );
+    const logprobs = r.logprobs != null ? { top: r.logprobs, greedy: r.temperature === 0 } : null;
+    const promptIds = completionPromptTokens(promptOf(r.prompt));
+    const plans = this.plans(r, promptIds, outputShape(r.response_format), SCHEMA_PARAM);
+    this.generate("completion", model, promptIds, r.max_tokens ?? undefined, plans, logprobs, r, res);
+  }
+
+  /** One plan per choice; `param` names the schema a plan could not be drawn from. */
+  private plans(
+    r: ChatRequest | CompletionRequest,
+    promptIds: number[],
+    shape: OutputShape,
+    param: string,
+  ): ChoicePlan[] {
+    const seed = r.seed ?? this.opts.seed;
+    return Array.from({ length: r.n ?? 1 }, (_, i) => {
+      try {
+        return planChoice(seed, promptIds, this.opts.outputLen, i, shape, r.ignore_eos === true);
+      } catch (err) {
+        if (err instanceof SchemaError) throw schemaApiError(err, param);
+        throw err;
+      }
+    });
   }
 
   /**
@@ -268,6 +338,8 @@ export class SimServer {
     model: string,
     promptIds: number[],
     maxTokensAsked: number | undefined,
+    plans: ChoicePlan[],
+    logprobs: GenerationSpec["logprobs"],
     r: ChatRequest | CompletionRequest,
     res: ServerResponse,
   ): void {
@@ -298,147 +370,42 @@ export class SimServer {
     }
 
     const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`;
-    const created = Math.floor(Date.now() / 1000);
-    const plan = planOutput(r.seed ?? o.seed, promptIds, o.outputLen);
-    const stops =
-      r.stop === undefined || r.stop === null
-        ? []
-        : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== "");
-    const mode: UsageMode = stream ? usageModeOf(r.stream_options) : "none";
-    const writer: ChunkWriter = (kind === "chat" ? chatChunks : completionChunks)(id, created, model, mode);
-    const runner = o.runner;
-    const details = o.promptTokensDetails;
-    let text = "";
-    let done = false;
-    let cached = 0;
-    let generated = 0;
     const arrived = this.arrivals.get(res);
     const span = o.trace && arrived ? new TraceSpan(o.trace, id, r.user ?? null, arrived) : undefined;
-
+    const runner = o.runner;
     // When the engine took the request, in simulated seconds: lets a benchmark replay the exact arrivals.
     const arrival = runner.simNow();
     const simHeaders = { "x-llmgw-sim-arrival": arrival.toFixed(6) };
-    if (stream || fate === "crash") {
-      res.writeHead(200, {
-        ...(stream ? SSE_HEADERS : JSON_HEADERS),
-        ...simHeaders,
-        ...this.loadHeader(res),
-      });
-      res.flushHeaders();
-    }
-    res.on("close", () => {
-      // A no-op after finish: the span was already written.
-      span?.end("aborted", promptIds.length, generated);
-      if (!done) {
-        done = true;
-        runner.cancel(id, "abort");
-      }
-    });
-
-    const finish = (reason: string, completion: number) => {
-      done = true;
-      span?.end("finished", promptIds.length, completion);
-      const usage = usageJson({ prompt: promptIds.length, completion, cached }, details);
-      if (stream) {
-        let tail = "";
-        if (mode !== "none") tail += writer.usage(usage);
-        res.end(`${tail}data: [DONE]\n\n`);
-      } else {
-        const json = (kind === "chat" ? chatCompletionBody : completionBody)(
-          id,
-          created,
-          model,
-          text,
-          reason,
-          usage,
-        );
-        res.writeHead(200, {
-          ...JSON_HEADERS,
-          "content-length": Buffer.byteLength(json),
-          ...simHeaders,
-          ...this.loadHeader(res),
-        });
-        res.end(json);
-      }
-    };
-
-    const onEvent = (ev: SeqEvent) => {
-      if (done || ev.kind !== "token") return;
-      const first = ev.index === 0;
-      if (first) cached = ev.seq.cachedPromptTokens;
-      let piece = outputTokenText(ev.token);
-      let reason: string | null = ev.finished ?? null;
-      if (stops.length > 0) {
-        const before = text.length;
-        const joined = text + piece;
-        let cut = -1;
-        for (const s of stops) {
-          const at = joined.indexOf(s, Math.max(0, before - s.length + 1));
-          if (at >= 0 && (cut < 0 || at < cut)) cut = at;
-        }
-        if (cut >= 0) {
-          piece = joined.slice(before, Math.max(before, cut));
-          text = joined.slice(0, cut);
-          if (!ev.finished) runner.cancel(id, "stop");
-          reason = "stop";
-        } else text = joined;
-      } else text += piece;
-      const completion = ev.index + 1;
-      generated = completion;
-      span?.token();
-      if (stream) {
-        const usage =
-          mode === "continuous" ? usageJson({ prompt: promptIds.length, completion, cached }, details) : null;
-        const roleUsage =
-          first && mode === "continuous"
-            ? usageJson({ prompt: promptIds.length, completion: 0, cached }, details)
-            : null;
-        const chunk = writer.token(piece, first && kind === "chat", reason, usage, roleUsage);
-        if (fate === "crash" || fate === "hang-mid-stream") {
-          done = true;
-          runner.cancel(id, "abort");
-          if (fate === "crash") res.write(chunk, () => this.crash());
-          else {
-            res.write(chunk);
-            this.hang(res);
-          }
-          return;
-        }
-        if (reason === null) {
-          res.write(chunk);
-          return;
-        }
-        res.write(chunk);
-        finish(reason, completion);
-        return;
-      }
-      if (fate === "crash") {
-        done = true;
-        runner.cancel(id, "abort");
-        this.crash();
-        return;
-      }
-      if (fate === "hang-mid-stream") {
-        done = true;
-        runner.cancel(id, "abort");
-        this.hang(res);
-        return;
-      }
-      if (reason !== null) finish(reason, completion);
-    };
-
-    runner.submit(
+    const generation = new Generation(
       {
+        kind,
         id,
+        created: Math.floor(Date.now() / 1000),
+        model,
         promptIds,
+        plans,
         maxTokens: maxTokensAsked ?? limit - promptIds.length,
-        naturalLength: r.ignore_eos ? Number.POSITIVE_INFINITY : plan.naturalLength,
-        nextToken: plan.tokenAt,
+        stops:
+          r.stop === undefined || r.stop === null
+            ? []
+            : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== ""),
+        stream,
+        usageMode: stream ? usageModeOf(r.stream_options) : "none",
+        logprobs,
         ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
+        promptTokensDetails: o.promptTokensDetails,
+        fate,
       },
-      { onEvent },
-      arrival,
+      {
+        runner,
+        res,
+        span,
+        headers: () => ({ ...simHeaders, ...this.loadHeader(res) }),
+        crash: () => this.crash(),
+        hang: (h) => this.hang(h),
+      },
     );
+    generation.start(arrival);
   }
 
   /**
@@ -517,8 +484,31 @@ export class SimServer {
   }
 }
 
-const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" };
-const JSON_HEADERS = { "content-type": "application/json" };
+const SCHEMA_PARAM = "response_format.json_schema.schema";
+
+/** What `response_format` asks of the output; a json_schema without a schema is any JSON object. */
+function outputShape(format: ResponseFormat | null | undefined): OutputShape {
+  if (!format || format.type === "text") return { kind: "text" };
+  if (format.type === "json_object") return { kind: "json_object" };
+  const schema = format.json_schema.schema;
+  if (!schema) return { kind: "json_object" };
+  return { kind: "json_schema", schema: checked(schema, SCHEMA_PARAM) };
+}
+
+/** A schema the generator can honour, or the 400 naming where it cannot. */
+function checked<T>(schema: T, param: string): T {
+  try {
+    checkSchema(schema ?? {});
+  } catch (err) {
+    if (err instanceof SchemaError) throw schemaApiError(err, param);
+    throw err;
+  }
+  return schema;
+}
+
+function schemaApiError(err: SchemaError, param: string): ApiError {
+  return new ApiError(400, `${param}: ${err.message}`, param);
+}
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
   const declared = Number(req.headers["content-length"] ?? 0);

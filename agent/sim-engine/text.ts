@@ -14,7 +14,10 @@
  * - The chat template is Llama-3 shaped: 1 BOS token, then per message
  *   `<start_header> role <end_header> ...content... <eot>` (4 overhead
  *   tokens), then the generation prompt `<start_header> assistant
- *   <end_header>` (3 tokens).
+ *   <end_header>` (3 tokens). A request's `tools` are one more block before
+ *   the messages (`<start_header> tools <end_header>` + the tools' JSON +
+ *   `<eot>`), and an assistant message's tool calls add the tokens of each
+ *   call's name and arguments to its content.
  */
 
 export const MAX_PIECE_CHARS = 4;
@@ -68,13 +71,25 @@ export function tokenize(text: string, into: number[] = []): number[] {
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant message's tool calls. */
+  toolCalls?: readonly { name: string; arguments: string }[];
 }
 
-export function chatPromptTokens(messages: ChatMessage[]): number[] {
+/** `tools`: the request's tools as compact JSON, when it has any. */
+export function chatPromptTokens(messages: readonly ChatMessage[], tools?: string): number[] {
   const ids: number[] = [BOS];
+  if (tools !== undefined) {
+    ids.push(START_HEADER, fnv1a("tools"), END_HEADER);
+    tokenize(tools, ids);
+    ids.push(EOT);
+  }
   for (const m of messages) {
     ids.push(START_HEADER, fnv1a(m.role), END_HEADER);
     tokenize(m.content, ids);
+    for (const call of m.toolCalls ?? []) {
+      tokenize(call.name, ids);
+      tokenize(call.arguments, ids);
+    }
     ids.push(EOT);
   }
   ids.push(START_HEADER, fnv1a("assistant"), END_HEADER);
@@ -128,19 +143,30 @@ export function promptFingerprint(ids: readonly number[]): number {
  * What a request will say and when it would stop on its own ("EOS"), both
  * fixed by the seed and the prompt. The natural length is uniform in
  * [mean/2, 3·mean/2] so a fleet sees a spread of lengths, not a constant.
+ * Choice `i` of an `n > 1` request mixes `i` into the seed, so every choice
+ * says something else, and choice 0 is what `n: 1` says.
  */
 export interface OutputPlan {
   naturalLength: number;
   tokenAt(index: number): number;
+  /** The seed the plan was drawn from: everything else about the choice derives from it. */
+  seed: number;
 }
 
-export function planOutput(seed: number, promptIds: readonly number[], meanLength: number): OutputPlan {
-  const base = mix32(seed >>> 0, promptFingerprint(promptIds));
+export function planOutput(
+  seed: number,
+  promptIds: readonly number[],
+  meanLength: number,
+  choice = 0,
+): OutputPlan {
+  let base = mix32(seed >>> 0, promptFingerprint(promptIds));
+  if (choice > 0) base = mix32(base, 0x4e3f_0000 + choice);
   const lo = Math.max(1, Math.ceil(meanLength / 2));
   const hi = Math.max(lo, Math.floor((meanLength * 3) / 2));
   const naturalLength = lo + Math.floor(rng32(base)() * (hi - lo + 1));
   return {
     naturalLength,
+    seed: base,
     tokenAt: (index) => OUTPUT_TOKEN_BASE + (mix32(base, index + 1) % VOCAB.length),
   };
 }

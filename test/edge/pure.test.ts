@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it, vi } from "vitest";
-import { chatChunks, usageJson } from "../../agent/sim-engine/protocol.ts";
+import { chatChunks, contentDelta, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
 import { sumCharges } from "../../edge/charge.ts";
@@ -403,13 +403,14 @@ describe("SSE chunk fast path (bytes)", () => {
   // What the sim (and vLLM) writes for one chat stream with continuous usage.
   const w = chatChunks("chatcmpl-1", 1, "m", "continuous");
   const u = (c: number, details = false) => usageJson({ prompt: 9, completion: c, cached: 4 }, details);
-  const [role, first] = w.token("Hé", true, null, u(1), u(0)).split(/(?<=\n\n)/) as [string, string];
+  const role = w.role(0, u(0));
+  const first = w.token(0, contentDelta("Hé"), null, null, u(1));
   const engine = [
     role,
     first,
-    w.token(' "usage":{}', false, null, u(2)), // the key's text inside content, escaped
-    w.token("x", false, null, null), // usage null
-    w.token("ü", false, "stop", u(3, true)), // nested prompt_tokens_details
+    w.token(0, contentDelta(' "usage":{}'), null, null, u(2)), // the key's text inside content, escaped
+    w.token(0, contentDelta("x"), null, null, null), // usage null
+    w.token(0, contentDelta("ü"), null, "stop", u(3, true)), // nested prompt_tokens_details
     w.usage(u(3, true)),
   ];
 

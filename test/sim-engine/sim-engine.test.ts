@@ -246,8 +246,9 @@ describe("OpenAI surface", () => {
     ).rejects.toMatchObject({
       status: 404,
     });
-    await expect(main.client.chat.completions.create(chatBody({ n: 2 }) as never)).rejects.toMatchObject({
+    await expect(main.client.chat.completions.create(chatBody({ n: 129 }) as never)).rejects.toMatchObject({
       status: 400,
+      param: "n",
     });
     const bad = await post(main, "/v1/chat/completions", "{not json");
     expect(bad.status).toBe(400);

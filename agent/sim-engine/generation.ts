@@ -1,0 +1,305 @@
+/**
+ * One chat or completion request in flight: its `n` choices, each an
+ * engine sequence of its own (as vLLM forks `n > 1` into child requests
+ * that share the prompt through the prefix cache), what each writes, and
+ * the end of the response once every choice has ended.
+ *
+ * Usage follows vLLM: `prompt_tokens` once per request, `completion_tokens`
+ * the sum over choices; with continuous usage stats each token chunk
+ * carries its own choice's count (vLLM's `previous_num_tokens[i]`), and the
+ * final usage chunk the sum. Every token the engine counts is written in a
+ * chunk of its own, so the engine's counters always equal the usage written.
+ */
+import { randomUUID } from "node:crypto";
+import type { ServerResponse } from "node:http";
+import type { UsageMode } from "../../common/usage-mode.ts";
+import type { ChoicePlan } from "./choice-plan.ts";
+import type { Fate } from "./faults.ts";
+import { stepLogprobs } from "./logprobs.ts";
+import {
+  type ChunkWriter,
+  chatChoice,
+  chatChunks,
+  chatCompletionBody,
+  chatLogprob,
+  chatLogprobs,
+  completionBody,
+  completionChoice,
+  completionChunks,
+  completionLogprobs,
+  contentDelta,
+  JSON_HEADERS,
+  SSE_HEADERS,
+  toolCallDelta,
+  toolCallJson,
+  usageJson,
+} from "./protocol.ts";
+import type { TraceSpan } from "./request-trace.ts";
+import type { Runner } from "./runner.ts";
+import type { SeqEvent, SeqGroup } from "./scheduler.ts";
+
+export interface GenerationSpec {
+  kind: "chat" | "completion";
+  /** The response id (chatcmpl-…, cmpl-…). */
+  id: string;
+  created: number;
+  model: string;
+  promptIds: number[];
+  /** One per choice. */
+  plans: ChoicePlan[];
+  /** Per choice: max_tokens, or what fits the context. */
+  maxTokens: number;
+  stops: string[];
+  stream: boolean;
+  usageMode: UsageMode;
+  /** `logprobs` asked: how many alternatives per token, and whether sampling is greedy. */
+  logprobs: { top: number; greedy: boolean } | null;
+  cacheSalt?: number;
+  promptTokensDetails: boolean;
+  fate: Exclude<Fate, "fail" | "hang-first-token">;
+}
+
+export interface GenerationIo {
+  runner: Runner;
+  res: ServerResponse;
+  span: TraceSpan | undefined;
+  /** Headers for the response head, taken when it is sent (the ORCA load report is live). */
+  headers(): Record<string, string | number>;
+  crash(): void;
+  hang(res: ServerResponse): void;
+}
+
+interface Choice {
+  index: number;
+  plan: ChoicePlan;
+  seqId: string;
+  toolCallId: string | undefined;
+  /** The output so far, cut at a stop string: content, a completion's text, or a call's arguments. */
+  text: string;
+  /** Code points of `text`, for completions' `text_offset`. */
+  codePoints: number;
+  generated: number;
+  finish: string | null;
+  /** Once ended, nothing more is written for it (finished, or stopped by a fault). */
+  ended: boolean;
+  logprobs: string[];
+  steps: { step: ReturnType<typeof stepLogprobs>; offset: number }[];
+}
+
+export class Generation {
+  private readonly spec: GenerationSpec;
+  private readonly io: GenerationIo;
+  private readonly writer: ChunkWriter;
+  private readonly choices: Choice[];
+  private readonly chat: boolean;
+  /** The response ended, or the client left: events are dropped. */
+  private done = false;
+  private started = false;
+  private cached = 0;
+  private open: number;
+
+  constructor(spec: GenerationSpec, io: GenerationIo) {
+    this.spec = spec;
+    this.io = io;
+    this.chat = spec.kind === "chat";
+    this.writer = (this.chat ? chatChunks : completionChunks)(
+      spec.id,
+      spec.created,
+      spec.model,
+      spec.usageMode,
+    );
+    this.choices = spec.plans.map((plan, index) => ({
+      index,
+      plan,
+      seqId: `${spec.id}-${index}`,
+      toolCallId: plan.toolName ? `chatcmpl-tool-${randomUUID().replace(/-/g, "")}` : undefined,
+      text: "",
+      codePoints: 0,
+      generated: 0,
+      finish: null,
+      ended: false,
+      logprobs: [],
+      steps: [],
+    }));
+    this.open = this.choices.length;
+  }
+
+  /** Sends the head (streams, and a request fated to crash), then hands the choices to the engine. */
+  start(arrival: number): void {
+    const { spec, io } = this;
+    const res = io.res;
+    if (spec.stream || spec.fate === "crash") {
+      res.writeHead(200, { ...(spec.stream ? SSE_HEADERS : JSON_HEADERS), ...io.headers() });
+      res.flushHeaders();
+    }
+    res.on("close", () => {
+      // A no-op after finish: the span was already written.
+      io.span?.end("aborted", spec.promptIds.length, this.completionTokens());
+      this.abandon();
+    });
+    const group: SeqGroup = { promptCounted: false };
+    io.runner.submitGroup(
+      this.choices.map((c) => ({
+        spec: {
+          id: c.seqId,
+          promptIds: spec.promptIds,
+          maxTokens: spec.maxTokens,
+          naturalLength: c.plan.naturalLength,
+          nextToken: c.plan.tokenAt,
+          group,
+          ...(spec.cacheSalt !== undefined ? { cacheSalt: spec.cacheSalt } : {}),
+        },
+        sink: { onEvent: (ev: SeqEvent) => this.onEvent(c, ev) },
+      })),
+      arrival,
+    );
+  }
+
+  private completionTokens(): number {
+    let sum = 0;
+    for (const c of this.choices) sum += c.generated;
+    return sum;
+  }
+
+  private usage(completion: number): string {
+    const { spec } = this;
+    return usageJson(
+      { prompt: spec.promptIds.length, completion, cached: this.cached },
+      spec.promptTokensDetails,
+    );
+  }
+
+  /** Stops every choice still in the engine; what they already wrote stays counted. */
+  private abandon(): void {
+    if (this.done) return;
+    this.done = true;
+    for (const c of this.choices) {
+      if (c.ended) continue;
+      c.ended = true;
+      this.io.runner.cancel(c.seqId, "abort");
+    }
+  }
+
+  private onEvent(c: Choice, ev: SeqEvent): void {
+    if (this.done || ev.kind !== "token" || c.ended) return;
+    const { spec, io } = this;
+    const first = !this.started;
+    if (first) {
+      this.started = true;
+      // The choice whose first token came first counted the prompt (engine-core.ts).
+      this.cached = ev.seq.cachedPromptTokens;
+      io.span?.token();
+    }
+    const full = c.plan.pieceAt(ev.index, ev.token);
+    let piece = full;
+    let reason: string | null = ev.finished ?? null;
+    if (spec.stops.length > 0) {
+      const before = c.text.length;
+      const joined = c.text + piece;
+      let cut = -1;
+      for (const s of spec.stops) {
+        const at = joined.indexOf(s, Math.max(0, before - s.length + 1));
+        if (at >= 0 && (cut < 0 || at < cut)) cut = at;
+      }
+      if (cut >= 0) {
+        piece = joined.slice(before, Math.max(before, cut));
+        c.text = joined.slice(0, cut);
+        if (!ev.finished) io.runner.cancel(c.seqId, "stop");
+        reason = "stop";
+      } else c.text = joined;
+    } else c.text += piece;
+    c.generated = ev.index + 1;
+    if (reason !== null) {
+      c.ended = true;
+      c.finish = c.plan.toolName && reason !== "length" ? "tool_calls" : reason;
+      this.open--;
+    }
+
+    let lp: string | null = null;
+    if (spec.logprobs) {
+      const step = stepLogprobs(c.plan.seed, ev.index, full, spec.logprobs.top, spec.logprobs.greedy);
+      if (this.chat) {
+        const entry = chatLogprob(step);
+        if (spec.stream) lp = chatLogprobs([entry]);
+        else c.logprobs.push(entry);
+      } else {
+        const at = { step, offset: c.codePoints };
+        if (spec.stream) lp = completionLogprobs([at]);
+        else c.steps.push(at);
+      }
+      c.codePoints += [...piece].length;
+    }
+
+    if (spec.fate === "crash") {
+      this.abandon();
+      if (spec.stream) io.res.write(this.chunk(c, piece, lp, first), () => io.crash());
+      else io.crash();
+      return;
+    }
+    if (spec.fate === "hang-mid-stream") {
+      // One token per choice, then silence: each choice stops at its first
+      // token, so every token the engine counted was written.
+      if (!c.ended) {
+        c.ended = true;
+        io.runner.cancel(c.seqId, "abort");
+      }
+      if (spec.stream) io.res.write(this.chunk(c, piece, lp, first));
+      if (first) io.hang(io.res);
+      return;
+    }
+    if (spec.stream) io.res.write(this.chunk(c, piece, lp, first));
+    if (this.open === 0) this.finish();
+  }
+
+  /** The chunk for choice `c`'s latest token; the request's first also carries every choice's role chunk. */
+  private chunk(c: Choice, piece: string, lp: string | null, first: boolean): string {
+    const continuous = this.spec.usageMode === "continuous";
+    let out = "";
+    if (first && this.chat) {
+      const none = continuous ? this.usage(0) : null;
+      for (const k of this.choices) out += this.writer.role(k.index, none);
+    }
+    let delta: string;
+    if (!this.chat) delta = JSON.stringify(piece);
+    else if (c.toolCallId) {
+      const head = c.generated === 1 ? { id: c.toolCallId, name: c.plan.toolName! } : null;
+      delta = toolCallDelta(head, piece);
+    } else delta = contentDelta(piece);
+    // vLLM's continuous stats: each chunk counts its own choice's tokens.
+    const usage = continuous ? this.usage(c.generated) : null;
+    return out + this.writer.token(c.index, delta, lp, c.finish, usage);
+  }
+
+  private finish(): void {
+    const { spec, io } = this;
+    this.done = true;
+    const completion = this.completionTokens();
+    io.span?.end("finished", spec.promptIds.length, completion);
+    const usage = this.usage(completion);
+    const res = io.res;
+    if (spec.stream) {
+      res.end(`${spec.usageMode !== "none" ? this.writer.usage(usage) : ""}data: [DONE]\n\n`);
+      return;
+    }
+    const choices = this.choices.map((c) => {
+      const finish = c.finish ?? "stop";
+      if (!this.chat) {
+        return completionChoice(c.index, c.text, spec.logprobs ? completionLogprobs(c.steps) : null, finish);
+      }
+      const lp = spec.logprobs ? chatLogprobs(c.logprobs) : null;
+      if (c.toolCallId) {
+        return chatChoice(c.index, null, toolCallJson(c.toolCallId, c.plan.toolName!, c.text), lp, finish);
+      }
+      return chatChoice(c.index, c.text, "", lp, finish);
+    });
+    const json = (this.chat ? chatCompletionBody : completionBody)(
+      spec.id,
+      spec.created,
+      spec.model,
+      choices,
+      usage,
+    );
+    res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
+    res.end(json);
+  }
+}
