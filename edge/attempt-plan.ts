@@ -79,8 +79,3 @@ export class AttemptPlan {
     return Promise.all(this.leases.map((l) => l.settle()));
   }
 }
-
-/** A plan whose pools are asked through `admit` (pool-client.ts), fail-open included. */
-export function planFor(chain: readonly string[], input: (model: string) => AdmitInput): AttemptPlan {
-  return new AttemptPlan(chain, (model) => admit(input(model)));
-}
