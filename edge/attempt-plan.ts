@@ -1,6 +1,5 @@
 import type { ApiError } from "./openai-errors.ts";
-import type { AdmitInput } from "./pool-client.ts";
-import { admit, ClientGone, type PoolLease } from "./pool-client.ts";
+import { ClientGone, type PoolLease } from "./pool-client.ts";
 import type { EndpointSpec } from "./routing/types.ts";
 
 /**
