@@ -131,9 +131,11 @@ export async function main(argv: string[]): Promise<number> {
     const loads: Load[] = f.load.values.map((value) => ({ kind: f.load.kind, value }));
     const stop = "seconds" in f.level ? { seconds: f.level.seconds } : { count: f.level.requests };
     let position = 0;
+    let warmup: LevelSummary | undefined;
     if (f.warmup > 0) {
       const warm = await runLevel(client, workload, f, loads[0]!, 0, { count: f.warmup });
       position += warm.loop.sent;
+      warmup = warm.summary;
       process.stderr.write(
         `warmup: ${warm.summary.requests} requests at ${loadLabel(loads[0]!)}, ${(warm.summary.successRate * 100).toFixed(1)} % ok\n`,
       );
@@ -175,6 +177,7 @@ export async function main(argv: string[]): Promise<number> {
         description: workload.describe(),
         seed: f.seed,
         timeScale: f.timeScale,
+        ...(warmup ? { warmup } : {}),
         levels: levels.map((l) => ({ ...l.summary, ...(l.loop.late ? { late: l.loop.late } : {}) })),
       };
       process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);

@@ -79,7 +79,7 @@ function axis(values: number[]): Axis {
 }
 
 function tickLabel(v: number, a: Axis): string {
-  if (Math.abs(a.hi) >= 10_000 && a.decimals === 0) return `${Number((v / 1000).toFixed(1))}k`;
+  if (Math.abs(a.hi) >= 10_000 && a.decimals === 0 && v !== 0) return `${Number((v / 1000).toFixed(1))}k`;
   return v.toFixed(a.decimals);
 }
 

@@ -18,7 +18,14 @@ const byKey = <T>(xs: T[], key: (x: T) => string | number | undefined) => {
 };
 
 describe("shared-prefix", () => {
-  const o = { groups: 4, usersPerGroup: 3, systemTokens: 600, questionTokens: 80, outputTokens: 50, turns: 3 };
+  const o = {
+    groups: 4,
+    usersPerGroup: 3,
+    systemTokens: 600,
+    questionTokens: 80,
+    outputTokens: 50,
+    turns: 3,
+  };
   const w = sharedPrefix(o);
   const reqs = w.requests({ count: 200, seed: 7 });
 
@@ -55,7 +62,10 @@ describe("shared-prefix", () => {
     }
     for (let i = 0; i < firsts.length; i++) {
       for (let j = i + 1; j < firsts.length; j++) {
-        const shared = commonPrefix(chatPromptTokens(firsts[i]!.messages), chatPromptTokens(firsts[j]!.messages));
+        const shared = commonPrefix(
+          chatPromptTokens(firsts[i]!.messages),
+          chatPromptTokens(firsts[j]!.messages),
+        );
         expect(shared).toBe(TEMPLATE_PREFIX);
       }
     }
@@ -157,7 +167,14 @@ describe("band-mix", () => {
   });
 
   it("can label a shared-prefix sequence, which stays the same sequence", () => {
-    const o = { groups: 3, usersPerGroup: 2, systemTokens: 100, questionTokens: 10, outputTokens: 5, turns: 2 };
+    const o = {
+      groups: 3,
+      usersPerGroup: 2,
+      systemTokens: 100,
+      questionTokens: 10,
+      outputTokens: 5,
+      turns: 2,
+    };
     const mixed = bandMix({ base: "shared-prefix", bands: { gold: 1 }, ignoreEos: false, ...o }).requests({
       count: 30,
       seed: 2,
@@ -169,7 +186,14 @@ describe("band-mix", () => {
 
   it("refuses a mix with no positive weight", () => {
     expect(() =>
-      bandMix({ base: "random", bands: { gold: 0 }, promptTokens: 1, spread: 0, outputTokens: 1, ignoreEos: false }),
+      bandMix({
+        base: "random",
+        bands: { gold: 0 },
+        promptTokens: 1,
+        spread: 0,
+        outputTokens: 1,
+        ignoreEos: false,
+      }),
     ).toThrow(/positive weight/);
   });
 });
