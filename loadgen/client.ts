@@ -39,6 +39,7 @@ export interface Target {
 }
 
 const MAX_ERROR_BODY = 64 * 1024;
+const FREE_SOCKET_MS = 2_000;
 
 interface Usage {
   prompt_tokens?: number;
@@ -86,9 +87,11 @@ export class Client {
   constructor(readonly target: Target) {
     this.base = new URL(target.url);
     const https = this.base.protocol === "https:";
-    this.agent = https
-      ? new HttpsAgent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY })
-      : new HttpAgent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+    // A pooled socket idle for FREE_SOCKET_MS is closed rather than reused: servers drop idle
+    // connections after about 5 s (workerd, Node), and a busy one that reads a request late drops it
+    // with the request unanswered (ECONNRESET; seen with the edge in workerd under load).
+    const agentOptions = { keepAlive: true, maxSockets: Number.POSITIVE_INFINITY, timeout: FREE_SOCKET_MS };
+    this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
     this.send_ = https ? httpsRequest : httpRequest;
   }
 

@@ -155,7 +155,7 @@ export async function main(argv: string[]): Promise<number> {
       // An open loop that cannot keep its schedule measures the client, not the target.
       if (late && load.kind === "rate" && late.p99 > 1 / load.value) {
         process.stderr.write(
-          `  warning: requests left up to ${ms(late.p99)} ms late (p99), more than the mean gap between arrivals: the client cannot keep this rate, so the figures describe it more than the target\n`,
+          `  warning: requests left up to ${ms(late.p99)} ms late (p99), more than the mean gap between arrivals: this client (or its machine) did not keep the schedule, so the level offered less than its rate\n`,
         );
       }
     }

@@ -33,7 +33,7 @@ export interface WorkloadRequest {
   /** The request's max_tokens. */
   maxTokens: number;
   /** Ask the engine to generate exactly maxTokens (vLLM's `ignore_eos`). */
-  ignoreEos: boolean;
+  ignoreEos?: boolean;
   /** Sent as x-session-id: one per conversation (a group's user). */
   session?: string;
   /** Sent as x-llmgw-band. */
