@@ -169,6 +169,20 @@ const Schema = z.object({
 
 type Raw = z.infer<typeof Schema>;
 
+/** parseArgs' view of the same flags: every one takes a string but these. */
+const BOOLEANS = new Set(["ignore-eos", "json"]);
+const OPTIONS = {
+  ...Object.fromEntries(
+    Object.keys(Schema.shape).map((name) => [
+      name,
+      name === "header"
+        ? { type: "string" as const, multiple: true }
+        : { type: BOOLEANS.has(name) ? ("boolean" as const) : ("string" as const) },
+    ]),
+  ),
+  help: { type: "boolean" as const, short: "h" },
+};
+
 const SHARED_PREFIX_FLAGS = [
   "groups",
   "users-per-group",
@@ -229,39 +243,7 @@ function workloadSpec(r: Raw): WorkloadSpec {
 export function parseBenchFlags(argv: string[], env: NodeJS.ProcessEnv): BenchFlags | "help" {
   let values: Record<string, unknown>;
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        url: { type: "string" },
-        model: { type: "string" },
-        header: { type: "string", multiple: true },
-        timeout: { type: "string" },
-        "time-scale": { type: "string" },
-        rate: { type: "string" },
-        concurrency: { type: "string" },
-        duration: { type: "string" },
-        requests: { type: "string" },
-        warmup: { type: "string" },
-        seed: { type: "string" },
-        workload: { type: "string" },
-        groups: { type: "string" },
-        "users-per-group": { type: "string" },
-        "system-tokens": { type: "string" },
-        "question-tokens": { type: "string" },
-        turns: { type: "string" },
-        "prompt-tokens": { type: "string" },
-        "prompt-spread": { type: "string" },
-        "output-tokens": { type: "string" },
-        "ignore-eos": { type: "boolean" },
-        bands: { type: "string" },
-        "band-base": { type: "string" },
-        json: { type: "boolean" },
-        plot: { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-    }));
+    ({ values } = parseArgs({ args: argv, strict: true, allowPositionals: false, options: OPTIONS }));
   } catch (err) {
     throw new FlagError((err as Error).message);
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { escapeXml, linePlot, loadFigure, niceStep, svgFigure, wrap } from "./plot.ts";
+import { escapeXml, linePlot, loadFigure, niceStep, type Point, svgFigure, wrap } from "./plot.ts";
 import { type LevelSummary, summarize } from "./stats.ts";
 
 /**
@@ -49,6 +49,10 @@ function parseXml(doc: string): { name: string; attrs: Record<string, string>; t
   if (roots !== 1) throw new Error("no root element");
   return out;
 }
+
+/** One series named "s" in a plain panel. */
+const plotOf = (points: Point[]) =>
+  linePlot({ title: "t", xLabel: "x", yLabel: "y", series: [{ name: "s", points }] });
 
 const level = (kind: "rate" | "concurrency", value: number, ttft: number, tokens: number): LevelSummary =>
   summarize({ kind, value }, [{ ok: true, status: 200, ttft, e2e: ttft * 2, outputTokens: tokens }], 1);
@@ -109,20 +113,10 @@ describe("SVG plots", () => {
   });
 
   it("places points where their values are: larger y higher up, larger x further right", () => {
-    const svg = linePlot({
-      title: "t",
-      xLabel: "x",
-      yLabel: "y",
-      series: [
-        {
-          name: "s",
-          points: [
-            { x: 4, y: 1 },
-            { x: 1, y: 3 },
-          ],
-        },
-      ],
-    });
+    const svg = plotOf([
+      { x: 4, y: 1 },
+      { x: 1, y: 3 },
+    ]);
     const dots = parseXml(svg)
       .filter((e) => e.name === "circle")
       .map((e) => ({ x: Number(e.attrs.cx), y: Number(e.attrs.cy) }));
@@ -132,23 +126,13 @@ describe("SVG plots", () => {
   });
 
   it("leaves a gap where a value is missing", () => {
-    const svg = linePlot({
-      title: "t",
-      xLabel: "x",
-      yLabel: "y",
-      series: [
-        {
-          name: "s",
-          points: [
-            { x: 1, y: 1 },
-            { x: 2, y: 2 },
-            { x: 3, y: null },
-            { x: 4, y: 3 },
-            { x: 5, y: 4 },
-          ],
-        },
-      ],
-    });
+    const svg = plotOf([
+      { x: 1, y: 1 },
+      { x: 2, y: 2 },
+      { x: 3, y: null },
+      { x: 4, y: 3 },
+      { x: 5, y: 4 },
+    ]);
     const d = /<path d="(M[^"]*)" fill="none" stroke-width/.exec(svg)![1]!;
     expect(d.match(/M/g)).toHaveLength(2);
     expect(d.match(/L/g)).toHaveLength(2);
@@ -158,14 +142,7 @@ describe("SVG plots", () => {
     expect(() =>
       parseXml(svgFigure([{ title: "empty", xLabel: "x", yLabel: "y", series: [] }])),
     ).not.toThrow();
-    const flat = svgFigure([
-      {
-        title: "flat",
-        xLabel: "x",
-        yLabel: "y",
-        series: [{ name: "s", points: [{ x: 2, y: 5 }] }],
-      },
-    ]);
+    const flat = plotOf([{ x: 2, y: 5 }]);
     expect(flat).not.toMatch(/NaN|Infinity/);
     parseXml(flat);
   });

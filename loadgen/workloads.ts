@@ -333,22 +333,14 @@ export function bandMix(options: BandMixOptions): Workload {
       return entries[entries.length - 1]![0];
     };
   };
+  let base: string;
+  let source: (seed: number) => ContentSource;
   if (options.base === "shared-prefix") {
     const o = { ...SHARED_PREFIX_DEFAULTS, ...options };
-    return makeWorkload(
-      "band-mix",
-      () => `band-mix (${mix}) over ${describeSharedPrefix(o)}`,
-      o.ignoreEos,
-      sharedPrefixSource(o),
-      label,
-    );
+    [base, source] = [describeSharedPrefix(o), sharedPrefixSource(o)];
+  } else {
+    const o = { ...RANDOM_DEFAULTS, ...options };
+    [base, source] = [describeRandom(o), randomSource(o)];
   }
-  const o = { ...RANDOM_DEFAULTS, ...options };
-  return makeWorkload(
-    "band-mix",
-    () => `band-mix (${mix}) over ${describeRandom(o)}`,
-    o.ignoreEos,
-    randomSource(o),
-    label,
-  );
+  return makeWorkload("band-mix", () => `band-mix (${mix}) over ${base}`, options.ignoreEos, source, label);
 }
