@@ -141,7 +141,7 @@ describe("llmgw bench", () => {
     expect(svg).toContain(`data-name="shared-prefix → ${simA.url}"`);
   });
 
-  it("through the edge: a band mix over two engines; the endpoint spread matches what each engine served", async () => {
+  it("through the edge: a band mix over two engines; the endpoint spread matches what each engine served, sessions are kept", async () => {
     const [a0, b0] = await Promise.all([engineCounters(simA), engineCounters(simB)]);
     const run = await runLlmgw(
       [
@@ -152,8 +152,16 @@ describe("llmgw bench", () => {
         "bench",
         "--workload",
         "band-mix",
-        "--prompt-tokens",
-        "50",
+        "--band-base",
+        "shared-prefix",
+        "--groups",
+        "2",
+        "--users-per-group",
+        "2",
+        "--system-tokens",
+        "200",
+        "--question-tokens",
+        "20",
         "--output-tokens",
         "8",
         "--rate",
@@ -179,9 +187,13 @@ describe("llmgw bench", () => {
     const served = Object.values(counts);
     expect(level!.endpoints!.maxOverMean).toBeCloseTo(Math.max(...served) / (12 / served.length), 9);
     expect(a1.generation - a0.generation + (b1.generation - b0.generation)).toBe(level!.outputTokens);
+    // Each conversation's requests carry its x-session-id; the pool keeps a known session where it was.
+    const routes = level!.routes!;
+    expect(Object.values(routes).reduce((s, n) => s + n, 0)).toBe(12);
+    expect(routes.session).toBeGreaterThan(0);
   });
 
-  it("prints the table: one row per level, the endpoint column when the edge sends it", async () => {
+  it("prints the table: one row per level, the endpoint and route columns when the edge sends those headers", async () => {
     const run = await runLlmgw(
       [
         "bench",
@@ -200,10 +212,18 @@ describe("llmgw bench", () => {
     const lines = run.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(new RegExp(`^llmgw bench: ${edge.url} model bench; random: 30 ± 20 %-token`));
     expect(lines[2]).toMatch(
-      /^load\s+sent\s+ok %\s+req\/s\s+out tok\/s\s+TTFT p50 ms\s.*endpoints max\/mean\s+errors$/,
+      /^load\s+sent\s+ok %\s+req\/s\s+out tok\/s\s+TTFT p50 ms\s.*endpoints max\/mean\s+routes\s+errors$/,
     );
     expect(lines[3]).toMatch(/^1 conc\s+4\s+100\.0\s/);
-    expect(lines[4]).toMatch(/^2 conc\s+4\s+100\.0\s.*\s\d\.\d\d \([12]\)\s+-$/);
+    // The spread over 1 or 2 endpoints, then the routes that decided (x-llmgw-route), 4 in all.
+    const row = /^2 conc\s+4\s+100\.0\s.*\s\d\.\d\d \([12]\)\s+((?:[a-z-]+:\d+ ?)+)\s+-$/.exec(lines[4]!);
+    expect(row, lines[4]).not.toBeNull();
+    expect(
+      row![1]!
+        .trim()
+        .split(" ")
+        .reduce((s, kv) => s + Number(kv.split(":")[1]), 0),
+    ).toBe(4);
     expect(lines).toHaveLength(5);
   });
 
