@@ -184,6 +184,7 @@ export class Client {
           ...(usage?.prompt_tokens !== undefined ? { promptTokens: usage.prompt_tokens } : {}),
           ...(typeof cached === "number" ? { cachedTokens: cached } : {}),
           ...(recorded ? { headers: recorded } : {}),
+          ...(r.band !== undefined ? { band: r.band } : {}),
         });
       };
       const req = this.send_(this.options("POST", "/v1/chat/completions", headers), (res) => {

@@ -123,6 +123,31 @@ describe("a level's summary", () => {
     expect(summarize({ kind: "rate", value: 2 }, [ok()], 1).endpoints).toBeUndefined();
   });
 
+  it("breaks the figures down per requested band", () => {
+    const s = summarize(
+      { kind: "rate", value: 4 },
+      [
+        ok({ band: "bronze", ttft: 3 }),
+        ok({ band: "platinum", ttft: 0.1 }),
+        { ok: false, status: 503, error: "503 queue_timeout", e2e: 30, outputTokens: 0, band: "bronze" },
+        ok({ band: "platinum", ttft: 0.2 }),
+      ],
+      2,
+    );
+    expect(s.requests).toBe(4);
+    expect(Object.keys(s.bands!).sort()).toEqual(["bronze", "platinum"]);
+    expect(s.bands!.platinum).toMatchObject({ requests: 2, completed: 2, ttft: { p50: 0.1, p99: 0.2 } });
+    expect(s.bands!.bronze).toMatchObject({ requests: 2, completed: 1, errors: { "503 queue_timeout": 1 } });
+    expect(s.bands!.bronze!.bands).toBeUndefined();
+    const text = formatTable([s]);
+    const perBand = text.slice(text.indexOf("per band:")).split("\n");
+    expect(perBand[1]).toMatch(/^load\s+band\s+sent\s+ok %\s+TTFT p50 ms/);
+    // Highest priority first.
+    expect(perBand[2]).toMatch(/^4 req\/s\s+platinum\s+2\s+100\.0\s+100\s/);
+    expect(perBand[3]).toMatch(/^4 req\/s\s+bronze\s+2\s+50\.0\s+3000\s.*503 queue_timeout:1$/);
+    expect(formatTable([summarize({ kind: "rate", value: 1 }, [ok()], 1)])).not.toContain("per band");
+  });
+
   it("sums cached prompt tokens only when the server reports them", () => {
     const st = new LevelStats({ kind: "rate", value: 1 });
     st.add(ok({ cachedTokens: 60 }));

@@ -13,6 +13,7 @@
  * per-request means: a stream that stalls once shows up in the p90.
  */
 import { renderTable } from "../controlplane/ctl/table.ts";
+import { DEFAULT_BANDS } from "./workloads.ts";
 
 export interface RequestResult {
   ok: boolean;
@@ -35,6 +36,8 @@ export interface RequestResult {
   cachedTokens?: number;
   /** Recorded response headers (lower-case names), e.g. x-llmgw-endpoint. */
   headers?: Record<string, string>;
+  /** The band the request asked for (x-llmgw-band), for per-band figures. */
+  band?: string;
 }
 
 export type Load = { kind: "rate"; value: number } | { kind: "concurrency"; value: number };
@@ -74,6 +77,8 @@ export interface LevelSummary {
   endpoints?: { counts: Record<string, number>; maxOverMean: number };
   /** Per x-llmgw-route value (the routing tier that decided): request counts. */
   routes?: Record<string, number>;
+  /** The same figures per requested band, when requests carried one (band-mix). */
+  bands?: Record<string, LevelSummary>;
 }
 
 export const ENDPOINT_HEADER = "x-llmgw-endpoint";
@@ -114,6 +119,7 @@ export class LevelStats {
   private cached: number | undefined;
   private readonly endpoints: Record<string, number> = {};
   private readonly routes: Record<string, number> = {};
+  private readonly bands = new Map<string, LevelStats>();
 
   constructor(
     readonly load: Load,
@@ -124,6 +130,11 @@ export class LevelStats {
   }
 
   add(r: RequestResult): void {
+    if (r.band !== undefined) {
+      const band = this.bands.get(r.band) ?? new LevelStats(this.load);
+      this.bands.set(r.band, band);
+      band.add({ ...r, band: undefined });
+    }
     this.sent++;
     this.output += r.outputTokens;
     this.prompt += r.promptTokens ?? 0;
@@ -175,6 +186,9 @@ export class LevelStats {
         ? { endpoints: { counts: { ...this.endpoints }, maxOverMean: Math.max(...counts) / mean } }
         : {}),
       ...(Object.keys(this.routes).length > 0 ? { routes: { ...this.routes } } : {}),
+      ...(this.bands.size > 0
+        ? { bands: Object.fromEntries([...this.bands].map(([b, st]) => [b, st.summary(seconds)])) }
+        : {}),
     };
   }
 }
@@ -271,5 +285,41 @@ export function formatTable(levels: readonly LevelSummary[]): string {
     ...(routes ? [l.routes ? tally(l.routes) : "-"] : []),
     Object.keys(l.errors).length > 0 ? tally(l.errors) : "-",
   ]);
-  return renderTable(header, rows);
+  return renderTable(header, rows) + bandTable(levels);
+}
+
+/** Highest priority first for the usual names, any other band after them. */
+const BAND_ORDER = Object.keys(DEFAULT_BANDS);
+const bandRank = (b: string) => (BAND_ORDER.includes(b) ? BAND_ORDER.indexOf(b) : BAND_ORDER.length);
+
+/** Per-band rows under the main table (band-mix): what admission and priority do to each class. */
+function bandTable(levels: readonly LevelSummary[]): string {
+  const rows = levels.flatMap((l) =>
+    Object.entries(l.bands ?? {})
+      .sort(([a], [b]) => bandRank(a) - bandRank(b) || a.localeCompare(b))
+      .map(([band, s]) => [
+        loadLabel(l.load),
+        band,
+        String(s.requests),
+        (s.successRate * 100).toFixed(1),
+        ms(s.ttft.p50),
+        ms(s.ttft.p90),
+        ms(s.ttft.p99),
+        ms(s.e2e.p50),
+        Object.keys(s.errors).length > 0 ? tally(s.errors) : "-",
+      ]),
+  );
+  if (rows.length === 0) return "";
+  const header = [
+    "load",
+    "band",
+    "sent",
+    "ok %",
+    "TTFT p50 ms",
+    "TTFT p90 ms",
+    "TTFT p99 ms",
+    "E2E p50 ms",
+    "errors",
+  ];
+  return `\nper band:\n${renderTable(header, rows)}`;
 }

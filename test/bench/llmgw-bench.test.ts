@@ -191,6 +191,10 @@ describe("llmgw bench", () => {
     const routes = level!.routes!;
     expect(Object.values(routes).reduce((s, n) => s + n, 0)).toBe(12);
     expect(routes.session).toBeGreaterThan(0);
+    // Per requested band: every request under one of the mix's bands.
+    const bands = level!.bands!;
+    expect(Object.keys(bands).every((b) => ["platinum", "gold", "silver", "bronze"].includes(b))).toBe(true);
+    expect(Object.values(bands).reduce((s, b) => s + b.completed, 0)).toBe(12);
   });
 
   it("prints the table: one row per level, the endpoint and route columns when the edge sends those headers", async () => {
