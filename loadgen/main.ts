@@ -18,6 +18,7 @@ import {
   loadLabel,
   ms,
   ROUTE_HEADER,
+  sortBands,
 } from "./stats.ts";
 import { bandMix, randomPrompts, sharedPrefix, type Workload } from "./workloads.ts";
 
@@ -163,10 +164,13 @@ export async function main(argv: string[]): Promise<number> {
     const summaries = levels.map((l) => l.summary);
     if (f.plot !== undefined) {
       const title = `${f.url}, model ${model}\n${workload.describe()}; seed ${f.seed}; ${per}${scale}`;
-      writeFileSync(
-        f.plot,
-        loadFigure([{ name: `${workload.name} → ${f.url}`, levels: summaries }], { title }),
-      );
+      // A band mix plots each band beside the whole: what admission does to each class is the point.
+      const bands = sortBands(summaries.flatMap((l) => Object.keys(l.bands ?? {}))).map((band) => ({
+        name: band,
+        levels: summaries.flatMap((l) => l.bands?.[band] ?? []),
+      }));
+      const all = { name: bands.length > 0 ? "all bands" : `${workload.name} → ${f.url}`, levels: summaries };
+      writeFileSync(f.plot, loadFigure([all, ...bands], { title }));
       process.stderr.write(`plot written to ${f.plot}\n`);
     }
     if (f.json) {

@@ -288,15 +288,19 @@ export function formatTable(levels: readonly LevelSummary[]): string {
   return renderTable(header, rows) + bandTable(levels);
 }
 
-/** Highest priority first for the usual names, any other band after them. */
 const BAND_ORDER = Object.keys(DEFAULT_BANDS);
 const bandRank = (b: string) => (BAND_ORDER.includes(b) ? BAND_ORDER.indexOf(b) : BAND_ORDER.length);
+
+/** Highest priority first for the usual names (platinum … bronze), any other band after them by name. */
+export function sortBands(names: Iterable<string>): string[] {
+  return [...new Set(names)].sort((a, b) => bandRank(a) - bandRank(b) || a.localeCompare(b));
+}
 
 /** Per-band rows under the main table (band-mix): what admission and priority do to each class. */
 function bandTable(levels: readonly LevelSummary[]): string {
   const rows = levels.flatMap((l) =>
-    Object.entries(l.bands ?? {})
-      .sort(([a], [b]) => bandRank(a) - bandRank(b) || a.localeCompare(b))
+    sortBands(Object.keys(l.bands ?? {}))
+      .map((band) => [band, l.bands![band]!] as const)
       .map(([band, s]) => [
         loadLabel(l.load),
         band,

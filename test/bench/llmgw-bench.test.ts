@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FaultPlan } from "../../agent/sim-engine/faults.ts";
-import type { LevelSummary } from "../../loadgen/stats.ts";
+import { type LevelSummary, sortBands } from "../../loadgen/stats.ts";
 import {
   createKey,
   type Edge,
@@ -43,6 +43,7 @@ describe("llmgw bench", () => {
   let edge: Edge;
   let key: TestKey;
   const plot = join(tmpdir(), `llmgw-bench-${process.pid}.svg`);
+  const bandPlot = join(tmpdir(), `llmgw-bench-bands-${process.pid}.svg`);
 
   beforeAll(async () => {
     [simA, simB, faulty, edge] = await Promise.all([
@@ -69,6 +70,7 @@ describe("llmgw bench", () => {
 
   afterAll(async () => {
     rmSync(plot, { force: true });
+    rmSync(bandPlot, { force: true });
     await stopStarted();
   });
 
@@ -169,6 +171,8 @@ describe("llmgw bench", () => {
         "--requests",
         "12",
         "--json",
+        "--plot",
+        bandPlot,
       ],
       { LLMGW_API_KEY: key.secret, OPENAI_API_KEY: "" },
     );
@@ -195,6 +199,12 @@ describe("llmgw bench", () => {
     const bands = level!.bands!;
     expect(Object.keys(bands).every((b) => ["platinum", "gold", "silver", "bronze"].includes(b))).toBe(true);
     expect(Object.values(bands).reduce((s, b) => s + b.completed, 0)).toBe(12);
+    // The plot has the whole and each band, in priority order, in both panels.
+    const names = [...readFileSync(bandPlot, "utf8").matchAll(/class="series" data-name="([^"]+)"/g)].map(
+      (m) => m[1],
+    );
+    const series = ["all bands", ...sortBands(Object.keys(bands))];
+    expect(names).toEqual([...series, ...series]);
   });
 
   it("prints the table: one row per level, the endpoint and route columns when the edge sends those headers", async () => {
