@@ -96,6 +96,8 @@ describe("SVG plots", () => {
     const els = parseXml(svg);
     expect(els[0]!.name).toBe("svg");
     expect(els[0]!.attrs.xmlns).toBe("http://www.w3.org/2000/svg");
+    // Its accessible name comes first.
+    expect(els[1]).toMatchObject({ name: "title", text: "TTFT &lt;p90&gt; &amp; friends" });
     const series = els.filter((e) => e.attrs.class === "series");
     expect(series.map((s) => s.attrs["data-name"])).toEqual(["round-robin", "prefix &amp; load"]);
     expect(els.filter((e) => e.name === "circle")).toHaveLength(6);

@@ -213,9 +213,12 @@ export function svgFigure(panels: readonly Panel[], opts: FigureOptions = {}): s
     parts.push(panelSvg(p, i * pw, y, pw, ph));
   });
   const height = y + ph;
+  // The accessible name: the figure's title, else its panels'.
+  const name = (opts.title ?? panels.map((p) => p.title).join(", ")).replace(/\n/g, " ");
   return (
     `<?xml version="1.0" encoding="UTF-8"?>\n` +
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">\n` +
+    `<title>${escapeXml(name || "plot")}</title>\n` +
     `<rect width="100%" height="100%" fill="#fff"/>\n${parts.join("\n")}\n</svg>\n`
   );
 }
