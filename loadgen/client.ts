@@ -234,6 +234,7 @@ export class Client {
             chunk = JSON.parse(data) as StreamChunk;
           } catch {
             settle({ status, error: "bad event", message: `unparsable stream event: ${data.slice(0, 200)}` });
+            res.destroy();
             return;
           }
           if (chunk.error !== undefined || errorEvent) {

@@ -49,7 +49,7 @@ workload
 
 output
   --json                the results as JSON instead of a table
-  --plot FILE.svg       write TTFT p90 and output throughput against load
+  --plot FILE.svg       write TTFT p90 and output throughput against load (band-mix: per band too)
 `;
 
 export type WorkloadSpec =

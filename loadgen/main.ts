@@ -4,9 +4,10 @@
  * target could not be used (unreachable, key refused, nothing succeeded),
  * 2 bad flags.
  */
-import { writeFileSync } from "node:fs";
+import { accessSync, constants, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { errorMessage } from "../common/log.ts";
-import { Client, closedLoop, type LoopResult, openLoop } from "./client.ts";
+import { Client, closedLoop, type LoopResult, type LoopStop, openLoop } from "./client.ts";
 import { BENCH_HELP, type BenchFlags, FlagError, parseBenchFlags, type WorkloadSpec } from "./flags.ts";
 import { loadFigure } from "./plot.ts";
 import {
@@ -71,17 +72,13 @@ interface LevelResult {
 async function runLevel(
   client: Client,
   workload: Workload,
-  f: BenchFlags,
+  seed: number,
   load: Load,
   start: number,
-  stop: { seconds?: number; count?: number },
+  stop: LoopStop,
 ): Promise<LevelResult> {
   const stats = new LevelStats(load);
-  const requests = workload.iterate({
-    seed: f.seed,
-    start,
-    ...(load.kind === "rate" ? { rate: load.value } : {}),
-  });
+  const requests = workload.iterate({ seed, start, ...(load.kind === "rate" ? { rate: load.value } : {}) });
   const onResult = stats.add.bind(stats);
   const loop =
     load.kind === "rate"
@@ -90,10 +87,78 @@ async function runLevel(
   return { summary: stats.summary(loop.seconds), loop };
 }
 
+const percent = (s: LevelSummary) => `${(s.successRate * 100).toFixed(1)} % ok`;
+
+/** The warmup, then each level in turn, one request sequence throughout; progress on stderr. */
+async function sweep(
+  client: Client,
+  workload: Workload,
+  f: BenchFlags,
+): Promise<{ warmup?: LevelSummary; levels: LevelResult[] }> {
+  const loads: Load[] = f.load.values.map((value) => ({ kind: f.load.kind, value }));
+  const stop: LoopStop = "seconds" in f.level ? { seconds: f.level.seconds } : { count: f.level.requests };
+  let position = 0;
+  let warmup: LevelSummary | undefined;
+  if (f.warmup > 0) {
+    const warm = await runLevel(client, workload, f.seed, loads[0]!, 0, { count: f.warmup });
+    position += warm.loop.sent;
+    warmup = warm.summary;
+    process.stderr.write(
+      `warmup: ${warmup.requests} requests at ${loadLabel(loads[0]!)}, ${percent(warmup)}\n`,
+    );
+  }
+  const levels: LevelResult[] = [];
+  for (const [i, load] of loads.entries()) {
+    const level = await runLevel(client, workload, f.seed, load, position, stop);
+    position += level.loop.sent;
+    levels.push(level);
+    const s = level.summary;
+    process.stderr.write(
+      `level ${i + 1}/${loads.length} (${loadLabel(load)}): ${s.requests} sent, ${percent(s)}, ${s.seconds.toFixed(1)} s` +
+        (s.firstError !== undefined ? `; first error: ${s.firstError}` : "") +
+        "\n",
+    );
+    // An open loop that cannot keep its schedule measures the client, not the target.
+    const late = level.loop.late;
+    if (late && load.kind === "rate" && late.p99 > 1 / load.value) {
+      process.stderr.write(
+        `  warning: requests left up to ${ms(late.p99)} ms late (p99), more than the mean gap between arrivals: this client (or its machine) did not keep the schedule, so the level offered less than its rate\n`,
+      );
+    }
+  }
+  return { ...(warmup ? { warmup } : {}), levels };
+}
+
+/** A band mix plots each band beside the whole: what admission does to each class is the point. */
+function figure(summaries: LevelSummary[], name: string, title: string): string {
+  const bands = sortBands(summaries.flatMap((l) => Object.keys(l.bands ?? {}))).map((band) => ({
+    name: band,
+    levels: summaries.flatMap((l) => l.bands?.[band] ?? []),
+  }));
+  return loadFigure([{ name: bands.length > 0 ? "all bands" : name, levels: summaries }, ...bands], {
+    title,
+  });
+}
+
+/** A plot path whose directory is missing fails now, not after the sweep. */
+function checkPlotPath(path: string): void {
+  try {
+    accessSync(dirname(resolve(path)), constants.W_OK);
+  } catch {
+    throw new FlagError(`--plot: cannot write in ${dirname(resolve(path))}`);
+  }
+}
+
+function parse(argv: string[]): BenchFlags | "help" {
+  const f = parseBenchFlags(argv, process.env);
+  if (f !== "help" && f.plot !== undefined) checkPlotPath(f.plot);
+  return f;
+}
+
 export async function main(argv: string[]): Promise<number> {
   let f: BenchFlags;
   try {
-    const parsed = parseBenchFlags(argv, process.env);
+    const parsed = parse(argv);
     if (parsed === "help") {
       process.stdout.write(BENCH_HELP);
       return 0;
@@ -114,65 +179,23 @@ export async function main(argv: string[]): Promise<number> {
     record: [ENDPOINT_HEADER, ROUTE_HEADER],
   });
   try {
-    let model: string;
     try {
-      model = await resolveModel(client, f);
+      client.target.model = await resolveModel(client, f);
     } catch (err) {
       process.stderr.write(`llmgw bench: ${errorMessage(err)}\n`);
       return 1;
     }
-    client.target.model = model;
+    const model = client.target.model;
     const workload = workloadOf(f.workload);
     const per =
       "seconds" in f.level ? `${f.level.seconds} s per level` : `${f.level.requests} requests per level`;
     const scale = f.timeScale === 1 ? "" : `, time scale ${f.timeScale}× (times in the target's time)`;
-    const heading = `llmgw bench: ${f.url} model ${model}; ${workload.describe()}; seed ${f.seed}; ${per}${scale}`;
+    const setup = `${workload.describe()}; seed ${f.seed}; ${per}${scale}`;
+    const heading = `llmgw bench: ${f.url} model ${model}; ${setup}`;
     process.stderr.write(`${heading}\n`);
 
-    const loads: Load[] = f.load.values.map((value) => ({ kind: f.load.kind, value }));
-    const stop = "seconds" in f.level ? { seconds: f.level.seconds } : { count: f.level.requests };
-    let position = 0;
-    let warmup: LevelSummary | undefined;
-    if (f.warmup > 0) {
-      const warm = await runLevel(client, workload, f, loads[0]!, 0, { count: f.warmup });
-      position += warm.loop.sent;
-      warmup = warm.summary;
-      process.stderr.write(
-        `warmup: ${warm.summary.requests} requests at ${loadLabel(loads[0]!)}, ${(warm.summary.successRate * 100).toFixed(1)} % ok\n`,
-      );
-    }
-    const levels: LevelResult[] = [];
-    for (const [i, load] of loads.entries()) {
-      const level = await runLevel(client, workload, f, load, position, stop);
-      position += level.loop.sent;
-      levels.push(level);
-      const s = level.summary;
-      const late = level.loop.late;
-      process.stderr.write(
-        `level ${i + 1}/${loads.length} (${loadLabel(load)}): ${s.requests} sent, ${(s.successRate * 100).toFixed(1)} % ok, ${s.seconds.toFixed(1)} s` +
-          (s.firstError !== undefined ? `; first error: ${s.firstError}` : "") +
-          "\n",
-      );
-      // An open loop that cannot keep its schedule measures the client, not the target.
-      if (late && load.kind === "rate" && late.p99 > 1 / load.value) {
-        process.stderr.write(
-          `  warning: requests left up to ${ms(late.p99)} ms late (p99), more than the mean gap between arrivals: this client (or its machine) did not keep the schedule, so the level offered less than its rate\n`,
-        );
-      }
-    }
-
+    const { warmup, levels } = await sweep(client, workload, f);
     const summaries = levels.map((l) => l.summary);
-    if (f.plot !== undefined) {
-      const title = `${f.url}, model ${model}\n${workload.describe()}; seed ${f.seed}; ${per}${scale}`;
-      // A band mix plots each band beside the whole: what admission does to each class is the point.
-      const bands = sortBands(summaries.flatMap((l) => Object.keys(l.bands ?? {}))).map((band) => ({
-        name: band,
-        levels: summaries.flatMap((l) => l.bands?.[band] ?? []),
-      }));
-      const all = { name: bands.length > 0 ? "all bands" : `${workload.name} → ${f.url}`, levels: summaries };
-      writeFileSync(f.plot, loadFigure([all, ...bands], { title }));
-      process.stderr.write(`plot written to ${f.plot}\n`);
-    }
     if (f.json) {
       const out = {
         url: f.url,
@@ -187,6 +210,11 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
     } else {
       process.stdout.write(`${heading}\n\n${formatTable(summaries)}`);
+    }
+    if (f.plot !== undefined) {
+      const title = `${f.url}, model ${model}\n${setup}`;
+      writeFileSync(f.plot, figure(summaries, `${workload.name} → ${f.url}`, title));
+      process.stderr.write(`plot written to ${f.plot}\n`);
     }
     if (summaries.every((s) => s.completed === 0)) {
       const why = summaries.find((s) => s.firstError !== undefined)?.firstError ?? "no requests were sent";

@@ -309,6 +309,18 @@ describe("llmgw bench", () => {
     ]);
     expect(unused.code).toBe(2);
     expect(unused.stderr).toMatch(/--groups: applies to the shared-prefix workload/);
+    // Found out before the sweep, not after it.
+    const plotDir = await runLlmgw([
+      "bench",
+      "--url",
+      simA.url,
+      "--rate",
+      "1",
+      "--plot",
+      "/no/such/dir/p.svg",
+    ]);
+    expect(plotDir.code).toBe(2);
+    expect(plotDir.stderr).toMatch(/--plot: cannot write in \/no\/such\/dir/);
     expect(await engineCounters(simA)).toEqual(before);
   });
 });
