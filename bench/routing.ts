@@ -27,9 +27,9 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
+import { renderTable } from "../controlplane/ctl/table.ts";
 import { type RouterConfig, routerSchema } from "../edge/router-config.ts";
 import type { RoutingPolicy } from "../edge/routing/types.ts";
-import { renderTable } from "../controlplane/ctl/table.ts";
 import { loadFigure } from "../loadgen/plot.ts";
 import { type LevelSummary, ms } from "../loadgen/stats.ts";
 import { bandMix, DEFAULT_BANDS, randomPrompts, sharedPrefix, type Workload } from "../loadgen/workloads.ts";
@@ -205,7 +205,14 @@ function simulation(): void {
   } else process.stdout.write("  a knee is missing from the sweep: widen the rates\n");
 
   if (!chatLow) return;
-  const mix = bandMix({ base: "random", bands: DEFAULT_BANDS, promptTokens: 1000, spread: 0.5, outputTokens: 200, ignoreEos: true });
+  const mix = bandMix({
+    base: "random",
+    bands: DEFAULT_BANDS,
+    promptTokens: 1000,
+    spread: 0.5,
+    outputTokens: 200,
+    ignoreEos: true,
+  });
   const unloaded = level(mix, "chat", Math.round(chatLow.spec.rate * 0.1));
   const overload = level(mix, "chat", Math.round(chatLow.spec.rate * 1.6));
   process.stdout.write(`\n## band mix (${mix.describe()}), chat\n\n`);
@@ -235,7 +242,8 @@ function simulation(): void {
   const p0 = unloaded.summary.bands?.platinum?.ttft.p99 ?? null;
   const p1 = overload.summary.bands?.platinum?.ttft.p99 ?? null;
   process.stdout.write("\ntargets, band mix:\n");
-  if (p0 !== null && p1 !== null) verdict("platinum TTFT p99, overloaded ÷ unloaded", p1 / p0, "≤ 2", p1 / p0 <= 2);
+  if (p0 !== null && p1 !== null)
+    verdict("platinum TTFT p99, overloaded ÷ unloaded", p1 / p0, "≤ 2", p1 / p0 <= 2);
 }
 
 if (PARTS.has("sim")) simulation();

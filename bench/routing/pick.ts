@@ -35,8 +35,11 @@ export function pickBenchmark(): void {
     0,
   );
   // Each group: one shared start of 192 blocks, each request its own tail.
-  const starts = Array.from({ length: GROUPS }, (_, g) => `group ${g} `.padEnd(BLOCK_CHARS * 192, `${g % 10}`));
-  const prompt = (g: number, i: number) => blockHashes(`${starts[g]}${`request ${i} `.padEnd(BLOCK_CHARS * (MAX_BLOCKS - 192), "x")}`, "m");
+  const starts = Array.from({ length: GROUPS }, (_, g) =>
+    `group ${g} `.padEnd(BLOCK_CHARS * 192, `${g % 10}`),
+  );
+  const prompt = (g: number, i: number) =>
+    blockHashes(`${starts[g]}${`request ${i} `.padEnd(BLOCK_CHARS * (MAX_BLOCKS - 192), "x")}`, "m");
   const prompts = Array.from({ length: 2_000 }, (_, i) => ({ g: i % GROUPS, hashes: prompt(i % GROUPS, i) }));
   const now = 1_000;
   pool.updateLoad(
@@ -89,7 +92,9 @@ export function pickBenchmark(): void {
       `  decided by: ${Object.entries(st.routes)
         .filter(([, v]) => v > 0)
         .map(([k, v]) => `${k} ${v}`)
-        .join(", ")}; prefix blocks held per endpoint ≈ ${Math.round(st.endpoints.reduce((s, e) => s + e.prefixBlocks, 0) / ENDPOINTS)}\n` +
+        .join(
+          ", ",
+        )}; prefix blocks held per endpoint ≈ ${Math.round(st.endpoints.reduce((s, e) => s + e.prefixBlocks, 0) / ENDPOINTS)}\n` +
       `  ${mean(a) < 50 ? "met" : "MISSED"}  mean pick under 50 µs\n`,
   );
 }
