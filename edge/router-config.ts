@@ -25,7 +25,12 @@ const timeoutsSchema = z.strictObject({
 
 const scoringSchema = z.strictObject({
   target_waiting: z.number().positive().default(4),
-  target_inflight: z.number().positive().default(8),
+  // vLLM's (and the sim engine's) default batch limit, max_num_seqs: an
+  // engine is full when that many are in flight. The earlier design's 8
+  // held an H100 serving an 8B model to a thirtieth of its batch: in
+  // bench:routing's simulation it served 60 % of a load every value from 32
+  // up served whole (docs/routing.md).
+  target_inflight: z.number().positive().default(256),
   kv_ceiling: z.number().gt(0).max(1).default(0.9),
   session_load_factor: z.number().min(1).default(1.25),
   // Sized like the engines' prefix cache, in 64-character blocks: an index

@@ -1,13 +1,16 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { create, toJsonString } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { parseDocument } from "yaml";
 import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
 import { poolPriorityConflicts } from "../../edge/catalog.ts";
+import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { endpointSchema } from "../config/schema.ts";
 import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
+import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
@@ -51,8 +54,11 @@ export function parseEndpointsFile(text: string, source: string): EndpointsFile 
 
 const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N]
        llmgw ctl endpoints check FILE
+       llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
 FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via.
+status shows what each model's pool at the edge holds now: saturation, the
+band queues, and per endpoint its load, requests in flight and breaker.
 --edge defaults to ${DEFAULT_EDGE}; the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
 `;
 
@@ -65,8 +71,10 @@ export async function main(argv: string[]): Promise<number | undefined> {
   const { values, positionals } = parseArgs({
     args: rest,
     allowPositionals: true,
-    options: { edge: { type: "string" }, version: { type: "string" } },
+    options: { edge: { type: "string" }, version: { type: "string" }, json: { type: "boolean" } },
   });
+  const edge = values.edge ?? process.env.LLMGW_EDGE_URL ?? DEFAULT_EDGE;
+  if (command === "status") return status(edge, positionals[0] ?? "", values.json === true);
   const file = positionals[0];
   if ((command !== "set" && command !== "check") || !file) {
     process.stderr.write(HELP);
@@ -83,7 +91,6 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stdout.write(`${file}: ${endpoints.length} endpoints OK\n`);
     return 0;
   }
-  const edge = values.edge ?? process.env.LLMGW_EDGE_URL ?? DEFAULT_EDGE;
   try {
     const res = await edgeSyncClient(edge).putEndpointSets({
       endpoints,
@@ -96,4 +103,91 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stderr.write(`llmgw ctl endpoints set: ${msg} (edge ${edge})\n`);
     return 1;
   }
+}
+
+async function status(edge: string, model: string, json: boolean): Promise<number> {
+  let pools: PoolStatus[];
+  try {
+    pools = (await edgeSyncClient(edge).getPoolStatus({ model })).pools;
+  } catch (err) {
+    const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
+    process.stderr.write(`llmgw ctl endpoints status: ${msg} (edge ${edge})\n`);
+    return 1;
+  }
+  if (json) {
+    process.stdout.write(
+      `${toJsonString(GetPoolStatusResponseSchema, create(GetPoolStatusResponseSchema, { pools }), { prettySpaces: 2 })}\n`,
+    );
+    return 0;
+  }
+  process.stdout.write(formatPools(pools));
+  return 0;
+}
+
+const num = (v: number, digits = 2) => (v < 0 ? "-" : v.toFixed(digits));
+
+/** One block per model: its pool's state, its bands, its endpoints. */
+export function formatPools(pools: readonly PoolStatus[]): string {
+  const out: string[] = [];
+  for (const p of pools) {
+    if (p.error) {
+      out.push(`${p.model}: pool unreachable: ${p.error}\n`);
+      continue;
+    }
+    const routes = Object.entries(p.routes)
+      .filter(([, v]) => v > 0n)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ");
+    out.push(
+      `${p.model}: saturation ${num(p.saturation)}, load feed ${p.loadFeed}, ${p.leases} in flight, ${p.sessions} sessions, endpoint set v${p.endpointsVersion}` +
+        `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}\n  decided by: ${routes || "-"}\n`,
+    );
+    out.push(
+      renderTable(
+        ["band", "ceiling", "queued now", "admitted", "queued", "full (429)", "expired (503)", "left"],
+        p.bands.map((b) => [
+          b.name,
+          num(b.ceiling),
+          String(b.depth),
+          String(b.admitted),
+          String(b.queued),
+          String(b.full),
+          String(b.expired),
+          String(b.abandoned),
+        ]),
+      ),
+    );
+    out.push(
+      renderTable(
+        [
+          "endpoint",
+          "pool",
+          "prio",
+          "state",
+          "in flight",
+          "saturation",
+          "breaker",
+          "waiting",
+          "running",
+          "kv",
+          "load age",
+        ],
+        p.endpoints.map((e) => [
+          e.id,
+          e.pool,
+          String(e.priority),
+          e.state,
+          String(e.inflight),
+          num(e.saturation),
+          e.breaker,
+          e.loadAgeMs < 0n ? "-" : String(e.waiting),
+          e.loadAgeMs < 0n ? "-" : String(e.running),
+          e.loadAgeMs < 0n ? "-" : num(e.kvUsage),
+          e.loadAgeMs < 0n ? "never" : `${(Number(e.loadAgeMs) / 1000).toFixed(1)}s`,
+        ]),
+      ),
+    );
+    out.push("\n");
+  }
+  return out.join("");
 }

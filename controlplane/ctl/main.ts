@@ -19,6 +19,7 @@ commands:
   drain NODE [--deadline 10m]
                         move NODE's replicas elsewhere, then stop what is left by the deadline
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
+  endpoints status      each model's pool at the edge: saturation, band queues, endpoints' load
   tokens create [--ttl 1h] [--uses 1]
                         a join token for agent enrollment (mTLS), shown once
 

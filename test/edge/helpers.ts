@@ -365,3 +365,87 @@ function track<T extends { stop(): Promise<void> }>(x: T): T {
 export async function stopStarted(): Promise<void> {
   await Promise.all([...running].map((x) => x.stop().catch(() => {})));
 }
+
+export interface EdgeIsolates {
+  /** One direct URL per isolate. */
+  urls: string[];
+  token: string;
+  sync: EdgeSyncClient;
+  /** Any extra worker's direct URL, by name. */
+  extra: Record<string, string>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The edge as several isolates sharing one set of Durable Objects and one
+ * KV namespace — what two Cloudflare locations share, and what one
+ * `wrangler dev` cannot show: Miniflare runs `isolates` copies of the
+ * bundled Worker, each with its own module state (caches, fail-open
+ * pools), all bound to the first copy's KeyLedger, RevocationLog and
+ * ModelPool. `pool` puts another script's class behind MODEL_POOL (a test
+ * double for a pool that cannot be reached); that script is served too,
+ * under its name, at `extra[name]`.
+ */
+export async function startEdgeIsolates(
+  isolates: number,
+  router: Record<string, unknown> = {},
+  pool?: { name: string; config: string; entry: string; className: string },
+): Promise<EdgeIsolates> {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-iso-"));
+  const config = join(REPO, "wrangler.toml");
+  const script = bundleWorker(config, join(dir, "edge"), "worker.js");
+  const token = newSecret();
+  const kvNamespaces = { LLMGW_KV: "llmgw-kv-shared" };
+  const bindings = { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) };
+  const sockets = await Promise.all(Array.from({ length: isolates + (pool ? 1 : 0) }, () => freePort()));
+  const own = (className: string) => ({ className, useSQLite: true });
+  const shared = (className: string) => ({ className, useSQLite: true, scriptName: "edge-0" });
+  const runtime = runtimeOf(config);
+  const workers: Record<string, unknown>[] = Array.from({ length: isolates }, (_, i) => ({
+    ...runtime,
+    name: `edge-${i}`,
+    modules: true,
+    scriptPath: script,
+    modulesRoot: join(dir, "edge"),
+    kvNamespaces,
+    bindings,
+    durableObjects: {
+      KEY_LEDGER: i === 0 ? own("KeyLedger") : shared("KeyLedger"),
+      REVOCATIONS: i === 0 ? own("RevocationLog") : shared("RevocationLog"),
+      MODEL_POOL: pool
+        ? { className: pool.className, useSQLite: true, scriptName: pool.name }
+        : i === 0
+          ? own("ModelPool")
+          : shared("ModelPool"),
+    },
+    unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[i] }],
+  }));
+  if (pool) {
+    const poolScript = bundleWorker(pool.config, join(dir, pool.name), pool.entry);
+    workers.push({
+      ...runtime,
+      name: pool.name,
+      modules: true,
+      scriptPath: poolScript,
+      modulesRoot: join(dir, pool.name),
+      kvNamespaces,
+      bindings,
+      durableObjects: { POOL: own(pool.className) },
+      unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[isolates] }],
+    });
+  }
+  const mf = new Miniflare({ host: "127.0.0.1", port: await freePort(), workers: workers as never });
+  await mf.ready;
+  const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");
+  const urls = await Promise.all(Array.from({ length: isolates }, (_, i) => direct(`edge-${i}`)));
+  return track({
+    urls,
+    token,
+    sync: edgeSyncClient(urls[0]!, token),
+    extra: pool ? { [pool.name]: await direct(pool.name) } : {},
+    async stop() {
+      await mf.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
