@@ -129,7 +129,10 @@ export async function startPrivateManager(dir: string, name: string): Promise<Un
       "the private systemd manager",
       async () => {
         if (child.exitCode !== null) throw new Error(`the manager exited (${child.exitCode}): ${stderr}`);
-        return (await systemctl("show", "--value", "-p", "SystemState")).trim() === "running";
+        // "degraded": some unit of the default target failed, none of ours.
+        return ["running", "degraded"].includes(
+          (await systemctl("show", "--value", "-p", "SystemState")).trim(),
+        );
       },
       20_000,
     );
