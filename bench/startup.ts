@@ -13,11 +13,8 @@
  * No assertions: figures to read.
  */
 import { spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { controlClient } from "../controlplane/ctl/client.ts";
-import { tempDir } from "../test/harness/fleet.ts";
-import { freePort, LLMGW, startProcess, waitUntil } from "../test/harness/process.ts";
+import { startAgent, startControlPlane, tempDir } from "../test/harness/fleet.ts";
+import { LLMGW, waitUntil } from "../test/harness/process.ts";
 import { packAndInstall } from "../test/install/pack.ts";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 10);
@@ -38,38 +35,16 @@ const variants = [
   { name: "installed (dist/)", bin: installed.bin },
 ];
 
-const agentPort = await freePort();
-const adminPort = await freePort();
-const config = join(dir, "llmgw.yaml");
-writeFileSync(
-  config,
-  `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(dir, "data")}\n`,
-);
-const cp = startProcess("control-plane", process.execPath, [installed.bin, "server", "--config", config]);
-await cp.waitFor("control plane listening");
-const client = controlClient(`http://127.0.0.1:${adminPort}`);
+const cp = await startControlPlane("", { entry: installed.bin });
 
 let agents = 0;
-async function timeAgent(bin: string): Promise<number> {
+async function timeAgent(entry: string): Promise<number> {
   const node = `bench-${agents++}`;
   const t0 = performance.now();
-  const agent = startProcess(node, process.execPath, [
-    bin,
-    "agent",
-    "--control-plane",
-    `http://127.0.0.1:${agentPort}`,
-    "--node",
-    node,
-    "--simulate-gpus",
-    "8xH100-80GB",
-    "--advertise-address",
-    "127.0.0.1",
-    "--state-dir",
-    join(dir, "agents", node),
-  ]);
+  const agent = startAgent(cp, node, { entry, advertiseAddress: "127.0.0.1" });
   await waitUntil(
     `${node} connected`,
-    async () => (await client.getNode({ name: node }).catch(() => undefined))?.node?.connected,
+    async () => (await cp.client.getNode({ name: node }).catch(() => undefined))?.node?.connected,
     30_000,
     5,
   );
@@ -92,7 +67,7 @@ try {
     for (const v of order) record(`agent to connected, ${v.name}`, await timeAgent(v.bin));
   }
 } finally {
-  await cp.kill();
+  await cp.proc.kill();
 }
 
 const fmt = (ms: number) => ms.toFixed(0).padStart(6);

@@ -11,9 +11,11 @@ import {
   loopbackAddress,
   processArgv,
   processRunning,
+  startAgent,
+  startControlPlane,
   tempDir,
 } from "../harness/fleet.ts";
-import { freePort, type Proc, REPO, startProcess, waitUntil } from "../harness/process.ts";
+import { freePort, REPO, waitUntil } from "../harness/process.ts";
 import { type Installed, packAndInstall } from "./pack.ts";
 import { startPrivateManager, type UnitManager, whyNoManager } from "./systemd.ts";
 
@@ -32,14 +34,12 @@ const PKG = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as {
   devDependencies: Record<string, string>;
 };
 
-function fleetConfig(o: { agentPort: number; adminPort: number; dataDir: string; ports: string }): string {
-  return `agent_listen: 127.0.0.1:${o.agentPort}
-admin_listen: 127.0.0.1:${o.adminPort}
-data_dir: ${o.dataDir}
-control:
+/** The control and model sections; the listen addresses and data_dir go before them. */
+function modelsConfig(ports: string): string {
+  return `control:
   interval: 1s
   startup_grace: 1s
-  port_range: ${o.ports}
+  port_range: ${ports}
 models:
   - name: ${MODEL}
     profiles:
@@ -101,37 +101,11 @@ describe("npm pack, then npm install --omit=dev", () => {
   });
 
   it("runs a control plane, an agent with simulated GPUs and a sim engine from the install; the replica goes ready", async () => {
-    const agentPort = await freePort();
-    const adminPort = await freePort();
-    const adminUrl = `http://127.0.0.1:${adminPort}`;
-    const configPath = join(dir, "llmgw.yaml");
-    writeFileSync(
-      configPath,
-      fleetConfig({ agentPort, adminPort, dataDir: join(dir, "data"), ports: "[24600, 24649]" }),
-    );
-    const llmgw = (name: string, args: string[]) =>
-      startProcess(name, process.execPath, [installed.bin, ...args]);
-    const procs: Proc[] = [];
+    const cp = await startControlPlane(modelsConfig("[24600, 24649]"), { entry: installed.bin });
+    const node = "install-node";
+    const agent = startAgent(cp, node, { entry: installed.bin });
     try {
-      const cp = llmgw("control-plane", ["server", "--config", configPath]);
-      procs.push(cp);
-      await cp.waitFor("control plane listening");
-      const node = "install-node";
-      procs.push(
-        llmgw("agent", [
-          "agent",
-          "--control-plane",
-          `http://127.0.0.1:${agentPort}`,
-          "--node",
-          node,
-          "--simulate-gpus",
-          "8xH100-80GB",
-          "--advertise-address",
-          loopbackAddress(node),
-          "--state-dir",
-          join(dir, "agent"),
-        ]),
-      );
+      const adminUrl = cp.adminUrl;
       const replica = await readyReplica(adminUrl);
       const pid = replica.shards[0]!.pid;
 
@@ -165,7 +139,8 @@ describe("npm pack, then npm install --omit=dev", () => {
       const listed = JSON.parse(ctl.stdout) as { id: string; state: string }[];
       expect(listed.find((r) => r.id === REPLICA)?.state).toBe("ready");
     } finally {
-      for (const p of procs.reverse()) await p.kill();
+      await agent.kill();
+      await cp.proc.kill();
       killProcessesMatching(SOURCE);
     }
   }, 120_000);
@@ -254,7 +229,7 @@ ExecStart=${process.execPath} ${installed.bin} agent --state-dir %S/llmgw-agent 
       mkdirSync(join(mgr.stateRoot, "llmgw"), { recursive: true });
       writeFileSync(
         join(mgr.stateRoot, "llmgw", "llmgw.yaml"),
-        fleetConfig({ agentPort, adminPort, dataDir: join(mgr.stateRoot, "llmgw"), ports: "[24650, 24699]" }),
+        `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(mgr.stateRoot, "llmgw")}\n${modelsConfig("[24650, 24699]")}`,
       );
       await mgr.systemctl("daemon-reload");
       await mgr.systemctl("start", "llmgw-server.service");
