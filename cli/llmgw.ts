@@ -13,6 +13,10 @@ const COMMANDS: Record<string, { help: string; load: () => Promise<{ main: Main 
   ctl: { help: "operate a running control plane", load: () => import("../controlplane/ctl/main.ts") },
   "sim-engine": { help: "a CPU stand-in for vLLM", load: () => import("../agent/sim-engine/main.ts") },
   keys: { help: "manage API keys at the edge", load: () => import("../controlplane/ctl/keys.ts") },
+  bench: {
+    help: "load-test an OpenAI-compatible URL (edge or engine)",
+    load: () => import("../loadgen/main.ts"),
+  },
   config: {
     help: "check a configuration file or print its schema",
     load: () => import("../controlplane/config/cli.ts"),

@@ -1,6 +1,5 @@
 import type { ApiError } from "./openai-errors.ts";
-import type { AdmitInput } from "./pool-client.ts";
-import { admit, ClientGone, type PoolLease } from "./pool-client.ts";
+import { ClientGone, type PoolLease } from "./pool-client.ts";
 import type { EndpointSpec } from "./routing/types.ts";
 
 /**
@@ -78,9 +77,4 @@ export class AttemptPlan {
   settle(): Promise<unknown> {
     return Promise.all(this.leases.map((l) => l.settle()));
   }
-}
-
-/** A plan whose pools are asked through `admit` (pool-client.ts), fail-open included. */
-export function planFor(chain: readonly string[], input: (model: string) => AdmitInput): AttemptPlan {
-  return new AttemptPlan(chain, (model) => admit(input(model)));
 }

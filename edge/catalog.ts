@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ROUTING_POLICIES, type RoutingPolicy } from "./router-config.ts";
+import type { EndpointSpec } from "./routing/types.ts";
 
 /**
  * What the edge knows about models and engines: the catalog (names,
@@ -17,6 +18,11 @@ export const endpointRecordSchema = z.object({
   via: z.enum(["direct", "vpc", "tunnel"]).default("direct"),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
+
+/** What routing needs of a record: everything but the models it serves. */
+export function endpointSpec(e: EndpointRecord): EndpointSpec {
+  return { id: e.id, url: e.url, pool: e.pool, priority: e.priority, weight: e.weight, via: e.via };
+}
 
 /**
  * Spill-over goes pool by pool in priority order, so a pool has one

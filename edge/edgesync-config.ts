@@ -7,6 +7,7 @@ import {
   EMPTY_CATALOG,
   EMPTY_ENDPOINTS,
   endpointRecordSchema,
+  endpointSpec,
   endpointsDocSchema,
   poolPriorityConflicts,
   RoutingTable,
@@ -14,7 +15,6 @@ import {
 import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "./config-store.ts";
 import { invalid, nextVersion } from "./edgesync-errors.ts";
 import type { Env } from "./env.ts";
-import { endpointSpec } from "./model-pool.ts";
 import { poolOf } from "./pool-client.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "./settings.ts";
 

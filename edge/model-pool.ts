@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import type { EndpointRecord } from "./catalog.ts";
+import { endpointSpec } from "./catalog.ts";
 import { edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
 import type { Env } from "./env.ts";
 import type { RouterConfig } from "./router-config.ts";
@@ -25,10 +25,6 @@ import type { EndpointSpec } from "./routing/types.ts";
  * starts empty, which forgets in-flight counts of requests long finished
  * and breakers long cooled.
  */
-export function endpointSpec(e: EndpointRecord): EndpointSpec {
-  return { id: e.id, url: e.url, pool: e.pool, priority: e.priority, weight: e.weight, via: e.via };
-}
-
 export class ModelPool extends DurableObject<Env> {
   private core: PoolCore | undefined;
   private settings: RouterConfig | undefined;

@@ -1,6 +1,5 @@
-import type { RoutingTable } from "./catalog.ts";
+import { endpointSpec, type RoutingTable } from "./catalog.ts";
 import type { Env } from "./env.ts";
-import { endpointSpec } from "./model-pool.ts";
 import { type ApiError, errors } from "./openai-errors.ts";
 import type { RouterConfig } from "./router-config.ts";
 import {

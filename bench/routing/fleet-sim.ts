@@ -47,6 +47,8 @@ export interface FleetOptions {
   scrapeMs?: number;
   pushMs?: number;
   seed?: number;
+  /** A span (ms) to report engine counters for on their own, e.g. the run minus its warm-up. */
+  window?: { start: number; end: number };
 }
 
 export interface RequestResult {
@@ -72,6 +74,8 @@ export interface EngineResult {
   requests: number;
   prefixQueries: number;
   prefixHits: number;
+  /** Within FleetOptions.window, when one was given. */
+  window?: { prefixQueries: number; prefixHits: number };
 }
 
 export interface FleetResult {
@@ -137,28 +141,41 @@ function before(a: { t: number; seq: number }, b: { t: number; seq: number }): b
 export function promptTokenizer(): (messages: readonly SimMessage[]) => number[] {
   const cache = new Map<string, number[]>();
   const frame = new Map<string, { head: number[]; tail: number }>();
-  const empty = chatPromptTokens([]);
-  const generation = empty.slice(1);
-  return (messages) => {
-    const ids: number[] = [BOS];
-    for (const m of messages) {
-      let f = frame.get(m.role);
-      if (!f) {
-        const t = chatPromptTokens([{ role: m.role, content: "" }]);
-        f = {
-          head: t.slice(1, t.length - generation.length - 1),
-          tail: t[t.length - generation.length - 1]!,
-        };
-        frame.set(m.role, f);
-      }
-      let body = cache.get(m.content);
-      if (!body) {
-        body = tokenize(m.content);
-        cache.set(m.content, body);
-      }
-      ids.push(...f.head, ...body, f.tail);
+  const generation = chatPromptTokens([]).slice(1);
+  const frameOf = (role: string) => {
+    let f = frame.get(role);
+    if (!f) {
+      const t = chatPromptTokens([{ role, content: "" }]);
+      f = { head: t.slice(1, t.length - generation.length - 1), tail: t[t.length - generation.length - 1]! };
+      frame.set(role, f);
     }
-    ids.push(...generation);
+    return f;
+  };
+  const bodyOf = (content: string) => {
+    let body = cache.get(content);
+    if (!body) {
+      body = tokenize(content);
+      cache.set(content, body);
+    }
+    return body;
+  };
+  return (messages) => {
+    let n = 1 + generation.length;
+    const parts = messages.map((m) => {
+      const f = frameOf(m.role);
+      const body = bodyOf(m.content);
+      n += f.head.length + body.length + 1;
+      return { f, body };
+    });
+    const ids = new Array<number>(n);
+    let at = 0;
+    ids[at++] = BOS;
+    for (const { f, body } of parts) {
+      for (const t of f.head) ids[at++] = t;
+      for (let i = 0; i < body.length; i++) ids[at++] = body[i]!;
+      ids[at++] = f.tail;
+    }
+    for (const t of generation) ids[at++] = t;
     return ids;
   };
 }
@@ -337,6 +354,19 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
   };
   tl.at(pushMs / 2, push);
 
+  const marks = new Map<string, { start?: [number, number]; end?: [number, number] }>();
+  const mark = (which: "start" | "end") => () => {
+    for (const e of engines) {
+      const m = marks.get(e.id) ?? {};
+      m[which] = [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
+      marks.set(e.id, m);
+    }
+  };
+  if (opts.window) {
+    tl.at(opts.window.start, mark("start"));
+    tl.at(opts.window.end, mark("end"));
+  }
+
   while (tl.step()) {
     // Every callback schedules what follows it.
   }
@@ -349,12 +379,18 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
   }
   return {
     requests: [...results.values()],
-    engines: engines.map((e) => ({
-      id: e.id,
-      requests: e.requests,
-      prefixQueries: e.core.metrics.prefixQueries,
-      prefixHits: e.core.metrics.prefixHits,
-    })),
+    engines: engines.map((e) => {
+      const m = marks.get(e.id);
+      const [q0, h0] = m?.start ?? [0, 0];
+      const [q1, h1] = m?.end ?? [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
+      return {
+        id: e.id,
+        requests: e.requests,
+        prefixQueries: e.core.metrics.prefixQueries,
+        prefixHits: e.core.metrics.prefixHits,
+        ...(opts.window ? { window: { prefixQueries: q1 - q0, prefixHits: h1 - h0 } } : {}),
+      };
+    }),
     durationMs: Number.isFinite(first) ? last - first : 0,
   };
 }

@@ -1,13 +1,21 @@
 /**
- * Which endpoint has probably cached which prompt blocks: a per-endpoint
- * LRU of block hashes, recorded when a request is routed (not when the
- * engine confirms anything — it never does), plus a reverse map from a hash
- * to the endpoints holding it so a lookup costs the length of the match,
- * not the number of endpoints.
+ * Which endpoint has probably cached which prompt blocks, recorded when a
+ * request is routed there (the engine confirms nothing; this is the
+ * anchors' approximate prefix index).
  *
- * A request's blocks are recorded tail first, so its beginning is the most
- * recently used part: under eviction a shared beginning (the system prompt)
- * outlives the tails, as in the engine's own prefix cache.
+ * Hashes are chained: holding block i of a prompt means having been sent
+ * blocks 0..i with it. So an endpoint need not keep every block, only
+ * checkpoints — the first 16 blocks, then blocks 16, 24, 32, 48, 64, … (two
+ * per doubling) and the prompt's last — and a lookup binary-searches them:
+ * the match is exact up to the spacing of the checkpoints, at about a tenth
+ * of the memory and time of keeping every block of every prompt. Each
+ * checkpoint counts for the blocks it stands for, so `capacity` is still in
+ * blocks, as the engine's cache is.
+ *
+ * Recency is two generations per endpoint: a touched checkpoint goes to the
+ * young one; when that holds half the capacity, the old one is dropped
+ * whole and the young becomes old. What is touched often (a group's system
+ * prompt) stays, and a touch or an eviction costs O(1).
  */
 
 export interface MatchLevel {
@@ -16,49 +24,81 @@ export interface MatchLevel {
   endpoints: string[];
 }
 
+interface Generations {
+  young: Map<number, number>;
+  old: Map<number, number>;
+  youngBlocks: number;
+  oldBlocks: number;
+}
+
+/** Indices of the checkpoint blocks of an n-block prompt, ascending. */
+export function checkpoints(n: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < Math.min(n, 16); i++) out.push(i);
+  for (let p = 16; p < n; p *= 2) {
+    out.push(p);
+    if (p + p / 2 < n) out.push(p + p / 2);
+  }
+  if (n > 16 && out.at(-1) !== n - 1) out.push(n - 1);
+  return out;
+}
+
+const CHECKPOINTS = new Map<number, number[]>();
+function checkpointsOf(n: number): number[] {
+  let c = CHECKPOINTS.get(n);
+  if (!c) {
+    c = checkpoints(n);
+    CHECKPOINTS.set(n, c);
+  }
+  return c;
+}
+
 export class PrefixIndex {
-  private readonly lru = new Map<string, Map<number, true>>();
-  private readonly holders = new Map<number, Set<string>>();
+  private readonly held = new Map<string, Generations>();
 
   constructor(private capacity: number) {}
 
   setCapacity(blocksPerEndpoint: number): void {
     this.capacity = blocksPerEndpoint;
-    for (const [id, lru] of this.lru) this.evict(id, lru);
+    for (const g of this.held.values()) {
+      while (g.youngBlocks + g.oldBlocks > this.capacity && g.youngBlocks + g.oldBlocks > 0) this.rotate(g);
+    }
   }
 
   record(endpoint: string, hashes: readonly number[]): void {
     if (this.capacity === 0 || hashes.length === 0) return;
-    let lru = this.lru.get(endpoint);
-    if (!lru) {
-      lru = new Map();
-      this.lru.set(endpoint, lru);
+    let g = this.held.get(endpoint);
+    if (!g) {
+      g = { young: new Map(), old: new Map(), youngBlocks: 0, oldBlocks: 0 };
+      this.held.set(endpoint, g);
     }
-    for (let i = hashes.length - 1; i >= 0; i--) {
+    let prev = -1;
+    for (const i of checkpointsOf(hashes.length)) {
       const h = hashes[i]!;
-      if (lru.delete(h)) {
-        lru.set(h, true);
-        continue;
+      const stands = i - prev;
+      prev = i;
+      if (g.young.has(h)) continue;
+      const was = g.old.get(h);
+      if (was !== undefined) {
+        g.old.delete(h);
+        g.oldBlocks -= was;
       }
-      lru.set(h, true);
-      let set = this.holders.get(h);
-      if (!set) {
-        set = new Set();
-        this.holders.set(h, set);
-      }
-      set.add(endpoint);
+      g.young.set(h, stands);
+      g.youngBlocks += stands;
+      if (g.youngBlocks >= this.capacity / 2) this.rotate(g);
     }
-    this.evict(endpoint, lru);
   }
 
-  private evict(endpoint: string, lru: Map<number, true>): void {
-    while (lru.size > this.capacity) {
-      const h = lru.keys().next().value as number;
-      lru.delete(h);
-      const set = this.holders.get(h);
-      set?.delete(endpoint);
-      if (set?.size === 0) this.holders.delete(h);
-    }
+  /** Drops the old generation; the young one becomes old. */
+  private rotate(g: Generations): void {
+    g.old = g.young;
+    g.oldBlocks = g.youngBlocks;
+    g.young = new Map();
+    g.youngBlocks = 0;
+  }
+
+  private holds(g: Generations, h: number): boolean {
+    return g.young.has(h) || g.old.has(h);
   }
 
   /**
@@ -66,37 +106,38 @@ export class PrefixIndex {
    * first: each level lists everyone holding at least that many blocks.
    */
   match(hashes: readonly number[], eligible: (endpoint: string) => boolean): MatchLevel[] {
-    const first = hashes.length > 0 ? this.holders.get(hashes[0]!) : undefined;
-    if (!first) return [];
-    let current: string[] = [];
-    for (const id of first) if (eligible(id)) current.push(id);
-    if (current.length === 0) return [];
-    const levels: MatchLevel[] = [];
-    let i = 1;
-    for (; i < hashes.length; i++) {
-      const set = this.holders.get(hashes[i]!);
-      if (!set) break;
-      const next = current.filter((id) => set.has(id));
-      if (next.length === 0) break;
-      if (next.length < current.length) levels.push({ blocks: i, endpoints: current });
-      current = next;
+    if (hashes.length === 0) return [];
+    const cps = checkpointsOf(hashes.length);
+    const runs: [string, number][] = [];
+    for (const [id, g] of this.held) {
+      if (!this.holds(g, hashes[0]!) || !eligible(id)) continue;
+      // The last checkpoint held, given the first is.
+      let lo = 0;
+      let hi = cps.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (this.holds(g, hashes[cps[mid]!]!)) lo = mid;
+        else hi = mid - 1;
+      }
+      runs.push([id, cps[lo]! + 1]);
     }
-    levels.push({ blocks: i, endpoints: current });
-    return levels.reverse();
+    runs.sort((a, b) => b[1] - a[1]);
+    const levels: MatchLevel[] = [];
+    for (let i = 0; i < runs.length; i++) {
+      const blocks = runs[i]![1];
+      if (i + 1 < runs.length && runs[i + 1]![1] === blocks) continue;
+      levels.push({ blocks, endpoints: runs.slice(0, i + 1).map((r) => r[0]) });
+    }
+    return levels;
   }
 
   forget(endpoint: string): void {
-    const lru = this.lru.get(endpoint);
-    if (!lru) return;
-    for (const h of lru.keys()) {
-      const set = this.holders.get(h);
-      set?.delete(endpoint);
-      if (set?.size === 0) this.holders.delete(h);
-    }
-    this.lru.delete(endpoint);
+    this.held.delete(endpoint);
   }
 
+  /** Blocks the endpoint is taken to hold (what its checkpoints stand for). */
   blocksHeld(endpoint: string): number {
-    return this.lru.get(endpoint)?.size ?? 0;
+    const g = this.held.get(endpoint);
+    return g ? g.youngBlocks + g.oldBlocks : 0;
   }
 }

@@ -1,0 +1,1 @@
+export async function realConfirmation(_opts: { quick: boolean }): Promise<void> {}

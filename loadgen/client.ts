@@ -1,0 +1,410 @@
+/**
+ * The load generator's HTTP side: one streamed chat completion per workload
+ * request against any OpenAI-compatible base URL, timed from the client's
+ * side, and the two ways of offering load (open loop: each request at its
+ * scheduled time, Poisson; closed loop: N workers, each sending its next
+ * request when the last one ends).
+ *
+ * node:http with a keep-alive agent rather than fetch: hundreds of
+ * concurrent streams from one core, and the client must stay cheaper than
+ * what it measures.
+ */
+import {
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingMessage,
+  type RequestOptions,
+} from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { percentile, type RequestResult } from "./stats.ts";
+import type { WorkloadRequest } from "./workloads.ts";
+
+export interface Target {
+  /** Base URL without `/v1`, e.g. http://127.0.0.1:8787. */
+  url: string;
+  model: string;
+  apiKey?: string;
+  /** Sent with every request (before the request's own x-session-id and x-llmgw-band). */
+  headers: Record<string, string>;
+  /** Real milliseconds before a request is abandoned as `timeout`. */
+  timeoutMs: number;
+  /**
+   * The target's clock runs this many times faster than real time (a sim
+   * engine's --sim-speed): schedules are divided by it, measured durations
+   * multiplied, so every figure is in the target's time.
+   */
+  timeScale: number;
+  /** Response headers to keep on each result (lower case). */
+  record: readonly string[];
+}
+
+const MAX_ERROR_BODY = 64 * 1024;
+const FREE_SOCKET_MS = 2_000;
+
+interface Usage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  prompt_tokens_details?: { cached_tokens?: number } | null;
+}
+
+interface StreamChunk {
+  error?: ErrorBody["error"];
+  usage?: Usage | null;
+  choices?: {
+    delta?: { content?: string | null; reasoning_content?: string | null };
+    text?: string;
+    finish_reason?: string | null;
+  }[];
+}
+
+interface ErrorBody {
+  error?: { message?: string; type?: string; code?: string | number | null } | string;
+  message?: string;
+  type?: string;
+  code?: string | number | null;
+}
+
+/** OpenAI's `{"error":{...}}`, vLLM's older flat `{"object":"error",...}`, or text. */
+export function describeError(text: string): { code?: string; message: string } {
+  try {
+    const body = JSON.parse(text) as ErrorBody;
+    const inner = typeof body.error === "object" && body.error !== null ? body.error : body;
+    const message =
+      typeof body.error === "string" ? body.error : (inner.message ?? text.slice(0, 300)).toString();
+    // vLLM puts the HTTP status in `code`; its `type` says more then.
+    const code = typeof inner.code === "string" && inner.code !== "" ? inner.code : inner.type;
+    return { ...(code ? { code } : {}), message };
+  } catch {
+    return { message: text.trim().slice(0, 300) || "(empty body)" };
+  }
+}
+
+export class Client {
+  private readonly agent: HttpAgent;
+  private readonly send_: typeof httpRequest;
+  private readonly base: URL;
+
+  constructor(readonly target: Target) {
+    this.base = new URL(target.url);
+    const https = this.base.protocol === "https:";
+    // A pooled socket idle for FREE_SOCKET_MS is closed rather than reused: servers drop idle
+    // connections after about 5 s (workerd, Node), and a busy one that reads a request late drops it
+    // with the request unanswered (ECONNRESET; seen with the edge in workerd under load).
+    const agentOptions = { keepAlive: true, maxSockets: Number.POSITIVE_INFINITY, timeout: FREE_SOCKET_MS };
+    this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
+    this.send_ = https ? httpsRequest : httpRequest;
+  }
+
+  private options(method: string, path: string, headers: Record<string, string | number>): RequestOptions {
+    return {
+      protocol: this.base.protocol,
+      hostname: this.base.hostname,
+      port: this.base.port,
+      path: `${this.base.pathname.replace(/\/$/, "")}${path}`,
+      method,
+      agent: this.agent,
+      headers: {
+        ...this.target.headers,
+        ...(this.target.apiKey ? { authorization: `Bearer ${this.target.apiKey}` } : {}),
+        ...headers,
+      },
+    };
+  }
+
+  /** GET /v1/models: the names served, or the status and error when refused. Throws when unreachable. */
+  models(timeoutMs = 10_000): Promise<{ status: number; models: string[]; error?: string }> {
+    return new Promise((resolve, reject) => {
+      const req = this.send_(this.options("GET", "/v1/models", {}), (res) => {
+        readText(res, MAX_ERROR_BODY).then((text) => {
+          if (res.statusCode !== 200) {
+            resolve({ status: res.statusCode ?? 0, models: [], error: describeError(text).message });
+            return;
+          }
+          try {
+            const body = JSON.parse(text) as { data?: { id?: unknown }[] };
+            const models = (body.data ?? []).flatMap((m) => (typeof m.id === "string" ? [m.id] : []));
+            resolve({ status: 200, models });
+          } catch {
+            resolve({ status: 200, models: [], error: `not a model list: ${text.slice(0, 200)}` });
+          }
+        }, reject);
+      });
+      req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      req.on("error", reject);
+      req.end();
+    });
+  }
+
+  /** One streamed chat completion; never rejects: failures are results too. */
+  send(r: WorkloadRequest): Promise<RequestResult> {
+    const scale = this.target.timeScale;
+    const body = JSON.stringify({
+      model: this.target.model,
+      messages: r.messages,
+      max_tokens: r.maxTokens,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...(r.ignoreEos ? { ignore_eos: true } : {}),
+    });
+    const headers: Record<string, string | number> = {
+      "content-type": "application/json",
+      accept: "text/event-stream",
+      "content-length": Buffer.byteLength(body),
+      ...(r.session !== undefined ? { "x-session-id": r.session } : {}),
+      ...(r.band !== undefined ? { "x-llmgw-band": r.band } : {}),
+    };
+    return new Promise((resolve) => {
+      const t0 = performance.now();
+      const seconds = (ms: number) => (ms / 1000) * scale;
+      let response: IncomingMessage | undefined;
+      let recorded: Record<string, string> | undefined;
+      let first = -1;
+      let last = -1;
+      let chunks = 0;
+      const gaps: number[] = [];
+      let usage: Usage | undefined;
+      let finished = false;
+      let done = false;
+      let settled = false;
+      const settle = (fail?: { status: number; error: string; message: string }) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        const itl = new Float64Array(gaps.length);
+        for (let i = 0; i < gaps.length; i++) itl[i] = seconds(gaps[i]!);
+        const cached = usage?.prompt_tokens_details?.cached_tokens;
+        resolve({
+          ok: fail === undefined,
+          status: fail?.status ?? response?.statusCode ?? 0,
+          ...(fail ? { error: fail.error, errorMessage: fail.message } : {}),
+          ...(first >= 0 ? { ttft: seconds(first - t0) } : {}),
+          e2e: seconds(performance.now() - t0),
+          itl,
+          outputTokens: usage?.completion_tokens ?? chunks,
+          ...(usage?.prompt_tokens !== undefined ? { promptTokens: usage.prompt_tokens } : {}),
+          ...(typeof cached === "number" ? { cachedTokens: cached } : {}),
+          ...(recorded ? { headers: recorded } : {}),
+          ...(r.band !== undefined ? { band: r.band } : {}),
+        });
+      };
+      const req = this.send_(this.options("POST", "/v1/chat/completions", headers), (res) => {
+        response = res;
+        recorded = {};
+        for (const name of this.target.record) {
+          const v = res.headers[name];
+          if (v !== undefined) recorded[name] = Array.isArray(v) ? v.join(",") : v;
+        }
+        const status = res.statusCode ?? 0;
+        res.setEncoding("utf8");
+        if (status !== 200) {
+          readText(res, MAX_ERROR_BODY).then(
+            (text) => {
+              const e = describeError(text);
+              settle({
+                status,
+                error: `${status}${e.code ? ` ${e.code}` : ""}`,
+                message: `${status}: ${e.message}`,
+              });
+            },
+            (err: Error) => settle({ status, error: `${status}`, message: `${status}: ${err.message}` }),
+          );
+          return;
+        }
+        const type = String(res.headers["content-type"] ?? "");
+        if (!type.includes("text/event-stream")) {
+          res.resume();
+          settle({ status, error: "not a stream", message: `expected text/event-stream, got "${type}"` });
+          return;
+        }
+        let buf = "";
+        const onEvent = (event: string, now: number) => {
+          let data = "";
+          let errorEvent = false;
+          for (const line of event.split("\n")) {
+            if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(line[5] === " " ? 6 : 5);
+            else if (line === "event: error" || line === "event:error") errorEvent = true;
+          }
+          if (data === "") return;
+          if (data === "[DONE]") {
+            done = true;
+            return;
+          }
+          let chunk: StreamChunk;
+          try {
+            chunk = JSON.parse(data) as StreamChunk;
+          } catch {
+            settle({ status, error: "bad event", message: `unparsable stream event: ${data.slice(0, 200)}` });
+            res.destroy();
+            return;
+          }
+          if (chunk.error !== undefined || errorEvent) {
+            const e = describeError(data);
+            settle({
+              status,
+              error: `stream ${e.code ?? "error"}`,
+              message: `error event mid-stream: ${e.message}`,
+            });
+            res.destroy();
+            return;
+          }
+          if (chunk.usage) usage = chunk.usage;
+          for (const c of chunk.choices ?? []) {
+            const text = c.delta?.content || c.delta?.reasoning_content || c.text;
+            if (text) {
+              chunks++;
+              if (first < 0) first = now;
+              else gaps.push(now - last);
+              last = now;
+            }
+            if (c.finish_reason) finished = true;
+          }
+        };
+        res.on("data", (part: string) => {
+          const now = performance.now();
+          buf += part;
+          // SSE allows CRLF; a trailing lone CR may be half of one, so it waits for the next part.
+          if (buf.includes("\r")) buf = buf.replace(/\r\n|\r(?!$)/g, "\n");
+          for (let end = buf.indexOf("\n\n"); end >= 0 && !settled; end = buf.indexOf("\n\n")) {
+            const event = buf.slice(0, end);
+            buf = buf.slice(end + 2);
+            onEvent(event, now);
+          }
+        });
+        res.on("end", () => {
+          if (done || finished) settle();
+          else
+            settle({
+              status,
+              error: "stream cut",
+              message: "the stream ended without a finish_reason or [DONE]",
+            });
+        });
+        res.on("error", (err: Error) =>
+          settle({ status, error: "stream cut", message: `stream interrupted: ${err.message}` }),
+        );
+      });
+      const timer = setTimeout(() => {
+        settle({
+          status: response?.statusCode ?? 0,
+          error: "timeout",
+          message: `no complete answer within ${this.target.timeoutMs} ms`,
+        });
+        req.destroy();
+      }, this.target.timeoutMs);
+      req.on("error", (err: NodeJS.ErrnoException) =>
+        settle(
+          response
+            ? {
+                status: response.statusCode ?? 0,
+                error: "stream cut",
+                message: `stream interrupted: ${err.message}`,
+              }
+            : { status: 0, error: err.code ?? "network error", message: err.message },
+        ),
+      );
+      req.end(body);
+    });
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+function readText(res: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    res.setEncoding("utf8");
+    res.on("data", (s: string) => {
+      if (text.length < limit) text += s;
+    });
+    res.on("end", () => resolve(text.slice(0, limit)));
+    res.on("error", reject);
+  });
+}
+
+export interface LoopStop {
+  /** Send at most this many requests. */
+  count?: number;
+  /** Open loop: send requests scheduled before this (target seconds). Closed loop: start none after it. */
+  seconds?: number;
+}
+
+export interface LoopResult {
+  /** Target seconds from the first request sent to the last one finished. */
+  seconds: number;
+  sent: number;
+  /** Open loop: how late requests left against their schedule, target seconds (p99, max). */
+  late?: { p99: number; max: number };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Tracks in-flight sends so a loop can wait for the last one. */
+function inflight() {
+  let n = 0;
+  let wake: (() => void) | undefined;
+  return {
+    add(p: Promise<void>) {
+      n++;
+      void p.then(() => {
+        if (--n === 0) wake?.();
+      });
+    },
+    drained: () => (n === 0 ? Promise.resolve() : new Promise<void>((r) => (wake = r))),
+  };
+}
+
+/** Each request leaves at its `at` (target seconds after the start), whatever is still in flight. */
+export async function openLoop(
+  client: Client,
+  requests: Iterator<WorkloadRequest>,
+  stop: LoopStop,
+  onResult: (r: RequestResult) => void,
+): Promise<LoopResult> {
+  const scale = client.target.timeScale;
+  const pending = inflight();
+  const late: number[] = [];
+  const t0 = performance.now();
+  let sent = 0;
+  while (stop.count === undefined || sent < stop.count) {
+    const r = requests.next().value as WorkloadRequest;
+    if (stop.seconds !== undefined && r.at >= stop.seconds) break;
+    const due = t0 + (r.at / scale) * 1000;
+    // setTimeout is good to about a millisecond; requests due sooner go now.
+    if (due - performance.now() >= 1) await sleep(due - performance.now());
+    late.push(Math.max(0, performance.now() - due));
+    pending.add(client.send(r).then(onResult));
+    sent++;
+  }
+  await pending.drained();
+  late.sort((a, b) => a - b);
+  const target = (realMs: number) => (realMs / 1000) * scale;
+  return {
+    seconds: target(performance.now() - t0),
+    sent,
+    ...(late.length > 0 ? { late: { p99: target(percentile(late, 99)!), max: target(late.at(-1)!) } } : {}),
+  };
+}
+
+/** `concurrency` workers, each sending its next request as soon as its last one ends. */
+export async function closedLoop(
+  client: Client,
+  requests: Iterator<WorkloadRequest>,
+  concurrency: number,
+  stop: LoopStop,
+  onResult: (r: RequestResult) => void,
+): Promise<LoopResult> {
+  const scale = client.target.timeScale;
+  const t0 = performance.now();
+  const deadline = stop.seconds === undefined ? Number.POSITIVE_INFINITY : t0 + (stop.seconds / scale) * 1000;
+  let sent = 0;
+  const worker = async () => {
+    while ((stop.count === undefined || sent < stop.count) && performance.now() < deadline) {
+      sent++;
+      onResult(await client.send(requests.next().value as WorkloadRequest));
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return { seconds: ((performance.now() - t0) / 1000) * scale, sent };
+}
