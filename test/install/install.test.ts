@@ -100,6 +100,16 @@ describe("npm pack, then npm install --omit=dev", () => {
     expect([...Object.keys(PKG.devDependencies), "esbuild"].filter(has)).toEqual([]);
   });
 
+  it("loads every subcommand from the install", async () => {
+    const help = await run(process.execPath, [installed.bin, "--help"]);
+    const commands = [...help.stdout.matchAll(/^ {2}(\S+)/gm)].map((m) => m[1]!);
+    expect(commands).toEqual(expect.arrayContaining(["server", "agent", "ctl", "sim-engine"]));
+    for (const c of commands) {
+      const r = await run(process.execPath, [installed.bin, c, "--help"]).catch((e: Error) => e);
+      expect(r instanceof Error ? `${c}: ${r.message}` : "", c).toBe("");
+    }
+  });
+
   it("runs a control plane, an agent with simulated GPUs and a sim engine from the install; the replica goes ready", async () => {
     const cp = await startControlPlane(modelsConfig("[24600, 24649]"), { entry: installed.bin });
     const node = "install-node";
