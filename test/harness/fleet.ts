@@ -27,7 +27,13 @@ export function tempDir(prefix: string): string {
 
 export async function startControlPlane(
   configBody: string,
-  opts: { dir?: string; env?: NodeJS.ProcessEnv; agentPort?: number; adminPort?: number } = {},
+  opts: {
+    dir?: string;
+    env?: NodeJS.ProcessEnv;
+    agentPort?: number;
+    adminPort?: number;
+    entry?: string;
+  } = {},
 ): Promise<ControlPlaneHandle> {
   const dir = opts.dir ?? tempDir("cp");
   const agentPort = opts.agentPort ?? (await freePort());
@@ -39,7 +45,7 @@ export async function startControlPlane(
   );
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const launch = async () => {
-    const p = startLlmgw("control-plane", ["server", "--config", configPath], opts.env);
+    const p = startLlmgw("control-plane", ["server", "--config", configPath], opts.env, opts.entry);
     await p.waitFor("control plane listening");
     return p;
   };
@@ -68,6 +74,8 @@ export interface AgentOptions {
   extra?: string[];
   stateDir?: string;
   advertiseAddress?: string;
+  /** Another llmgw to run, such as an installed one. */
+  entry?: string;
 }
 
 /**
@@ -103,7 +111,7 @@ export function startAgent(cp: ControlPlaneHandle, node: string, o: AgentOptions
     ...Object.entries(o.fabric ?? {}).flatMap(([k, v]) => ["--fabric", `${k}=${v}`]),
     ...(o.extra ?? []),
   ];
-  return startLlmgw(`agent-${node}`, args);
+  return startLlmgw(`agent-${node}`, args, {}, o.entry);
 }
 
 /** `/proc/<pid>/cmdline` as argv; null when the process is gone. */

@@ -32,9 +32,12 @@ export interface Proc {
   exited: Promise<number | null>;
 }
 
-/** Starts `llmgw ARGS` on the project's own Node, with output captured for assertions. */
-export function startLlmgw(name: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  return startProcess(name, process.execPath, [LLMGW, ...args], env);
+/**
+ * Starts `llmgw ARGS` on the project's own Node, with output captured for
+ * assertions; `entry` is another llmgw to run, such as an installed one.
+ */
+export function startLlmgw(name: string, args: string[], env: NodeJS.ProcessEnv = {}, entry = LLMGW): Proc {
+  return startProcess(name, process.execPath, [entry, ...args], env);
 }
 
 export function startProcess(name: string, cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
