@@ -24,6 +24,8 @@ export interface EdgeFacts {
   address: (node: string) => string | undefined;
   load: (replicaId: string, rank: number, node: string) => ShardLoad | undefined;
   staticEndpoints: readonly EndpointConfig[];
+  /** How the edge reaches the replicas placed here (config `edge.via`). */
+  via: EndpointConfig["via"];
   now: number;
 }
 
@@ -37,7 +39,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
       pool: e.pool,
       weight: e.weight,
       priority: e.priority,
-      via: "direct",
+      via: e.via,
     }),
   );
   for (const r of f.replicas) {
@@ -53,7 +55,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
         pool: "default",
         weight: 1,
         priority: 0,
-        via: "direct",
+        via: f.via,
       }),
     );
   }

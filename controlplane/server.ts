@@ -261,6 +261,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         address: (node) => registry.get(node)?.advertiseAddress,
         load: (id, rank, node) => reconciler.runtime.get(`${id}#${rank}@${node}`)?.load,
         staticEndpoints: reconciler.currentConfig.endpoints,
+        via: reconciler.currentConfig.edge.via,
         now: now(),
       }),
     });

@@ -8,6 +8,9 @@ import type { EndpointSpec } from "./routing/types.ts";
  * document written by EdgeSync. Pure: built from the two documents, queried
  * per request.
  */
+/** How the edge reaches an engine (upstream.ts): the public URL, a Workers VPC binding, or an Access-protected tunnel. */
+export const viaSchema = z.enum(["direct", "vpc", "tunnel"]);
+
 export const endpointRecordSchema = z.object({
   id: z.string().min(1).max(128),
   url: z.url({ protocol: /^https?$/ }),
@@ -15,7 +18,7 @@ export const endpointRecordSchema = z.object({
   pool: z.string().default("default"),
   weight: z.number().positive().default(1),
   priority: z.number().int().default(0),
-  via: z.enum(["direct", "vpc", "tunnel"]).default("direct"),
+  via: viaSchema.default("direct"),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 

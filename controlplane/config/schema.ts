@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { viaSchema } from "../../edge/catalog.ts";
 import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
 
 /**
@@ -147,22 +148,27 @@ export const endpointSchema = z.strictObject({
   id: z.string().min(1).describe("Unique endpoint id"),
   url: z.url({ protocol: /^https?$/ }).describe("Base URL of an OpenAI-compatible engine"),
   models: z.array(z.string().min(1)).min(1).describe("Models (names or aliases) this endpoint serves"),
-  pool: z.string().default("default"),
+  pool: z
+    .string()
+    .default("default")
+    .describe("Spill-over group: lower-priority pools take requests only when higher ones cannot"),
   weight: z.number().positive().default(1).describe("Relative share of traffic (heterogeneous GPUs)"),
   priority: z
     .number()
     .int()
     .default(0)
-    .describe("Spill-over priority of the endpoint (see the routing docs)"),
+    .describe("Spill-over priority of the endpoint's pool; a pool's endpoints share one (docs/routing.md)"),
+  via: viaSchema
+    .default("direct")
+    .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
 });
 
 // mTLS on the agent listener (docs/agents.md, "Security: mTLS and
 // enrollment"). Off by default until every agent has enrolled.
 export const agentTlsSchema = z.strictObject({
   enabled: z.boolean().default(false).describe("Serve the agent listener over mTLS with enrollment"),
-  // No default here: this file is also bundled into the edge Worker, which
-  // has no node:os. Unset means the machine's hostname, localhost and
-  // 127.0.0.1, filled in by the control plane (controlplane/pki).
+  // Unset means the machine's hostname, localhost and 127.0.0.1, filled in
+  // by the control plane (controlplane/pki) where node:os is at hand.
   hostnames: z
     .array(z.string().min(1).max(253))
     .min(1)
@@ -193,8 +199,13 @@ export const configSchema = z.strictObject({
       // The bearer secret is read from this environment variable, never from
       // the file, so the file can be committed.
       token_env: z.string().default("LLMGW_EDGE_TOKEN"),
+      // Engines the control plane places sit on the on-prem network; a
+      // deployed edge reaches them through a Workers VPC binding or a tunnel.
+      via: viaSchema
+        .default("direct")
+        .describe("How the edge reaches the engines this control plane places: direct, vpc or tunnel"),
     })
-    .default({ token_env: "LLMGW_EDGE_TOKEN" }),
+    .default({ token_env: "LLMGW_EDGE_TOKEN", via: "direct" }),
   control: controlSchema.prefault({}),
   router: routerSchema.prefault({}),
   models: z.array(modelSchema).default([]),

@@ -19,20 +19,18 @@ import { renderTable } from "./table.ts";
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
  */
-export const endpointsFileSchema = z
-  .array(endpointSchema.extend({ via: z.enum(["direct", "vpc", "tunnel"]).default("direct") }))
-  .superRefine((list, ctx) => {
-    const seen = new Map<string, number>();
-    list.forEach((e, i) => {
-      const first = seen.get(e.id);
-      if (first !== undefined) {
-        ctx.addIssue({ code: "custom", path: [i, "id"], message: `duplicate id (also endpoints[${first}])` });
-      } else seen.set(e.id, i);
-    });
-    for (const c of poolPriorityConflicts(list)) {
-      ctx.addIssue({ code: "custom", path: [c.index, "priority"], message: c.message });
-    }
+export const endpointsFileSchema = z.array(endpointSchema).superRefine((list, ctx) => {
+  const seen = new Map<string, number>();
+  list.forEach((e, i) => {
+    const first = seen.get(e.id);
+    if (first !== undefined) {
+      ctx.addIssue({ code: "custom", path: [i, "id"], message: `duplicate id (also endpoints[${first}])` });
+    } else seen.set(e.id, i);
   });
+  for (const c of poolPriorityConflicts(list)) {
+    ctx.addIssue({ code: "custom", path: [c.index, "priority"], message: c.message });
+  }
+});
 export type EndpointsFile = z.output<typeof endpointsFileSchema>;
 
 /** Parses and validates the file; throws one message listing every problem by path. */
