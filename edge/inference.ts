@@ -19,7 +19,7 @@ import { upstreamFor } from "./upstream.ts";
  * One inference request, as the steps it goes through:
  *
  *   caller (401) → body (413, 415, 400) → model (404, 403) → band (400,
- *   403) → the key's ledger (401; 429 for RPM/TPM/budget, or for running
+ *   403) → session (400) → the key's ledger (401; 429 for RPM/TPM/budget, or for running
  *   requests that may spend what is left) → admission by the model's pool
  *   (429, 503; the queue) → proxy (retries, fallbacks; 503, 504, the
  *   engine's) → charge and release, after the response, in waitUntil.
@@ -36,24 +36,38 @@ function newRequestId(): string {
   return `req_${crypto.randomUUID().replaceAll("-", "")}`;
 }
 
+/** What the steps after the checks need of a request. */
+interface Inbound {
+  id: string;
+  apiPath: ApiPath;
+  key: KeyRecord;
+  body: Record<string, unknown> & { model: string };
+  /** Bytes of the body as sent (a bound on its tokens, for the ledger). */
+  size: number;
+  /** The canonical model, then its fallbacks. */
+  chain: string[];
+  band: string;
+  session: string | undefined;
+}
+
 async function body(c: Ctx, schema: Schema, config: EdgeConfig) {
   const bytes = await readBodyLimited(c.req.raw, config.settings.max_body_bytes);
-  return { reqBody: validate(schema, parseJsonBody(bytes)), size: bytes.byteLength };
+  return { parsed: validate(schema, parseJsonBody(bytes)), size: bytes.byteLength };
 }
 
 /** The canonical model and its fallbacks, if the key may use it. */
-function model(table: RoutingTable, requested: string, key: KeyRecord): { model: string; chain: string[] } {
+function model(table: RoutingTable, requested: string, key: KeyRecord): string[] {
   const canonical = table.resolve(requested);
   if (!canonical) throw errors.modelNotFound(requested);
   if (!modelAllowed(key, canonical, requested)) {
     throw errors.forbidden(`This key may not use the model \`${requested}\`.`, "model_not_allowed", "model");
   }
-  return { model: canonical, chain: table.chain(canonical) };
+  return table.chain(canonical);
 }
 
-function band(c: Ctx, key: KeyRecord, config: EdgeConfig) {
+function band(c: Ctx, key: KeyRecord, config: EdgeConfig): string {
   const a = config.settings.admission;
-  return resolveBand(key, c.req.header(a.band_header) ?? null, a.bands, a.default_band);
+  return resolveBand(key, c.req.header(a.band_header) ?? null, a.bands, a.default_band).name;
 }
 
 function session(c: Ctx, config: EdgeConfig): string | undefined {
@@ -66,32 +80,56 @@ function session(c: Ctx, config: EdgeConfig): string | undefined {
   return id;
 }
 
-/** The model's pool (then its fallbacks') decides when and where: the plan holds the leases. */
-function admission(
+/** Every check that needs no ledger or pool, so a bad request costs neither. */
+async function inbound(
   c: Ctx,
-  config: EdgeConfig,
-  requestId: string,
-  key: KeyRecord,
-  bandName: string,
-  chain: string[],
-  reqBody: Record<string, unknown>,
+  id: string,
   apiPath: ApiPath,
-): AttemptPlan {
-  const sessionId = session(c, config);
-  const prefix = apiPath === "/v1/embeddings" ? [] : requestPrefixHashes(chain[0]!, reqBody);
-  return new AttemptPlan(chain, (m) =>
+  schema: Schema,
+  config: EdgeConfig,
+  key: KeyRecord,
+) {
+  const { parsed, size } = await body(c, schema, config);
+  const req: Inbound = {
+    id,
+    apiPath,
+    key,
+    body: parsed,
+    size,
+    chain: model(config.table, parsed.model, key),
+    band: band(c, key, config),
+    session: session(c, config),
+  };
+  return req;
+}
+
+/** The key's own limits: the ledger holds a reservation until the charge closes it. */
+function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<void> {
+  const generates = req.apiPath !== "/v1/embeddings";
+  return admitKey(
+    c.env,
+    req.key,
+    reservationFor(req.id, req.body, req.size, generates, config.settings.timeouts.total),
+  );
+}
+
+/** The model's pool (then its fallbacks') decides when and where: the plan holds the leases. */
+function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
+  const first = req.chain[0]!;
+  const prefix = req.apiPath === "/v1/embeddings" ? [] : requestPrefixHashes(first, req.body);
+  return new AttemptPlan(req.chain, (m) =>
     admit({
       env: c.env,
       model: m,
       table: config.table,
       settings: config.settings,
       request: {
-        id: requestId,
-        band: bandName,
-        key: key.id,
+        id: req.id,
+        band: req.band,
+        key: req.key.id,
         policy: config.table.policy(m, config.settings.default_routing),
-        session: sessionId,
-        prefix: m === chain[0] ? prefix : [],
+        session: req.session,
+        prefix: m === first ? prefix : [],
       },
       clientSignal: c.req.raw.signal,
       defer: (p) => c.executionCtx.waitUntil(p),
@@ -109,16 +147,9 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const config = cfg instanceof Promise ? await cfg : cfg;
       const k = caller(c);
       const key = k instanceof Promise ? await k : k;
-      const { reqBody, size } = await body(c, schema, config);
-      const { chain } = model(config.table, reqBody.model, key);
-      const b = band(c, key, config);
-      const generates = apiPath !== "/v1/embeddings";
-      await admitKey(
-        c.env,
-        key,
-        reservationFor(requestId, reqBody, size, generates, config.settings.timeouts.total),
-      );
-      const plan = admission(c, config, requestId, key, b.name, chain, reqBody, apiPath);
+      const req = await inbound(c, requestId, apiPath, schema, config, key);
+      await ledger(c, config, req);
+      const plan = admission(c, config, req);
       // Registered before the pool or an engine is asked: every request the
       // ledger admitted is charged once (failures for 0 tokens) and every
       // lease released once, even if the client leaves — the runtime keeps
@@ -140,7 +171,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
         if (err instanceof ApiError) {
           return err.toResponse({
             "x-request-id": requestId,
-            "x-llmgw-band": b.name,
+            "x-llmgw-band": req.band,
             "x-llmgw-attempts": "0",
           });
         }
@@ -149,10 +180,10 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const run = proxy({
         requestId,
         apiPath,
-        body: reqBody,
-        stream: reqBody.stream === true && apiPath !== "/v1/embeddings",
+        body: req.body,
+        stream: req.body.stream === true && apiPath !== "/v1/embeddings",
         settings: config.settings,
-        band: b.name,
+        band: req.band,
         targets: plan,
         clientSignal: c.req.raw.signal,
         upstream: (ep) => upstreamFor(ep, c.env),
