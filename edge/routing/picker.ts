@@ -14,8 +14,11 @@
  *    (at least half of them), under the same load guard — affinity is a
  *    filter with a release, not a weight, because a weighted blend sends a
  *    burst of one prompt to one engine (the anchors' hot-spot lesson);
- * 3. load: power of two choices by weight on the load score — random,
- *    because every decision between two scrapes sees the same numbers.
+ * 3. load: power of two choices by weight among the endpoints under
+ *    saturation, on requests in flight per unit of weight — the pool's own
+ *    exact count (what the anchors converged on after herding on scraped
+ *    numbers: every decision between two scrapes sees the same ones), and
+ *    random, because a burst must not all land on one endpoint.
  *
  * `round-robin`, `least-load` and `random` are the benchmark's baselines.
  * Every stage says why it set an endpoint aside, so the pool's status can
@@ -32,8 +35,7 @@ export interface Candidate {
   /** Half-open and its one probe already out. */
   probing: boolean;
   saturation: number;
-  score: number;
-  /** Requests in flight per unit of weight: what affinity is released on. */
+  /** Requests in flight per unit of weight: what load is compared by. */
   pressure: number;
 }
 
@@ -113,15 +115,21 @@ export function spillOver(cands: readonly Candidate[]): Filtered {
   return { kept, rejected };
 }
 
+/** Less busy: fewer requests in flight per unit of weight, then less saturated. */
+function lighter(a: Candidate, b: Candidate): number {
+  return a.pressure - b.pressure || a.saturation - b.saturation;
+}
+
 function lowest(cands: readonly Candidate[], random: () => number): Candidate {
   let best = cands[0]!;
   let ties = 1;
   for (let i = 1; i < cands.length; i++) {
     const c = cands[i]!;
-    if (c.score < best.score) {
+    const d = lighter(c, best);
+    if (d < 0) {
       best = c;
       ties = 1;
-    } else if (c.score === best.score && random() * ++ties < 1) best = c;
+    } else if (d === 0 && random() * ++ties < 1) best = c;
   }
   return best;
 }
@@ -138,20 +146,25 @@ function byWeight(cands: readonly Candidate[], random: () => number, skip?: Cand
   return cands.findLast((c) => c !== skip)!;
 }
 
-/** Power of two choices by weight: two distinct samples, the lower score wins. */
-export function twoChoices(cands: readonly Candidate[], random: () => number): Candidate {
+/**
+ * Power of two choices by weight among the endpoints under saturation (all
+ * of them if none is): two distinct samples, the less busy wins.
+ */
+export function twoChoices(all: readonly Candidate[], random: () => number): Candidate {
+  const open = all.filter((c) => c.saturation < 1);
+  const cands = open.length > 0 ? open : all;
   if (cands.length === 1) return cands[0]!;
   const a = byWeight(cands, random);
   const b = byWeight(cands, random, a);
-  return b.score < a.score ? b : a;
+  return lighter(b, a) < 0 ? b : a;
 }
 
 /**
  * Affinity is let go only when both gaps are real (as SGLang's imbalance
  * switch): the warm endpoint has more than factor × the requests in flight
- * of the least busy one, and more than this many requests over it. In-flight
- * counts, not the load score: they are exact, while scraped KV and queue
- * figures differ between engines by more than one request's worth anyway.
+ * of the pool's mean, and more than this many requests over it. In-flight
+ * counts: they are exact, while scraped KV and queue figures differ between
+ * engines by more than one request's worth anyway.
  */
 export const AFFINITY_SLACK_REQUESTS = 3;
 
@@ -173,8 +186,7 @@ function byPrefix(
     let warm: Candidate | undefined;
     for (const id of level.endpoints) {
       const c = byId.get(id)!;
-      if (!warm || c.pressure < warm.pressure || (c.pressure === warm.pressure && c.score < warm.score))
-        warm = c;
+      if (!warm || lighter(c, warm) < 0) warm = c;
     }
     if (warm && withinGuard(warm, least, ctx.sessionLoadFactor)) return [warm, level.blocks];
   }
@@ -208,7 +220,7 @@ function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, Rout
 
 /**
  * Alternates for retries, so a retry needs no second call to the pool: the
- * rest of the chosen pool by score, then the other pools in spill-over
+ * rest of the chosen pool, least busy first, then the other pools in spill-over
  * order. Only closed breakers: a half-open endpoint gets its probe from the
  * pool, not from a retry.
  */
@@ -220,7 +232,7 @@ function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidat
       (a, b) =>
         Number(b.spec.pool === chosen.spec.pool) - Number(a.spec.pool === chosen.spec.pool) ||
         poolOrder(a, b) ||
-        a.score - b.score,
+        lighter(a, b),
     )
     .slice(0, n);
 }

@@ -141,7 +141,7 @@ describe("PoolCore load and staleness", () => {
     expect(quiet.saturation).toBe(0);
   });
 
-  it("prefers the less loaded endpoint by scraped load between its own counts", () => {
+  it("sends nothing to an endpoint its engine reports saturated while another is not", () => {
     const p = pool(2, { admission: { enabled: false } });
     p.updateLoad(
       [
@@ -152,6 +152,20 @@ describe("PoolCore load and staleness", () => {
     );
     const picks = Array.from({ length: 6 }, () => leaseOf(admit(p, req(), 1)).endpoint.id);
     expect(picks.filter((x) => x === "e1").length).toBe(6);
+  });
+
+  it("does not herd onto the endpoint whose last scrape looked best: between scrapes its own counts decide", () => {
+    const p = pool(4, { admission: { enabled: false } });
+    p.updateLoad(
+      ["e0", "e1", "e2", "e3"].map((e, i) => ({
+        endpoint: e,
+        sample: sample(0, { kvUsage: 0.1 + 0.2 * i }),
+      })),
+      0,
+    );
+    for (let i = 0; i < 200; i++) leaseOf(admit(p, req(), 1));
+    const c = inflight(p);
+    expect(Math.max(...c) / (200 / 4), `${c}`).toBeLessThanOrEqual(1.2);
   });
 });
 

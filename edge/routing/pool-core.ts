@@ -23,7 +23,7 @@ import { type BreakerState, Breakers } from "./breaker.ts";
 import { FlowController, type Waiter } from "./flow-control.ts";
 import { type Candidate, type Pick, pick } from "./picker.ts";
 import { PrefixIndex } from "./prefix-index.ts";
-import { feedIsLive, loadScoreOf, poolSaturation, saturationOf, signals } from "./saturation.ts";
+import { feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
 import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
 
@@ -411,7 +411,6 @@ export class PoolCore {
         breaker: this.breakers.state(e.spec.id),
         probing: this.breakers.probing(e.spec.id),
         saturation: saturationOf(g),
-        score: loadScoreOf(g),
         pressure: e.inflight / e.spec.weight,
       });
     }

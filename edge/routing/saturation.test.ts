@@ -1,13 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { routerSchema } from "../router-config.ts";
-import {
-  decayTowardOne,
-  feedIsLive,
-  loadScoreOf,
-  poolSaturation,
-  saturationOf,
-  signals,
-} from "./saturation.ts";
+import { decayTowardOne, feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import type { LoadSample } from "./types.ts";
 
 const scoring = routerSchema.parse({
@@ -27,7 +20,6 @@ describe("saturation", () => {
     const g = signals({ inflight: 5, weight: 2, load: load(0, 2, 0.4) }, scoring, 10_000, 0, true);
     expect(g).toEqual({ waiting: 0.5, kv: 0.5, inflight: 0.25 });
     expect(saturationOf(g)).toBe(0.5);
-    expect(loadScoreOf(g)).toBe(1.25);
   });
 
   it("decays a stale signal linearly toward 1.0 over another stale_after, from above as from below", () => {

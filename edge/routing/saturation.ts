@@ -60,14 +60,6 @@ export function signals(
 
 export const saturationOf = (g: Signals): number => Math.max(g.waiting, g.kv, g.inflight);
 
-/**
- * The load score picks rank by: every signal counts, so one request more in
- * flight always moves it, even when a stale KV figure is the largest term
- * (with the max alone, a burst that the last scrape has not seen would all
- * land on the endpoint whose old numbers looked best).
- */
-export const loadScoreOf = (g: Signals): number => g.waiting + g.kv + g.inflight;
-
 /** Whether any sample of the pool is fresh; if none is, the feed is down and scraped terms are ignored. */
 export function feedIsLive(loads: Iterable<LoadSample | undefined>, staleMs: number, now: number): boolean {
   for (const l of loads) if (l && now - l.at <= staleMs) return true;

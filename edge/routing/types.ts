@@ -16,7 +16,7 @@ export interface EndpointSpec {
   pool: string;
   /** Lower first; a pool's endpoints share one priority. */
   priority: number;
-  /** Relative capacity (heterogeneous GPUs): scales the in-flight target and the load score. */
+  /** Relative capacity (heterogeneous GPUs): scales its in-flight target and its share of traffic. */
   weight: number;
   via: "direct" | "vpc" | "tunnel";
 }
