@@ -172,7 +172,7 @@ function simulation(): void {
   process.stdout.write(
     `# Routing simulation: ${ENGINES} engines, ${WARMUP_S} s warm-up + ${MEASURE_S} s measured per level, seed ${SEED}\n`,
   );
-  const sharedRates = QUICK ? [16, 32, 48, 64] : [16, 24, 32, 40, 48, 56, 64, 72];
+  const sharedRates = QUICK ? [16, 32, 48, 64] : [16, 24, 28, 32, 40, 48, 56, 64, 72];
   const shared = sweep(SHARED, sharedRates);
   const sk = report(`shared prefix: ${SHARED.describe()}`, shared);
   plot("shared-prefix", shared);
@@ -192,7 +192,7 @@ function simulation(): void {
     verdict("TTFT p90 at 80 % of round-robin's knee, round-robin ÷ chat", t, "≥ 5", t >= 5);
   } else process.stdout.write("  a knee is missing from the sweep: widen the rates\n");
 
-  const randomRates = QUICK ? [40, 80, 120] : [40, 60, 80, 100, 120, 140];
+  const randomRates = QUICK ? [80, 160, 200] : [80, 120, 160, 180, 200, 240];
   const low = sweep(RANDOM, randomRates);
   const lk = report(`low sharing: ${RANDOM.describe()}`, low);
   plot("random", low);

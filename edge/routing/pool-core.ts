@@ -74,6 +74,8 @@ interface EndpointState {
   spec: EndpointSpec;
   inflight: number;
   load: LoadSample | undefined;
+  /** Decision number of the last request sent here. */
+  lastPick: number;
 }
 
 interface Held {
@@ -190,7 +192,7 @@ export class PoolCore {
     for (const spec of specs) {
       const e = this.endpoints.get(spec.id);
       if (e) e.spec = spec;
-      else this.endpoints.set(spec.id, { spec, inflight: 0, load: undefined });
+      else this.endpoints.set(spec.id, { spec, inflight: 0, load: undefined, lastPick: 0 });
     }
     this.drain();
     return true;
@@ -367,6 +369,7 @@ export class PoolCore {
     }
     const chosen = this.endpoints.get(p.chosen.spec.id)!;
     chosen.inflight++;
+    chosen.lastPick = this.turn;
     this.breakers.onAttempt(chosen.spec.id);
     this.held.set(req.id, {
       endpoint: chosen.spec.id,
@@ -412,6 +415,7 @@ export class PoolCore {
         probing: this.breakers.probing(e.spec.id),
         saturation: saturationOf(g),
         pressure: e.inflight / e.spec.weight,
+        lastPick: e.lastPick,
       });
     }
     return out;
