@@ -25,12 +25,15 @@ const timeoutsSchema = z.strictObject({
 
 const scoringSchema = z.strictObject({
   target_waiting: z.number().positive().default(4),
-  // vLLM's (and the sim engine's) default batch limit, max_num_seqs: an
-  // engine is full when that many are in flight. The earlier design's 8
-  // held an H100 serving an 8B model to a thirtieth of its batch: in
-  // bench:routing's simulation it served 60 % of a load every value from 32
-  // up served whole (docs/routing.md).
-  target_inflight: z.number().positive().default(256),
+  // Where an engine's step time has grown to about 2.5× an idle one's on
+  // the reference engine (an 8B model on an H100): saturated for latency,
+  // though not yet for memory (vLLM batches up to 256 or 1,024). Lower
+  // ceilings are fractions of it, so it sets how much room platinum keeps.
+  // bench:routing's simulation: the earlier design's 8 served 60 % of a
+  // load that 32 and up served whole; at 128 platinum's TTFT p99 under a
+  // band-mix overload stays within 1.4× of unloaded (2.4× at 256), at 7 %
+  // less throughput for a single band at its knee (docs/routing.md).
+  target_inflight: z.number().positive().default(128),
   kv_ceiling: z.number().gt(0).max(1).default(0.9),
   session_load_factor: z.number().min(1).default(1.25),
   // Sized like the engines' prefix cache, in 64-character blocks: an index
