@@ -28,11 +28,15 @@ import type { ReplicaRecord } from "./reconcile/types.ts";
  * `loadRefreshMs`, for the rest: a pool takes silence for a lost feed.
  *
  * A restarted control plane knows no replica until agents report them, so
- * during its startup grace it must not shrink what the edge routes to: it
- * publishes the set it last published (kept in SQLite), minus only the
- * replicas an agent has since reported not serving, plus what is new. With
- * nothing stored it does not know what the edge has and publishes no
- * endpoint set until the grace ends.
+ * for a while after its start it must not shrink what the edge routes to:
+ * it publishes the set it last published (kept in SQLite), minus only the
+ * replicas an agent has since reported not serving, plus what is new. The
+ * while (`holdUntil`) is the startup grace or `lost_after`, whichever is
+ * longer: a node not heard from since the start is then in the position of
+ * one silent for that long, whose replicas are kept until it is lost. With
+ * nothing stored (a first start) it does not know what the edge has and
+ * publishes no endpoint set during the startup grace, in which nothing is
+ * placed anyway.
  */
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
@@ -79,7 +83,7 @@ const fingerprint = (list: readonly Endpoint[]) =>
   JSON.stringify(list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via]));
 
 /**
- * Pure: what to publish during the startup grace. `last` is what the edge
+ * Pure: what to publish while holding after a start. `last` is what the edge
  * was last given. An endpoint of `last` stays unless an agent has reported
  * its replica since the start (the replica has shards), in which case the
  * current set decides; an id in both takes the current entry.
@@ -145,8 +149,10 @@ export interface EdgePublisherOptions {
    * third of the edge's `stale_after`.
    */
   loadRefreshMs: number;
-  /** Unix ms the startup grace ends; until then the edge's set only changes as graceSet says. */
+  /** Unix ms the startup grace ends: with nothing stored, no endpoint set before then. */
   graceUntil?: number;
+  /** Unix ms until which the edge's set only changes as graceSet says (see above). */
+  holdUntil?: number;
   /** Where the last published set is kept across restarts. */
   store?: Pick<PublishedEndpoints, "load" | "save">;
 }
@@ -244,18 +250,20 @@ export class EdgePublisher {
   /** The set to give the edge now; undefined: leave the edge's as it is. */
   private toPublish(f: EdgeFacts): Endpoint[] | undefined {
     const current = endpointSet(f);
-    if (this.opts.graceUntil === undefined || f.now >= this.opts.graceUntil) return current;
     if (!this.last) {
+      const until = this.opts.graceUntil;
+      if (until === undefined || f.now >= until) return current;
       if (!this.heldLogged) {
         this.heldLogged = true;
         this.opts.log.info(
-          "no endpoint set published from this data_dir before: leaving the edge's as it is until the startup grace ends",
-          { graceEndsInMs: this.opts.graceUntil - f.now },
+          "no endpoint set published from this data_dir before: leaving the edge's as it is during the startup grace",
+          { forMs: until - f.now },
         );
       }
       return undefined;
     }
-    return graceSet(current, this.last, f);
+    const until = this.opts.holdUntil;
+    return until !== undefined && f.now < until ? graceSet(current, this.last, f) : current;
   }
 
   private async pushLoad(f: EdgeFacts): Promise<void> {

@@ -338,6 +338,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       log: log.child({ component: "edge-publisher", edge: edgeUrl }),
       loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
       graceUntil: startedAt + startupGraceMs(config),
+      holdUntil: startedAt + Math.max(startupGraceMs(config), c.lost_after),
       ...(published ? { store: published } : {}),
       facts: () => ({
         replicas: reconciler.table.list(),
