@@ -12,7 +12,7 @@ export interface EnrollSource {
   tokens: number;
   at: number;
   failures: number;
-  /** When the last refusal was logged: one line per source per window. */
+  /** When a rate-limited call was last logged: one such line per source and minute. */
   loggedAt: number;
 }
 

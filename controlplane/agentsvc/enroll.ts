@@ -94,8 +94,9 @@ export class Enrollment {
       this.count(reason);
       budget.source.failures++;
       // A flood from one source is one log line per window, not one per call.
-      if (reason !== "rate_limited" || t - budget.source.loggedAt >= 60_000) {
-        budget.source.loggedAt = t;
+      const limited = reason === "rate_limited";
+      if (!limited || t - budget.source.loggedAt >= 60_000) {
+        if (limited) budget.source.loggedAt = t;
         this.opts.log.warn("enrollment refused", {
           node,
           reason,
