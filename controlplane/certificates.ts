@@ -1,7 +1,6 @@
 import { X509Certificate } from "node:crypto";
-import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
-import { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
 
 /**
  * Every agent client certificate the control plane knows of — issued by
@@ -40,11 +39,8 @@ export class CertificateStore {
   private readonly revoked = new Set<string>();
 
   constructor(path: string) {
-    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
+    this.db = openDatabase(path);
     this.db.exec(`
-      PRAGMA journal_mode = WAL;
-      PRAGMA busy_timeout = 2000;
       CREATE TABLE IF NOT EXISTS agent_certificates (
         serial TEXT PRIMARY KEY,
         node TEXT NOT NULL,

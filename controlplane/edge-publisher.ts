@@ -1,6 +1,4 @@
-import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
-import { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { errorMessage, type Logger } from "../common/log.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
@@ -15,6 +13,7 @@ import type { EndpointConfig } from "./config/schema.ts";
 import type { EdgeSyncClient } from "./edgesync-client.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
+import { openDatabase } from "./sqlite.ts";
 
 /**
  * Control plane → edge (design §2): the catalog, the endpoint set and live
@@ -100,11 +99,8 @@ export class PublishedEndpoints {
   private readonly db: DatabaseSync;
 
   constructor(path: string) {
-    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
+    this.db = openDatabase(path);
     this.db.exec(`
-      PRAGMA journal_mode = WAL;
-      PRAGMA busy_timeout = 2000;
       CREATE TABLE IF NOT EXISTS edge_endpoint_set (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         endpoints BLOB NOT NULL,
