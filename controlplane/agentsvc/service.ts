@@ -313,9 +313,8 @@ export class AgentStreams {
     this.stats.messages++;
     // TLS checked the certificate once, at the handshake; a stream must not
     // outlive it. The agent reconnects with the renewed one, if it has one.
+    // (Ending the stream runs onClose, which forgets the session.)
     if (session.cert && session.cert.notAfter <= this.now()) {
-      this.sessions.delete(session.node);
-      registry.disconnected(session.node);
       this.refuse(
         session.stream,
         "certificate_expired",
@@ -335,9 +334,6 @@ export class AgentStreams {
           // The agent resends its shards with the next Register, so ending
           // the stream is the only way it learns of the problem.
           this.opts.log.warn("agent sent an invalid shard status", { node: session.node, problem });
-          this.sessions.delete(session.node);
-          registry.disconnected(session.node);
-          this.opts.hooks?.onDisconnect?.(session.node);
           this.refuse(session.stream, "invalid_shard_status", problem);
           return;
         }
