@@ -160,9 +160,12 @@ describe("the admin API needs the admin token (real processes)", () => {
         );
       }
     }
-    // Given time to act on anything that had got through (a drain would
-    // move the replica, a revoke drop the node), nothing has changed.
-    await new Promise((r) => setTimeout(r, 2_500));
+    // Two reconcile passes later — time to act on anything that had got
+    // through (a drain would move the replica, a revoke drop the node) —
+    // nothing has changed.
+    const passes = async () => Number(/llmgw_reconcile_passes_total (\d+)/.exec(await cp.metrics())?.[1]);
+    const after = (await passes()) + 2;
+    await waitUntil("two reconcile passes", async () => (await passes()) >= after);
     expect(await snapshot()).toEqual(before);
     expect(await cp.metrics()).toMatch(/llmgw_admin_auth_failures_total\{reason="wrong"\} [1-9]/);
     expect(cp.proc.output()).toMatch(/"msg":"admin call refused"/);

@@ -114,9 +114,14 @@ describe("revocation and renewal of agent certificates (real processes)", () => 
         const now = await replica();
         return now?.state === "ready" && now.shards[0]?.nodeName === other;
       },
-      60_000,
-    );
-  });
+      100_000,
+    ).catch(async (err: Error) => {
+      const r = await replica();
+      throw new Error(
+        `${err.message}; replica: ${JSON.stringify(r?.shards.map((x) => [x.nodeName, x.state]))} ${r?.state}\n${cp.proc.output().slice(-3000)}`,
+      );
+    });
+  }, 150_000);
 
   it("a revoked certificate can neither reconnect nor enroll again; a new join token re-admits the node", async () => {
     const victim = (await cp.nodes()).find((n) => n.revoked)!.name;
