@@ -99,7 +99,14 @@ describe("revocation and renewal of agent certificates (real processes)", () => 
 
     // The agent is told, sets its certificate aside and stops.
     const a = agents.get(victim)!;
-    expect(await a.exited).toBe(1);
+    const exited = await Promise.race([
+      a.exited,
+      new Promise((r) => setTimeout(() => r("still running"), 30_000)),
+    ]);
+    expect(
+      exited,
+      `agent ${victim}:\n${a.output().slice(-3000)}\ncontrol plane:\n${cp.proc.output().slice(-2000)}`,
+    ).toBe(1);
     expect(a.output()).toMatch(/"msg":"this node's certificate was revoked: stopping/);
     expect(existsSync(join(stateDir(victim), "agent.crt.revoked"))).toBe(true);
     expect(existsSync(join(stateDir(victim), "agent.crt"))).toBe(false);
