@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AsyncQueue } from "../common/async-queue.ts";
 import { Backoff } from "../common/backoff.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
@@ -89,6 +89,7 @@ export class StreamClient {
   private loop: Promise<void> | undefined;
   state: StreamState = "connecting";
   private tls: ClientTls | undefined;
+  private session: Http2SessionManager | undefined;
   /** Completed registrations over this client's life (1 + reconnects). */
   sessions = 0;
   lastAckEpoch: bigint | undefined;
@@ -113,6 +114,9 @@ export class StreamClient {
     this.abort?.abort();
     this.outbox?.close();
     await this.loop;
+    // The HTTP/2 connection, idle now, would keep pinging — and the process
+    // alive — until its idle timeout.
+    this.session?.abort();
   }
 
   /** A renewed client certificate: used from the next connection on. */
@@ -127,15 +131,22 @@ export class StreamClient {
   }
 
   private client(): Client<typeof AgentService> {
+    this.session?.abort();
+    this.session = new Http2SessionManager(
+      this.opts.url,
+      {
+        // The server sends no pings, so the client must: a half-dead peer
+        // (NAT drop, power loss) is otherwise only noticed when TCP gives up.
+        pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
+        pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
+        pingIdleConnection: true,
+      },
+      this.tls ? { ...this.tls } : {},
+    );
     const transport = createConnectTransport({
       baseUrl: this.opts.url,
       httpVersion: "2",
-      // The server sends no pings, so the client must: a half-dead peer (NAT
-      // drop, power loss) is otherwise only noticed when TCP gives up.
-      pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
-      pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
-      pingIdleConnection: true,
-      ...(this.tls ? { nodeOptions: { ...this.tls } } : {}),
+      sessionManager: this.session,
     });
     return createClient(AgentService, transport);
   }
