@@ -1,5 +1,5 @@
-import { X509Certificate } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { createPublicKey, X509Certificate } from "node:crypto";
+import { existsSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
 import { type PeerCertificate, connect as tlsConnect } from "node:tls";
@@ -9,7 +9,7 @@ import { errorMessage, type Logger } from "../common/log.ts";
 import { writeFileAtomic } from "../controlplane/pki/ca.ts";
 import { parseJoinToken } from "../controlplane/pki/token.ts";
 import { createCsr, sha256Hex } from "../controlplane/pki/x509.ts";
-import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+import { AgentService, type CertificateRenewal } from "../proto/gen/agent/v1/agent_pb.ts";
 import { tlsHint } from "./stream-client.ts";
 
 /**
@@ -18,7 +18,9 @@ import { tlsHint } from "./stream-client.ts";
  * agent makes a P-256 key and a CSR for its node name, pins the control
  * plane's CA (the fingerprint in the join token, or --ca-file), and trades
  * token and CSR for a client certificate over TLS. Every later start just
- * loads `agent.key`, `agent.crt` and `ca.crt` from the state dir.
+ * loads `agent.key`, `agent.crt` and `ca.crt` from the state dir. Before
+ * the certificate runs out, the agent renews it over its stream (no token);
+ * a revoked one is set aside as `agent.crt.revoked`.
  */
 export interface ClientTls {
   key: string;
@@ -39,13 +41,24 @@ export interface EnrollOptions {
   now?: () => number;
 }
 
-const RENEW_WARN_MS = 30 * 86_400_000;
-
 export const stateFiles = (dir: string) => ({
   key: join(dir, "agent.key"),
   cert: join(dir, "agent.crt"),
   ca: join(dir, "ca.crt"),
+  revoked: join(dir, "agent.crt.revoked"),
 });
+
+/**
+ * Renewal starts when less than a third of the certificate's lifetime is
+ * left (kubelet rotates at 70–90 %): long before expiry, so a control plane
+ * that is away for a while does not cost the node its identity.
+ */
+export function renewalDue(certPem: string, now: number): boolean {
+  const c = new X509Certificate(certPem);
+  const from = Date.parse(c.validFrom);
+  const to = Date.parse(c.validTo);
+  return to - now < (to - from) / 3;
+}
 
 function pemFingerprint(pem: string): string {
   return sha256Hex(new X509Certificate(pem).raw);
@@ -79,11 +92,6 @@ export async function loadOrEnroll(o: EnrollOptions): Promise<ClientTls> {
           file: files.cert,
         });
       }
-      if (expires - now() < RENEW_WARN_MS) {
-        o.log.warn("client certificate expires soon: enroll again with a new --join-token", {
-          expires: new Date(expires).toISOString(),
-        });
-      }
       if (o.joinToken) o.log.info("already enrolled: --join-token is not needed and was ignored");
       o.log.info("using the stored client certificate", {
         node: cn,
@@ -93,11 +101,23 @@ export async function loadOrEnroll(o: EnrollOptions): Promise<ClientTls> {
     }
   }
   if (!o.joinToken) {
+    if (existsSync(files.revoked)) {
+      throw new EnrollError(
+        `this node's certificate was revoked (${files.revoked}): re-admit it with a new join token (llmgw ctl tokens create) and --join-token`,
+      );
+    }
     throw new EnrollError(
       `no client certificate in ${o.stateDir} and no --join-token: create one with \`llmgw ctl tokens create\` and start the agent once with --join-token TOKEN`,
     );
   }
   return enroll(o, o.joinToken);
+}
+
+/** The control plane revoked this node: keep the certificate for the record, out of the way of the next enrollment. */
+export function setAsideRevoked(stateDir: string): string {
+  const files = stateFiles(stateDir);
+  if (existsSync(files.cert)) renameSync(files.cert, files.revoked);
+  return files.revoked;
 }
 
 async function enroll(o: EnrollOptions, joinToken: string): Promise<ClientTls> {
@@ -151,6 +171,7 @@ async function enroll(o: EnrollOptions, joinToken: string): Promise<ClientTls> {
   writeFileAtomic(files.ca, res.caPem);
   writeFileAtomic(files.key, keyPem, 0o600);
   writeFileAtomic(files.cert, res.certPem);
+  rmSync(files.revoked, { force: true });
   o.log.info("enrolled: client certificate stored", { file: files.cert, expires: cert.validTo });
   return { key: keyPem, cert: res.certPem, ca: res.caPem };
 }
@@ -208,5 +229,93 @@ export async function loadOrEnrollWithRetry(o: EnrollOptions): Promise<ClientTls
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 30_000);
     }
+  }
+}
+
+export interface RenewerOptions {
+  stateDir: string;
+  node: string;
+  tls: ClientTls;
+  log: Logger;
+  /** Sends a RenewCertificate on the live stream; false while disconnected. */
+  send: (csrPem: string) => boolean;
+  /** The renewed certificate is stored: connect with it from now on. */
+  onRenewed: (tls: ClientTls) => void;
+  now?: () => number;
+}
+
+/**
+ * Renews the client certificate over the authenticated stream: a CSR for
+ * the key the agent already has (so only `agent.crt` changes, in one atomic
+ * rename), answered with a certificate from the same CA. `check` runs on
+ * every connect and hourly; a refusal is logged and tried again an hour on.
+ */
+export class CertificateRenewer {
+  private inFlight = false;
+  private tls: ClientTls;
+  private readonly now: () => number;
+
+  constructor(private readonly o: RenewerOptions) {
+    this.tls = o.tls;
+    this.now = o.now ?? Date.now;
+  }
+
+  /** A new stream: whatever was asked on the old one will not be answered. */
+  reconnected(): void {
+    this.inFlight = false;
+  }
+
+  async check(): Promise<void> {
+    if (this.inFlight || !renewalDue(this.tls.cert, this.now())) return;
+    this.inFlight = true;
+    try {
+      const { csrPem } = await createCsr(this.o.node, this.tls.key);
+      this.inFlight = this.o.send(csrPem);
+      if (this.inFlight)
+        this.o.log.info("renewing the client certificate", {
+          expires: new X509Certificate(this.tls.cert).validTo,
+        });
+    } catch (err) {
+      this.inFlight = false;
+      this.o.log.error("cannot make a renewal CSR", { error: errorMessage(err) });
+    }
+  }
+
+  onResult(r: CertificateRenewal): void {
+    this.inFlight = false;
+    if (r.result.case !== "certPem") {
+      this.o.log.warn("client certificate renewal refused; trying again in an hour", {
+        reason: r.result.case === "refused" ? r.result.value : "empty answer",
+      });
+      return;
+    }
+    const problem = this.problem(r.result.value);
+    if (problem) {
+      this.o.log.error("the control plane answered the renewal with an unusable certificate", { problem });
+      return;
+    }
+    const files = stateFiles(this.o.stateDir);
+    writeFileAtomic(files.cert, r.result.value);
+    this.tls = { ...this.tls, cert: r.result.value };
+    this.o.log.info("client certificate renewed", {
+      file: files.cert,
+      expires: new X509Certificate(r.result.value).validTo,
+    });
+    this.o.onRenewed(this.tls);
+  }
+
+  private problem(certPem: string): string | undefined {
+    let cert: X509Certificate;
+    try {
+      cert = new X509Certificate(certPem);
+    } catch (err) {
+      return `cannot parse it: ${errorMessage(err)}`;
+    }
+    const ca = new X509Certificate(this.tls.ca);
+    if (!cert.checkIssued(ca) || !cert.verify(ca.publicKey)) return "not issued by the CA this agent trusts";
+    if (/(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1] !== this.o.node) return `not for node ${this.o.node}`;
+    const der = (k: ReturnType<typeof createPublicKey>) => k.export({ type: "spki", format: "der" });
+    if (!der(cert.publicKey).equals(der(createPublicKey(this.tls.key)))) return "not for this agent's key";
+    return undefined;
   }
 }

@@ -4,6 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { createLogger, errorMessage } from "../common/log.ts";
 import pkg from "../package.json" with { type: "json" };
 import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
+import type { ClientTls } from "./enroll.ts";
 import { AGENT_HELP, type AgentFlags, parseAgentFlags } from "./flags.ts";
 import { type InventorySource, nvidiaSmiInventory, simulatedInventory } from "./inventory.ts";
 import { buildRegister } from "./register-message.ts";
@@ -47,9 +48,11 @@ export async function main(argv: string[]): Promise<number> {
 
   // mTLS: load the stored client certificate, or enroll with the join token.
   // Loaded lazily: plaintext agents never pay for the X.509 code.
-  let tls: { ca: string; cert: string; key: string } | undefined;
+  let tls: ClientTls | undefined;
+  let certs: typeof import("./enroll.ts") | undefined;
   if (f.controlPlane.startsWith("https://")) {
-    const { loadOrEnrollWithRetry } = await import("./enroll.ts");
+    certs = await import("./enroll.ts");
+    const { loadOrEnrollWithRetry } = certs;
     try {
       tls = await loadOrEnrollWithRetry({
         url: f.controlPlane,
@@ -106,6 +109,32 @@ export async function main(argv: string[]): Promise<number> {
         .filter((p) => p > 0),
     );
 
+  // Renewal goes over the stream; a revocation ends the agent (it cannot
+  // reconnect with the certificate it has, and only an operator with a new
+  // join token can re-admit the node).
+  let revoked: (() => void) | undefined;
+  const stopped = new Promise<number>((resolve) => {
+    process.on("SIGINT", () => resolve(0));
+    process.on("SIGTERM", () => resolve(0));
+    revoked = () => resolve(1);
+  });
+  const renewer =
+    certs && tls
+      ? new certs.CertificateRenewer({
+          stateDir: f.stateDir,
+          node: f.node,
+          tls,
+          log,
+          send: (csrPem) =>
+            client?.send(
+              create(AgentMessageSchema, { msg: { case: "renewCertificate", value: { csrPem } } }),
+            ) ?? false,
+          onRenewed: (next) => client?.setTls(next),
+        })
+      : undefined;
+  const renewTimer = renewer ? setInterval(() => void renewer.check(), 3_600_000) : undefined;
+  renewTimer?.unref();
+
   client = new StreamClient({
     url: f.controlPlane,
     log,
@@ -129,7 +158,20 @@ export async function main(argv: string[]): Promise<number> {
     // Engines nobody claims are stopped only after a grace that starts once
     // a control plane has heard the full list: a control plane outage alone
     // must never stop inference.
-    onConnected: () => supervisor.beginOrphanGrace(),
+    onConnected: () => {
+      supervisor.beginOrphanGrace();
+      renewer?.reconnected();
+      void renewer?.check();
+    },
+    onReject: (r) => {
+      if (r.code !== "revoked" || !certs) return;
+      const aside = certs.setAsideRevoked(f.stateDir);
+      log.error(
+        "this node's certificate was revoked: stopping; re-admit it with a new join token (llmgw ctl tokens create, then --join-token)",
+        { setAside: aside },
+      );
+      revoked?.();
+    },
     onCommand: (msg) => {
       const m = msg.msg;
       // Not awaited: a stop may take its whole grace, and the stream must
@@ -148,6 +190,9 @@ export async function main(argv: string[]): Promise<number> {
         case "drainShard":
           void supervisor.drain(m.value.replicaId, m.value.deadlineMs);
           break;
+        case "certificateRenewal":
+          renewer?.onResult(m.value);
+          break;
         default:
           log.warn("unexpected command", { command: m.case });
       }
@@ -155,10 +200,8 @@ export async function main(argv: string[]): Promise<number> {
   });
   log.info("agent starting", { controlPlane: f.controlPlane, instance, pid: process.pid, fabric: f.fabric });
   client.start();
-  await new Promise<void>((resolve) => {
-    process.on("SIGINT", () => resolve());
-    process.on("SIGTERM", () => resolve());
-  });
+  const code = await stopped;
+  if (renewTimer) clearInterval(renewTimer);
   // The stream goes first, so no command can start an engine behind the stop.
   await client.stop();
   if (f.stopEnginesOnExit) {
@@ -169,5 +212,5 @@ export async function main(argv: string[]): Promise<number> {
     supervisor.close();
   }
   unlock();
-  return 0;
+  return code;
 }

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AsyncQueue } from "../common/async-queue.ts";
 import { Backoff } from "../common/backoff.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
@@ -11,6 +11,7 @@ import {
   type ControlMessage,
   type Register,
 } from "../proto/gen/agent/v1/agent_pb.ts";
+import type { ClientTls } from "./enroll.ts";
 
 /**
  * The agent's half of the one stream to the control plane. It dials out and
@@ -26,6 +27,8 @@ export interface StreamClientOptions {
   register: () => Promise<Register>;
   onCommand: (msg: ControlMessage) => void;
   onConnected?: (ack: { controlPlaneId: string; epoch: bigint }) => void;
+  /** The control plane refused this agent (a Reject before it ended the stream). */
+  onReject?: (reject: { code: string; message: string }) => void;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   /** A session that lasted this long resets the backoff. */
@@ -34,7 +37,7 @@ export interface StreamClientOptions {
   pingTimeoutMs?: number;
   random?: () => number;
   /** mTLS (https:// control planes): the CA to trust and this node's client certificate. */
-  tls?: { ca: string; cert: string; key: string };
+  tls?: ClientTls;
 }
 
 const CERT_UNTRUSTED = new Set([
@@ -85,11 +88,14 @@ export class StreamClient {
   private spreadMs = 0;
   private loop: Promise<void> | undefined;
   state: StreamState = "connecting";
+  private tls: ClientTls | undefined;
+  private session: Http2SessionManager | undefined;
   /** Completed registrations over this client's life (1 + reconnects). */
   sessions = 0;
   lastAckEpoch: bigint | undefined;
 
   constructor(private readonly opts: StreamClientOptions) {
+    this.tls = opts.tls;
     this.backoff = new Backoff({
       baseMs: opts.backoffBaseMs ?? 1_000,
       maxMs: opts.backoffMaxMs ?? 60_000,
@@ -108,6 +114,14 @@ export class StreamClient {
     this.abort?.abort();
     this.outbox?.close();
     await this.loop;
+    // The HTTP/2 connection, idle now, would keep pinging — and the process
+    // alive — until its idle timeout.
+    this.session?.abort();
+  }
+
+  /** A renewed client certificate: used from the next connection on. */
+  setTls(tls: ClientTls): void {
+    this.tls = tls;
   }
 
   /** Queues a message on the live stream; false (dropped) while disconnected. */
@@ -116,20 +130,38 @@ export class StreamClient {
     return this.outbox?.push(msg) ?? false;
   }
 
-  private async run(): Promise<void> {
+  private client(): Client<typeof AgentService> {
+    this.session?.abort();
+    this.session = new Http2SessionManager(
+      this.opts.url,
+      {
+        // The server sends no pings, so the client must: a half-dead peer
+        // (NAT drop, power loss) is otherwise only noticed when TCP gives up.
+        pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
+        pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
+        pingIdleConnection: true,
+      },
+      this.tls ? { ...this.tls } : {},
+    );
     const transport = createConnectTransport({
       baseUrl: this.opts.url,
       httpVersion: "2",
-      // The server sends no pings, so the client must: a half-dead peer (NAT
-      // drop, power loss) is otherwise only noticed when TCP gives up.
-      pingIntervalMs: this.opts.pingIntervalMs ?? 10_000,
-      pingTimeoutMs: this.opts.pingTimeoutMs ?? 5_000,
-      pingIdleConnection: true,
-      ...(this.opts.tls ? { nodeOptions: { ...this.opts.tls } } : {}),
+      sessionManager: this.session,
     });
-    const client = createClient(AgentService, transport);
+    return createClient(AgentService, transport);
+  }
+
+  private async run(): Promise<void> {
+    // One transport (and HTTP/2 session) across reconnects, a new one only
+    // once a renewed certificate is to be presented.
+    let client = this.client();
+    let clientTls = this.tls;
     const log = this.opts.log;
     while (!this.stopped) {
+      if (this.tls !== clientTls) {
+        client = this.client();
+        clientTls = this.tls;
+      }
       this.state = "connecting";
       const started = Date.now();
       let acked = false;
@@ -164,6 +196,7 @@ export class StreamClient {
               code: msg.msg.value.code,
               reason: msg.msg.value.message,
             });
+            this.opts.onReject?.(msg.msg.value);
           } else {
             this.opts.onCommand(msg);
           }
@@ -172,7 +205,7 @@ export class StreamClient {
       } catch (err) {
         if (this.stopped) break;
         const code = err instanceof ConnectError ? Code[err.code] : undefined;
-        const hint = this.opts.tls ? tlsHint(err, this.opts.url) : undefined;
+        const hint = this.tls ? tlsHint(err, this.opts.url) : undefined;
         if (hint) log.error("control plane stream failed", { error: errorMessage(err), code, hint });
         else log.warn("control plane stream failed", { error: errorMessage(err), code });
       } finally {

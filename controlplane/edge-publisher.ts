@@ -1,12 +1,19 @@
-import { create } from "@bufbuild/protobuf";
+import type { DatabaseSync } from "node:sqlite";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { errorMessage, type Logger } from "../common/log.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
-import { type Endpoint, EndpointLoadSchema, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import {
+  type Endpoint,
+  EndpointLoadSchema,
+  EndpointSchema,
+  PutEndpointSetsRequestSchema,
+} from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 import type { EdgeSyncClient } from "./edgesync-client.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
+import { openDatabase } from "./sqlite.ts";
 
 /**
  * Control plane → edge (design §2): the catalog, the endpoint set and live
@@ -18,6 +25,17 @@ import type { ReplicaRecord } from "./reconcile/types.ts";
  * or reload. Load goes to the models' pools instead, batched at least a
  * second apart, for endpoints whose numbers moved and, every
  * `loadRefreshMs`, for the rest: a pool takes silence for a lost feed.
+ *
+ * A restarted control plane knows no replica until agents report them, so
+ * for a while after its start it must not shrink what the edge routes to:
+ * it publishes the set it last published (kept in SQLite), minus only the
+ * replicas an agent has since reported not serving, plus what is new. The
+ * while (`holdUntil`) is the startup grace or `lost_after`, whichever is
+ * longer: a node not heard from since the start is then in the position of
+ * one silent for that long, whose replicas are kept until it is lost. With
+ * nothing stored (a first start) it does not know what the edge has and
+ * publishes no endpoint set during the startup grace, in which nothing is
+ * placed anyway.
  */
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
@@ -65,6 +83,58 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
 const fingerprint = (list: readonly Endpoint[]) =>
   JSON.stringify(list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via]));
 
+/**
+ * Pure: what to publish while holding after a start. `last` is what the edge
+ * was last given. An endpoint of `last` stays unless an agent has reported
+ * its replica since the start (the replica has shards), in which case the
+ * current set decides; an id in both takes the current entry.
+ */
+export function graceSet(current: readonly Endpoint[], last: readonly Endpoint[], f: EdgeFacts): Endpoint[] {
+  const ids = new Set(current.map((e) => e.id));
+  const reported = new Set(f.replicas.filter((r) => r.shards.length > 0).map((r) => r.id));
+  const kept = last.filter((e) => !ids.has(e.id) && !reported.has(e.id));
+  return [...current, ...kept].sort((a, b) => a.id.localeCompare(b.id));
+}
+
+/** The endpoint set last published, in `data_dir/llmgw.db`, so a restarted control plane knows what the edge has. */
+export class PublishedEndpoints {
+  private readonly db: DatabaseSync;
+
+  constructor(path: string) {
+    this.db = openDatabase(path);
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS edge_endpoint_set (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        endpoints BLOB NOT NULL,
+        published_at INTEGER NOT NULL
+      );
+    `);
+  }
+
+  /** Undefined when nothing was ever published from this data_dir. */
+  load(): Endpoint[] | undefined {
+    const row = this.db.prepare("SELECT endpoints FROM edge_endpoint_set WHERE id = 1").get();
+    if (!row) return undefined;
+    return fromBinary(PutEndpointSetsRequestSchema, row.endpoints as Uint8Array).endpoints;
+  }
+
+  save(endpoints: readonly Endpoint[], now: number): void {
+    const blob = toBinary(
+      PutEndpointSetsRequestSchema,
+      create(PutEndpointSetsRequestSchema, { endpoints: [...endpoints] }),
+    );
+    this.db
+      .prepare(
+        "INSERT INTO edge_endpoint_set (id, endpoints, published_at) VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE SET endpoints = excluded.endpoints, published_at = excluded.published_at",
+      )
+      .run(blob, now);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
+
 export interface EdgePublisherOptions {
   client: EdgeSyncClient;
   log: Logger;
@@ -77,6 +147,12 @@ export interface EdgePublisherOptions {
    * third of the edge's `stale_after`.
    */
   loadRefreshMs: number;
+  /** Unix ms the startup grace ends: with nothing stored, no endpoint set before then. */
+  graceUntil?: number;
+  /** Unix ms until which the edge's set only changes as graceSet says (see above). */
+  holdUntil?: number;
+  /** Where the last published set is kept across restarts. */
+  store?: Pick<PublishedEndpoints, "load" | "save">;
 }
 
 export class EdgePublisher {
@@ -88,6 +164,9 @@ export class EdgePublisher {
   private router: Record<string, unknown> = {};
   private readonly lastLoad = new Map<string, { key: string; at: number }>();
   private busy = false;
+  /** What the edge was last given (this run or, from the store, the one before). */
+  private last: Endpoint[] | undefined;
+  private heldLogged = false;
   failures = 0;
   endpointWrites = 0;
   loadPushes = 0;
@@ -95,6 +174,7 @@ export class EdgePublisher {
   constructor(private readonly opts: EdgePublisherOptions) {}
 
   start(catalog: Catalog, routerSection: Record<string, unknown>): void {
+    this.last = this.opts.store?.load();
     this.setCatalog(catalog);
     this.setRouterSettings(routerSection);
     this.timer = setInterval(() => void this.tick(), this.opts.intervalMs ?? 1_000);
@@ -139,11 +219,13 @@ export class EdgePublisher {
         log.info("router settings published to the edge", { version: String(version) });
       }
       const facts = this.opts.facts();
-      const endpoints = endpointSet(facts);
-      const fp = fingerprint(endpoints);
-      if (fp !== this.published) {
+      const endpoints = this.toPublish(facts);
+      const fp = endpoints && fingerprint(endpoints);
+      if (endpoints && fp !== this.published) {
         const { version } = await client.putEndpointSets({ endpoints });
-        this.published = fp;
+        this.published = fp!;
+        this.last = endpoints;
+        this.opts.store?.save(endpoints, facts.now);
         this.endpointWrites++;
         log.info("endpoint set published to the edge", {
           version: String(version),
@@ -161,6 +243,25 @@ export class EdgePublisher {
     } finally {
       this.busy = false;
     }
+  }
+
+  /** The set to give the edge now; undefined: leave the edge's as it is. */
+  private toPublish(f: EdgeFacts): Endpoint[] | undefined {
+    const current = endpointSet(f);
+    if (!this.last) {
+      const until = this.opts.graceUntil;
+      if (until === undefined || f.now >= until) return current;
+      if (!this.heldLogged) {
+        this.heldLogged = true;
+        this.opts.log.info(
+          "no endpoint set published from this data_dir before: leaving the edge's as it is during the startup grace",
+          { forMs: until - f.now },
+        );
+      }
+      return undefined;
+    }
+    const until = this.opts.holdUntil;
+    return until !== undefined && f.now < until ? graceSet(current, this.last, f) : current;
   }
 
   private async pushLoad(f: EdgeFacts): Promise<void> {

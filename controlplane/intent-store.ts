@@ -1,6 +1,5 @@
-import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
-import { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
 
 /**
  * Operator intent — cordons and drains — is the one thing the control plane
@@ -22,10 +21,8 @@ export class IntentStore {
   private readonly cache = new Map<string, NodeIntentRecord>();
 
   constructor(path: string) {
-    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
+    this.db = openDatabase(path);
     this.db.exec(`
-      PRAGMA journal_mode = WAL;
       CREATE TABLE IF NOT EXISTS node_intent (
         node TEXT PRIMARY KEY,
         cordoned INTEGER NOT NULL DEFAULT 0,

@@ -1,7 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
-import { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
 
 /**
  * Join tokens: secrets that let an agent enroll (get a client certificate)
@@ -24,11 +23,8 @@ export class JoinTokenStore {
   private readonly db: DatabaseSync;
 
   constructor(path: string) {
-    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
+    this.db = openDatabase(path);
     this.db.exec(`
-      PRAGMA journal_mode = WAL;
-      PRAGMA busy_timeout = 2000;
       CREATE TABLE IF NOT EXISTS join_tokens (
         hash TEXT PRIMARY KEY,
         created_at INTEGER NOT NULL,

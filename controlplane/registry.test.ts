@@ -89,4 +89,20 @@ describe("Registry", () => {
     expect(r.register(info("a"), 5_000)).toBeUndefined();
     expect(r.get("a")?.stateSince).toBe(0);
   });
+
+  it("makes a revoked node lost at once, grace and freeze notwithstanding", () => {
+    const r = new Registry(timers, 0);
+    r.register(info("a"), 0);
+    r.register(info("b"), 0);
+    expect(r.revoke("a", 1_000)).toMatchObject({
+      node: "a",
+      from: "ready",
+      to: "lost",
+      reason: "certificate revoked",
+    });
+    expect(r.get("a")).toMatchObject({ state: "lost", connected: false });
+    expect(r.revoke("a", 2_000)).toBeUndefined();
+    expect(r.revoke("nobody", 2_000)).toBeUndefined();
+    expect(r.tick(3_000)).toEqual([]);
+  });
 });

@@ -120,6 +120,18 @@ export class Registry {
     return { node: name, from, to: "ready", at: now, reason: "agent heard from again" };
   }
 
+  /**
+   * A revoked node is lost at once — no grace, no freeze: its agent cannot
+   * come back with the certificate it had, so its GPUs are re-placed now.
+   */
+  revoke(name: string, now: number): Transition | undefined {
+    const n = this.nodes.get(name);
+    if (!n) return undefined;
+    n.connected = false;
+    if (n.state === "lost") return undefined;
+    return this.move(n, "lost", now, "certificate revoked");
+  }
+
   disconnected(name: string): void {
     const n = this.nodes.get(name);
     if (n) n.connected = false;

@@ -11,17 +11,31 @@ import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { TLSSocket } from "node:tls";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  type ConnectRouter,
+  createContextKey,
+  createContextValues,
+} from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import type { Logger } from "../common/log.ts";
+import { errorMessage, type Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+import {
+  AdminAuth,
+  AdminAuthError,
+  isLoopbackListen,
+  loadAdminTokens,
+  remoteAddressKey,
+} from "./admin/auth.ts";
 import { controlRoutes } from "./admin/control-service.ts";
-import { Enrollment } from "./agentsvc/enroll.ts";
+import { Enrollment, type EnrollPeer } from "./agentsvc/enroll.ts";
 import { AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { buildCatalog } from "./catalog.ts";
+import { type CertFacts, CertificateStore, certFacts } from "./certificates.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
-import { EdgePublisher } from "./edge-publisher.ts";
+import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { JoinTokenStore } from "./join-tokens.ts";
@@ -45,7 +59,12 @@ export interface ControlPlaneOptions {
   loaded: LoadedConfig;
   log: Logger;
   now?: () => number;
+  /** `llmgw server --insecure-admin`: serve ControlService without a token on any address. */
+  insecureAdmin?: boolean;
 }
+
+/** The Enroll caller, handed from the TLS socket to the connect handler. */
+const enrollPeerKey = createContextKey<EnrollPeer>({}, { description: "the Enroll caller" });
 
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
   const { config } = opts.loaded;
@@ -63,6 +82,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     startedAt,
   );
   let frozenLogged = false;
+  const adminAuth = setUpAdminAuth(opts.loaded, log, opts.insecureAdmin ?? false);
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
@@ -77,7 +97,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     heartbeatIntervalMs: c.heartbeat_interval,
     readMaxBytes: c.max_message_bytes,
     now,
-    requireIdentity: tls !== undefined,
+    ...(tls ? { certificates: tls.certs } : {}),
     hooks: {
       onTransition: (t) => {
         log.info("node state changed", { ...t });
@@ -85,6 +105,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       },
       onRegister: (node, shards) => reconciler.onRegister(node, shards),
       onShardStatus: (node, status) => reconciler.onShardStatus(node, status),
+      ...(tls ? { onRenew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
     },
   });
 
@@ -137,11 +158,19 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
 
   if (tls) {
     const e = tls.enrollment;
-    metrics.counter("llmgw_agent_enrollments_total", "Enroll calls, by result.", () => [
-      { labels: { result: "enrolled" }, value: e.stats.enrolled },
-      ...Object.entries(e.stats.refused).map(([result, value]) => ({ labels: { result }, value })),
-    ]);
+    metrics.counter(
+      "llmgw_agent_enrollments_total",
+      "Enroll calls and certificate renewals, by result.",
+      () => [
+        { labels: { result: "enrolled" }, value: e.stats.enrolled },
+        { labels: { result: "renewed" }, value: e.stats.renewed },
+        ...Object.entries(e.stats.refused).map(([result, value]) => ({ labels: { result }, value })),
+      ],
+    );
   }
+  metrics.counter("llmgw_admin_auth_failures_total", "ControlService calls refused, by reason.", () =>
+    Object.entries(adminAuth.failures).map(([reason, value]) => ({ labels: { reason }, value })),
+  );
 
   metrics.gauge("llmgw_replicas", "Replicas in the table.", () => reconciler.table.size);
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
@@ -165,18 +194,25 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         connect: () => {
           throw new ConnectError("served by the stream handler", Code.Internal);
         },
-        enroll: (req) => {
+        enroll: (req, ctx) => {
           if (!tls) {
             throw new ConnectError(
               "enrollment (mTLS) is not enabled on this control plane (agent_tls.enabled)",
               Code.Unimplemented,
             );
           }
-          return tls.enrollment.enroll(req);
+          return tls.enrollment.enroll(req, ctx.values.get(enrollPeerKey));
         },
       });
     },
     readMaxBytes: c.max_message_bytes,
+    contextValues: (req) => {
+      const cert = peerCertificate(req as Http2ServerRequest);
+      return createContextValues().set(enrollPeerKey, {
+        ...(req.socket.remoteAddress ? { address: req.socket.remoteAddress } : {}),
+        ...(cert ? { cert } : {}),
+      });
+    },
   });
   // With mTLS every client may connect (rejectUnauthorized: false) so that
   // a new agent can call Enroll; the stream itself demands a certificate.
@@ -189,7 +225,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
           allowHTTP1: false,
         },
         (req, res) => {
-          if (req.url === CONNECT_PATH) streams.handle(req, res, peerIdentity(req));
+          if (req.url === CONNECT_PATH) streams.handle(req, res, peerCertificate(req));
           else agentRouter(req, res);
         },
       )
@@ -210,6 +246,24 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       }, 12 * 3_600_000)
     : undefined;
   renewTimer?.unref();
+  const revocation = tls && {
+    revoke(node: string) {
+      if (!registry.get(node) && !tls.certs.knows(node))
+        throw new ConnectError(`node "${node}" is not known to this control plane`, Code.NotFound);
+      const serials = tls.certs.revokeNode(node, now());
+      const disconnected = streams.revoke(node);
+      log.warn("node revoked", { node, serials, disconnected });
+      const t = registry.revoke(node, now());
+      if (t) {
+        log.info("node state changed", { ...t });
+        reconciler.trigger(`${node} revoked`);
+      }
+      return { serials, disconnected };
+    },
+    revokedNodes: () => tls.certs.revokedNodes(),
+  };
+  let refusedLoggedAt = 0;
+  let refusedSinceLog = 0;
   const adminServer: HttpServer = createHttpServer(
     connectNodeAdapter({
       routes: controlRoutes({
@@ -218,11 +272,36 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         reconciler,
         now,
         ...(tls ? { joinTokens: tls.enrollment } : {}),
+        ...(revocation ? { revocation } : {}),
       }),
+      interceptors: [
+        adminAuth.interceptor((v, method, remote) => {
+          // Someone guessing tokens must not flood the log: a line a second at most.
+          refusedSinceLog++;
+          if (now() - refusedLoggedAt < 1_000) return;
+          log.warn("admin call refused", {
+            method,
+            reason: v.reason,
+            from: remote,
+            refused: refusedSinceLog,
+          });
+          refusedLoggedAt = now();
+          refusedSinceLog = 0;
+        }),
+      ],
+      contextValues: (req) => createContextValues().set(remoteAddressKey, req.socket.remoteAddress),
       fallback: (req, res) => {
         if (req.url === "/healthz") {
           res.writeHead(200, { "content-type": "text/plain" });
           res.end("ok\n");
+        } else if (
+          req.url === "/metrics" &&
+          !adminAuth.allowsRead(req.headers.authorization ?? null, req.socket.remoteAddress)
+        ) {
+          res.writeHead(401, { "content-type": "text/plain", "www-authenticate": "Bearer" });
+          res.end(
+            "/metrics needs the admin token (Authorization: Bearer …) or a read_only_networks address\n",
+          );
         } else if (req.url === "/metrics") {
           res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
           res.end(metrics.render());
@@ -251,11 +330,16 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const edgeUrl = config.edge.url;
   const edgeToken = process.env[config.edge.token_env];
   let publisher: EdgePublisher | undefined;
+  const published =
+    edgeUrl && edgeToken ? new PublishedEndpoints(join(config.data_dir, "llmgw.db")) : undefined;
   if (edgeUrl && edgeToken) {
     publisher = new EdgePublisher({
       client: edgeSyncClient(edgeUrl, edgeToken),
       log: log.child({ component: "edge-publisher", edge: edgeUrl }),
       loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
+      graceUntil: startedAt + startupGraceMs(config),
+      holdUntil: startedAt + Math.max(startupGraceMs(config), c.lost_after),
+      ...(published ? { store: published } : {}),
       facts: () => ({
         replicas: reconciler.table.list(),
         address: (node) => registry.get(node)?.advertiseAddress,
@@ -281,6 +365,19 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     streams,
     reconciler,
     reload(next) {
+      // A token file is read again, so a token can be rotated without a
+      // restart (add the new line, move clients over, remove the old one).
+      try {
+        const { tokens, source } = loadAdminTokens(next.config.admin);
+        if (adminAuth.enabled && tokens.length === 0)
+          log.error("admin token reload refused: the new configuration has none; keeping the current one(s)");
+        else {
+          adminAuth.setTokens(tokens);
+          if (tokens.length > 0) log.info("admin tokens loaded", { source, tokens: tokens.length });
+        }
+      } catch (err) {
+        log.error("admin token reload refused; keeping the current one(s)", { error: errorMessage(err) });
+      }
       const nextCatalog = buildCatalog(next.config);
       reconciler.reload(next.config, nextCatalog);
       publisher?.setCatalog(nextCatalog);
@@ -292,17 +389,55 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       if (renewTimer) clearInterval(renewTimer);
       reconciler.stop();
       publisher?.stop();
+      published?.close();
       intents.close();
       tls?.tokens.close();
+      tls?.certs.close();
       streams.closeAll();
       await Promise.all([closeServer(agentServer), closeServer(adminServer)]);
     },
   };
 }
 
+/**
+ * The admin API's credentials. No token is refused on an address others
+ * can reach, unless the operator said --insecure-admin, out loud.
+ */
+function setUpAdminAuth(loaded: LoadedConfig, log: Logger, insecure: boolean): AdminAuth {
+  const { config } = loaded;
+  const { tokens, source } = loadAdminTokens(config.admin);
+  const auth = new AdminAuth(tokens, config.admin.read_only_networks);
+  if (tokens.length > 0) {
+    log.info("admin API requires a token", {
+      source,
+      tokens: tokens.length,
+      read_only_networks: config.admin.read_only_networks,
+    });
+    return auth;
+  }
+  if (isLoopbackListen(config.admin_listen)) {
+    log.warn(
+      "admin API has no token: every process on this host may drain nodes and create join tokens (set $LLMGW_ADMIN_TOKEN or admin.token_file)",
+      { admin_listen: config.admin_listen },
+    );
+    return auth;
+  }
+  if (!insecure) {
+    throw new AdminAuthError(
+      `admin_listen ${config.admin_listen} is reachable from other hosts, and no admin token is configured (admin.token_file, or $${config.admin.token_env}): anyone who reaches it could drain the fleet or enroll a rogue node. Configure a token, bind admin_listen to 127.0.0.1, or pass --insecure-admin to accept the risk`,
+    );
+  }
+  log.error(
+    "INSECURE: --insecure-admin: the admin API has no token and listens beyond loopback; anyone who reaches it can drain the fleet, revoke nodes and create join tokens",
+    { admin_listen: config.admin_listen },
+  );
+  return auth;
+}
+
 interface AgentTls {
   ca: Ca;
   tokens: JoinTokenStore;
+  certs: CertificateStore;
   enrollment: Enrollment;
   /** key, cert chain and CA for the listener's secure context. */
   context(): { key: string; cert: string; ca: string };
@@ -337,9 +472,12 @@ async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => numbe
   let server: ServerCert | undefined;
   await issue();
   const tokens = new JoinTokenStore(join(config.data_dir, "llmgw.db"));
+  const certs = new CertificateStore(join(config.data_dir, "llmgw.db"));
   const enrollment = new Enrollment({
     ca,
     tokens,
+    certs,
+    enrollPerMinute: t.enroll_per_minute,
     clientCertValidityMs: t.client_cert_validity,
     defaultTokenTtlMs: t.join_token_ttl,
     log: log.child({ component: "enroll" }),
@@ -348,6 +486,7 @@ async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => numbe
   return {
     ca,
     tokens,
+    certs,
     enrollment,
     // The chain includes the CA, so an agent holding only a join token can
     // read the CA certificate off the handshake and check its fingerprint.
@@ -363,18 +502,19 @@ async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => numbe
 const CLIENT_AUTH = "1.3.6.1.5.5.7.3.2";
 
 /**
- * The node a TLS peer may speak for: the CN of a client certificate that
- * chains to our CA and is meant for client authentication. Undefined for
- * anyone else (no certificate, another CA, the server's own certificate).
+ * The certificate a TLS peer authenticated with: a client certificate that
+ * chains to our CA, is in its validity period and is meant for client
+ * authentication. Its CN is the one node the peer may speak for. Undefined
+ * for anyone else (no certificate, another CA, an expired one, the server's
+ * own certificate).
  */
-function peerIdentity(req: Http2ServerRequest): string | undefined {
+function peerCertificate(req: Http2ServerRequest): CertFacts | undefined {
   const socket = req.socket as TLSSocket;
-  if (!socket.authorized) return undefined;
+  if (!socket.authorized || typeof socket.getPeerCertificate !== "function") return undefined;
   const cert = socket.getPeerCertificate();
-  if (!cert?.subject) return undefined;
-  if (!cert.ext_key_usage?.includes(CLIENT_AUTH)) return undefined;
-  const cn = cert.subject.CN;
-  return typeof cn === "string" ? cn : undefined;
+  if (!cert?.raw || !cert.ext_key_usage?.includes(CLIENT_AUTH)) return undefined;
+  const facts = certFacts(cert.raw);
+  return facts.node ? facts : undefined;
 }
 
 function listen(server: HttpServer | Http2Server | Http2SecureServer, addr: string): Promise<number> {

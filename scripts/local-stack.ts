@@ -14,7 +14,7 @@
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { groupAlive } from "../agent/engine-process.ts";
@@ -48,6 +48,9 @@ try {
 }
 
 const AGENTS = join(opts.stateDir, "agents");
+// The admin token ControlService requires: made once per state directory and
+// kept there (0600), so a shell that exported it stays valid across starts.
+const ADMIN_TOKEN_FILE = join(opts.stateDir, "admin.token");
 const EDGE = `http://127.0.0.1:${opts.edgePort}`;
 const ADMIN = `http://127.0.0.1:${opts.adminPort}`;
 // A fresh EdgeSync secret per run: it only has to be shared by the two
@@ -61,6 +64,7 @@ const controlEnv = {
   LLMGW_AGENT_LISTEN: `127.0.0.1:${opts.agentPort}`,
   LLMGW_ADMIN_LISTEN: `127.0.0.1:${opts.adminPort}`,
   LLMGW_DATA_DIR: join(opts.stateDir, "controlplane"),
+  LLMGW_ADMIN__TOKEN_FILE: ADMIN_TOKEN_FILE,
   LLMGW_EDGE__URL: EDGE,
   ...(opts.enginePorts ? { LLMGW_CONTROL__PORT_RANGE: `[${opts.enginePorts.join(", ")}]` } : {}),
 };
@@ -206,8 +210,15 @@ async function createKey(): Promise<string> {
   return (JSON.parse(stdout) as { secret: string }).secret;
 }
 
+function adminToken(): string {
+  if (!existsSync(ADMIN_TOKEN_FILE))
+    writeFileSync(ADMIN_TOKEN_FILE, `${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
+  return readFileSync(ADMIN_TOKEN_FILE, "utf8").trim();
+}
+
 async function main(): Promise<void> {
   mkdirSync(AGENTS, { recursive: true });
+  const token = adminToken();
   await killLeftEngines(); // leftovers of a run that was killed hard
   const until = <T>(p: Promise<T>) => Promise.race([p, startAborted]);
 
@@ -271,7 +282,7 @@ async function main(): Promise<void> {
 
   const secret = await until(createKey());
   say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
-  const control = controlClient(ADMIN);
+  const control = controlClient(ADMIN, token);
   await until(waitFor(() => awaiting(control, EDGE, secret), READY_DEADLINE_MS));
   up = true;
   say(banner(secret));
@@ -295,10 +306,11 @@ Call it:
   OPENAI_BASE_URL=${EDGE}/v1 OPENAI_API_KEY=${secret} node -e \\
     'new (require("openai").OpenAI)().chat.completions.create({model:"llama-8b",messages:[{role:"user",content:"Hi"}]}).then(r=>console.log(r.choices[0].message.content))'
 
-Look around:
+Look around (llmgw ctl needs the admin token, kept in ${ADMIN_TOKEN_FILE}):
+  export LLMGW_ADMIN_TOKEN=$(cat ${ADMIN_TOKEN_FILE})
   npx llmgw ctl nodes | replicas | models | explain qwen-32b${ctlFlag}
   LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw keys usage${edgeFlag}
-  curl ${ADMIN}/metrics
+  curl -H "Authorization: Bearer $LLMGW_ADMIN_TOKEN" ${ADMIN}/metrics
 
 ${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.
 `;

@@ -1,6 +1,7 @@
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
-import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
+import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { IntentStore } from "../intent-store.ts";
 import { formatExplanations } from "../placement/explain.ts";
 import type { Reconciler } from "../reconciler.ts";
@@ -21,6 +22,13 @@ export interface ControlServiceDeps {
       uses: number,
     ): { token: string; expiresAt: number; uses: number; caFingerprint: string };
   };
+  /** Present when agent_tls is enabled: node revocation (server.ts). */
+  revocation?: {
+    /** Throws NotFound for a node neither the registry nor the certificate record knows. */
+    revoke(node: string): { serials: string[]; disconnected: boolean };
+    /** Nodes revoked and not enrolled again, with when. */
+    revokedNodes(): Map<string, number>;
+  };
 }
 
 /** Operators get a drain deadline unless they name one. */
@@ -34,12 +42,24 @@ export function controlRoutes(deps: ControlServiceDeps) {
       throw new ConnectError(`node "${name}" is not known to this control plane`, Code.NotFound);
     }
   };
+  // A revoked node stays listed (as revoked) even after a restart emptied
+  // the registry of it, until it enrolls again.
+  const nodes = () => {
+    const revoked = deps.revocation?.revokedNodes() ?? new Map<string, number>();
+    const listed = registry.list().map((n) => nodeToProto(n, intents.get(n.name), revoked.get(n.name)));
+    for (const [name, at] of revoked) {
+      if (registry.get(name)) continue;
+      listed.push(create(NodeSchema, { name, state: NodeState.LOST, revokedAtUnixMs: BigInt(at) }));
+    }
+    return listed.sort((a, b) => a.name.localeCompare(b.name));
+  };
   return (router: ConnectRouter) => {
     router.service(ControlService, {
-      listNodes: () => ({ nodes: registry.list().map((n) => nodeToProto(n, intents.get(n.name))) }),
+      listNodes: () => ({ nodes: nodes() }),
       getNode: (req) => {
-        known(req.name);
-        return { node: nodeToProto(registry.get(req.name)!, intents.get(req.name)) };
+        const node = nodes().find((n) => n.name === req.name);
+        if (!node) known(req.name);
+        return { node };
       },
       listReplicas: () => {
         const t = now();
@@ -96,6 +116,15 @@ export function controlRoutes(deps: ControlServiceDeps) {
           uses: t.uses,
           caFingerprint: t.caFingerprint,
         };
+      },
+      revokeNode: (req) => {
+        if (!deps.revocation) {
+          throw new ConnectError(
+            "agent mTLS is not enabled on this control plane, so there is no certificate to revoke: set agent_tls.enabled: true",
+            Code.FailedPrecondition,
+          );
+        }
+        return deps.revocation.revoke(req.node);
       },
     });
   };

@@ -15,7 +15,11 @@ export interface NodeIntent {
   drainDeadline?: number;
 }
 
-export function nodeToProto(n: NodeRecord, intent: NodeIntent = { cordoned: false, draining: false }): Node {
+export function nodeToProto(
+  n: NodeRecord,
+  intent: NodeIntent = { cordoned: false, draining: false },
+  revokedAt = 0,
+): Node {
   return create(NodeSchema, {
     name: n.name,
     state: STATE[n.state],
@@ -31,5 +35,6 @@ export function nodeToProto(n: NodeRecord, intent: NodeIntent = { cordoned: fals
     draining: intent.draining,
     drainDeadlineUnixMs: BigInt(intent.drainDeadline ?? 0),
     inventory: inventoryToProto(n.inventory),
+    revokedAtUnixMs: BigInt(revokedAt),
   });
 }

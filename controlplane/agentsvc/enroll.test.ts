@@ -7,6 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../common/log.ts";
 import { EnrollRequestSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { CertificateStore, certFacts } from "../certificates.ts";
 import { JoinTokenStore } from "../join-tokens.ts";
 import { type Ca, loadOrCreateCa } from "../pki/ca.ts";
 import { createCsr } from "../pki/x509.ts";
@@ -25,12 +26,15 @@ describe("Enroll", () => {
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  const make = () =>
+  const make = (o: { certs?: CertificateStore; perMinute?: number; now?: () => number } = {}) =>
     new Enrollment({
       ca,
       tokens: new JoinTokenStore(":memory:"),
+      certs: o.certs ?? new CertificateStore(":memory:"),
       clientCertValidityMs: 86_400_000,
       defaultTokenTtlMs: 3_600_000,
+      ...(o.perMinute ? { enrollPerMinute: o.perMinute } : {}),
+      ...(o.now ? { now: o.now } : {}),
       log: createLogger({}, "error"),
     });
   const refused = async (p: Promise<unknown>, code: Code, message: RegExp) => {
@@ -58,7 +62,7 @@ describe("Enroll", () => {
       Code.PermissionDenied,
       /already been used up/,
     );
-    expect(e.stats).toEqual({ enrolled: 1, refused: { token_used_up: 1 } });
+    expect(e.stats).toEqual({ enrolled: 1, renewed: 0, refused: { token_used_up: 1 } });
   });
 
   it("does not spend the token on a bad CSR or a bad node name", async () => {
@@ -104,5 +108,71 @@ describe("Enroll", () => {
     const e = make();
     expect(() => e.createToken(400 * 86_400_000, 1)).toThrow(/at most 365d/);
     expect(() => e.createToken(1_000, 20_000)).toThrow(/uses must be between/);
+  });
+
+  it("limits Enroll calls per source address, IPv6 per /64, and says when to retry", async () => {
+    let t = 1_000_000;
+    const e = make({ perMinute: 2, now: () => t });
+    const { csrPem } = await createCsr("gpu-5");
+    const bad = req({ token: "nope", nodeName: "gpu-5", csrPem });
+    const a = { address: "10.0.0.1" };
+    await refused(e.enroll(bad, a), Code.PermissionDenied, /malformed/);
+    await refused(e.enroll(bad, a), Code.PermissionDenied, /malformed/);
+    await refused(
+      e.enroll(bad, a),
+      Code.ResourceExhausted,
+      /too many Enroll calls from 10\.0\.0\.1.*retry in 30s/,
+    );
+    // Another address has its own budget; two of one /64 share one.
+    await refused(e.enroll(bad, { address: "10.0.0.2" }), Code.PermissionDenied, /malformed/);
+    await refused(e.enroll(bad, { address: "2001:db8::1" }), Code.PermissionDenied, /malformed/);
+    await refused(e.enroll(bad, { address: "2001:db8::2" }), Code.PermissionDenied, /malformed/);
+    await refused(
+      e.enroll(bad, { address: "2001:db8:0:0:ffff::3" }),
+      Code.ResourceExhausted,
+      /2001:db8:0:0::\/64/,
+    );
+    // A token back after half a minute at two a minute.
+    t += 30_000;
+    await refused(e.enroll(bad, a), Code.PermissionDenied, /malformed/);
+    expect(e.stats.refused.rate_limited).toBe(2);
+  });
+
+  it("records what it issues, refuses a revoked certificate, renews once a minute at most", async () => {
+    let t = Date.now();
+    const certs = new CertificateStore(":memory:");
+    const e = make({ certs, now: () => t });
+    const { token } = e.createToken(60_000, 1);
+    const first = await createCsr("gpu-6");
+    const { certPem } = await e.enroll(req({ token, nodeName: "gpu-6", csrPem: first.csrPem }));
+    const facts = certFacts(certPem);
+    expect(certs.knows("gpu-6")).toBe(true);
+
+    const renewed = await e.renew(facts, (await createCsr("gpu-6", first.keyPem)).csrPem);
+    expect("certPem" in renewed && certFacts(renewed.certPem).node).toBe("gpu-6");
+    expect(await e.renew(facts, first.csrPem)).toEqual({ refused: expect.stringMatching(/renewed 0s ago/) });
+    t += 61_000;
+    expect(await e.renew(facts, (await createCsr("gpu-7")).csrPem)).toEqual({
+      refused: expect.stringMatching(/must equal the node name "gpu-6"/),
+    });
+    t += 61_000;
+    expect(await e.renew({ ...facts, notAfter: t - 1 }, first.csrPem)).toEqual({
+      refused: expect.stringMatching(/expired at .*new join token/),
+    });
+
+    // Revoking the node revokes both certificates it holds.
+    expect(certs.revokeNode("gpu-6", t)).toHaveLength(2);
+    expect(certs.revokedNodes().get("gpu-6")).toBe(t);
+    t += 61_000;
+    expect(await e.renew(facts, first.csrPem)).toEqual({ refused: "this certificate is revoked" });
+    const again = e.createToken(60_000, 1);
+    await refused(
+      e.enroll(req({ token: again.token, nodeName: "gpu-6", csrPem: first.csrPem }), { cert: facts }),
+      Code.PermissionDenied,
+      /is revoked/,
+    );
+    // Without the revoked certificate, a new token re-admits the node.
+    await e.enroll(req({ token: again.token, nodeName: "gpu-6", csrPem: first.csrPem }));
+    expect(certs.revokedNodes().has("gpu-6")).toBe(false);
   });
 });

@@ -1,25 +1,41 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../../common/log.ts";
 import type { EnrollRequest } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { type CertFacts, type CertificateStore, certFacts } from "../certificates.ts";
 import type { JoinTokenStore } from "../join-tokens.ts";
 import { type Ca, CsrError, signClientCsr } from "../pki/ca.ts";
 import { formatJoinToken, parseJoinToken } from "../pki/token.ts";
+import { EnrollLimiter } from "./enroll-limit.ts";
 import { NODE_NAME } from "./register.ts";
 
 /**
  * AgentService.Enroll and the tokens it accepts: a join token and a CSR
  * whose CN is the node name buy a client certificate for that name. The
  * token is only used once everything else checked out, so a typo in a CSR
- * does not burn a one-time token.
+ * does not burn a one-time token. Calls are limited per source address.
+ * Renewal — a CSR on an authenticated stream, no token — is here too, as
+ * is the record of every certificate issued (for revocation).
  */
 export interface EnrollmentOptions {
   ca: Ca;
   tokens: JoinTokenStore;
+  certs: CertificateStore;
   clientCertValidityMs: number;
   defaultTokenTtlMs: number;
+  /** Enroll calls per source address and minute. */
+  enrollPerMinute?: number;
   log: Logger;
   now?: () => number;
 }
+
+/** Who called Enroll: the TCP peer, and the client certificate it presented, if any. */
+export interface EnrollPeer {
+  address?: string;
+  cert?: CertFacts;
+}
+
+/** A node renews at most this often; one in flight per node. */
+export const MIN_RENEW_INTERVAL_MS = 60_000;
 
 export interface CreatedToken {
   token: string;
@@ -31,11 +47,14 @@ export interface CreatedToken {
 export const MAX_TOKEN_TTL_MS = 365 * 86_400_000;
 
 export class Enrollment {
-  readonly stats = { enrolled: 0, refused: {} as Record<string, number> };
+  readonly stats = { enrolled: 0, renewed: 0, refused: {} as Record<string, number> };
   private readonly now: () => number;
+  private readonly limiter: EnrollLimiter;
+  private readonly renewals = new Map<string, { at: number; inFlight: boolean }>();
 
   constructor(private readonly opts: EnrollmentOptions) {
     this.now = opts.now ?? Date.now;
+    this.limiter = new EnrollLimiter(opts.enrollPerMinute ?? 10);
   }
 
   createToken(ttlMs: number, uses: number): CreatedToken {
@@ -61,18 +80,50 @@ export class Enrollment {
     };
   }
 
-  private refuse(reason: string, node: string, message: string, code: Code): never {
+  private count(reason: string): void {
     this.stats.refused[reason] = (this.stats.refused[reason] ?? 0) + 1;
-    this.opts.log.warn("enrollment refused", { node, reason, message });
-    throw new ConnectError(message, code);
   }
 
-  async enroll(req: EnrollRequest): Promise<{ certPem: string; caPem: string }> {
+  async enroll(req: EnrollRequest, peer: EnrollPeer = {}): Promise<{ certPem: string; caPem: string }> {
     const node = req.nodeName.slice(0, 64);
+    const t = this.now();
+    const budget = this.limiter.take(peer.address, t);
+    const from = budget.source.key;
+    // Typed up front: control flow only narrows through a declared `never`.
+    const refuse: (reason: string, message: string, code: Code) => never = (reason, message, code) => {
+      this.count(reason);
+      budget.source.failures++;
+      // A flood from one source is one log line per window, not one per call.
+      const limited = reason === "rate_limited";
+      if (!limited || t - budget.source.loggedAt >= 60_000) {
+        if (limited) budget.source.loggedAt = t;
+        this.opts.log.warn("enrollment refused", {
+          node,
+          reason,
+          message,
+          from,
+          failuresFromSource: budget.source.failures,
+        });
+      }
+      throw new ConnectError(message, code);
+    };
+    if (!budget.ok) {
+      refuse(
+        "rate_limited",
+        `too many Enroll calls from ${from}: at most ${this.opts.enrollPerMinute ?? 10} a minute; retry in ${Math.ceil(budget.retryInMs / 1000)}s`,
+        Code.ResourceExhausted,
+      );
+    }
+    if (peer.cert && this.opts.certs.isRevoked(peer.cert.serial)) {
+      refuse(
+        "revoked",
+        `the client certificate presented (serial ${peer.cert.serial}) is revoked`,
+        Code.PermissionDenied,
+      );
+    }
     if (!NODE_NAME.test(req.nodeName)) {
-      this.refuse(
+      refuse(
         "invalid_node_name",
-        node,
         "node name must be 1-63 letters, digits, . _ -, starting alphanumeric",
         Code.InvalidArgument,
       );
@@ -81,9 +132,8 @@ export class Enrollment {
     try {
       const t = parseJoinToken(req.token);
       if (t.fingerprint !== this.opts.ca.fingerprint) {
-        this.refuse(
+        refuse(
           "wrong_ca",
-          node,
           `the join token pins CA ${t.fingerprint}, but this control plane's CA is ${this.opts.ca.fingerprint}: the token is from another control plane`,
           Code.PermissionDenied,
         );
@@ -91,10 +141,10 @@ export class Enrollment {
       secret = t.secret;
     } catch (err) {
       if (err instanceof ConnectError) throw err;
-      this.refuse("malformed_token", node, (err as Error).message, Code.PermissionDenied);
+      refuse("malformed_token", (err as Error).message, Code.PermissionDenied);
     }
     const checked = this.opts.tokens.check(secret, this.now());
-    if (!checked.ok) this.refuse(`token_${checked.reason}`, node, checked.message, Code.PermissionDenied);
+    if (!checked.ok) refuse(`token_${checked.reason}`, checked.message, Code.PermissionDenied);
     let certPem: string;
     try {
       certPem = await signClientCsr(
@@ -105,13 +155,73 @@ export class Enrollment {
         this.now,
       );
     } catch (err) {
-      if (err instanceof CsrError) this.refuse("bad_csr", node, err.message, Code.InvalidArgument);
+      if (err instanceof CsrError) refuse("bad_csr", err.message, Code.InvalidArgument);
       throw err;
     }
     const used = this.opts.tokens.consume(secret, this.now(), req.nodeName);
-    if (!used.ok) this.refuse(`token_${used.reason}`, node, used.message, Code.PermissionDenied);
+    if (!used.ok) refuse(`token_${used.reason}`, used.message, Code.PermissionDenied);
+    const facts = certFacts(certPem);
+    this.opts.certs.note(facts);
     this.stats.enrolled++;
-    this.opts.log.info("agent enrolled", { node: req.nodeName, tokenUsesLeft: used.usesLeft });
+    this.opts.log.info("agent enrolled", {
+      node: req.nodeName,
+      tokenUsesLeft: used.usesLeft,
+      serial: facts.serial,
+      from,
+    });
     return { certPem, caPem: this.opts.ca.certPem };
+  }
+
+  /**
+   * Renewal over an authenticated stream: `cert` is the certificate the
+   * stream was opened with. Same node name, no token; a revoked or lapsed
+   * certificate cannot renew (a lapsed one needs a new join token).
+   */
+  async renew(cert: CertFacts, csrPem: string): Promise<{ certPem: string } | { refused: string }> {
+    const node = cert.node;
+    const t = this.now();
+    const refuse = (reason: string, message: string) => {
+      this.count(`renew_${reason}`);
+      this.opts.log.warn("certificate renewal refused", { node, reason, message });
+      return { refused: message };
+    };
+    if (this.opts.certs.isRevoked(cert.serial)) return refuse("revoked", "this certificate is revoked");
+    if (cert.notAfter <= t)
+      return refuse(
+        "lapsed",
+        `this certificate expired at ${new Date(cert.notAfter).toISOString()}: enroll again with a new join token`,
+      );
+    const last = this.renewals.get(node);
+    if (last?.inFlight) return refuse("busy", "a renewal for this node is already in progress");
+    if (last && t - last.at < MIN_RENEW_INTERVAL_MS)
+      return refuse(
+        "too_soon",
+        `this node renewed ${Math.round((t - last.at) / 1000)}s ago: at most one renewal a minute`,
+      );
+    this.renewals.set(node, { at: t, inFlight: true });
+    try {
+      const certPem = await signClientCsr(
+        this.opts.ca,
+        csrPem,
+        node,
+        this.opts.clientCertValidityMs,
+        this.now,
+      );
+      const facts = certFacts(certPem);
+      this.opts.certs.note(facts);
+      this.stats.renewed++;
+      this.opts.log.info("agent certificate renewed", {
+        node,
+        serial: facts.serial,
+        previous: cert.serial,
+        notAfter: new Date(facts.notAfter).toISOString(),
+      });
+      return { certPem };
+    } catch (err) {
+      if (err instanceof CsrError) return refuse("bad_csr", err.message);
+      throw err;
+    } finally {
+      this.renewals.set(node, { at: t, inFlight: false });
+    }
   }
 }

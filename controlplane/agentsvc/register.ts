@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { inventoryFromProto } from "../../common/inventory.ts";
-import type { Register } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { type Register, ShardState, type ShardStatus } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { RegistrationInfo } from "../registry.ts";
 
 /**
@@ -15,6 +15,61 @@ const label = z
   .regex(/^[A-Za-z0-9._/-]+$/, "letters, digits and . _ / - only");
 
 export const NODE_NAME = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$/;
+
+const text = (max: number) => z.string().max(max);
+const finite = z.number().refine(Number.isFinite, "must be a finite number");
+const ports = z.object({
+  http: z.number().max(65535),
+  distInit: z.array(z.number().max(65535)).max(64),
+});
+
+// A shard report changes the replica table, so it is bounded like Register:
+// a broken agent is told which field is wrong instead of filling memory.
+const shardStatusSchema = z.object({
+  replicaId: z
+    .string()
+    .min(1, "replica id is required")
+    .max(256)
+    .regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces"),
+  rank: z.number().max(1023),
+  state: z.enum(ShardState),
+  reason: text(4096),
+  outputTail: z.array(text(4096)).max(200),
+  load: z
+    .object({
+      waiting: finite.min(0),
+      running: finite.min(0),
+      kvUsage: finite.min(0).max(1),
+      prefixCacheHitRate: finite.min(0).max(1),
+    })
+    .optional(),
+  spec: z
+    .object({
+      replicaId: text(256),
+      engine: text(64),
+      model: text(1024),
+      servedModelName: text(256),
+      profile: text(256),
+      args: z.array(text(4096)).max(256),
+      env: z
+        .record(text(256), text(4096))
+        .refine((e) => Object.keys(e).length <= 256, "at most 256 variables"),
+      gpuIndices: z.array(z.number().max(1023)).max(256),
+      ports: ports.optional(),
+      peers: z.array(z.object({ nodeName: text(63), address: text(255), ports: ports.optional() })).max(256),
+      worldNodes: z.number().max(1024),
+      mgmtInterface: text(64),
+    })
+    .optional(),
+});
+
+/** Undefined when `s` is a well-formed shard report, else the first problem, path-named. */
+export function checkShardStatus(s: ShardStatus, path = "shard_status"): string | undefined {
+  const parsed = shardStatusSchema.safeParse(s);
+  if (parsed.success) return undefined;
+  const i = parsed.error.issues[0]!;
+  return `${path}.${i.path.join(".")}: ${i.message}`;
+}
 
 const registerSchema = z.object({
   nodeName: z
@@ -59,6 +114,10 @@ export function checkRegister(msg: Register): RegisterCheck {
   if (!parsed.success) {
     const i = parsed.error.issues[0]!;
     return { ok: false, reason: `register.${i.path.join(".")}: ${i.message}` };
+  }
+  for (const [i, shard] of msg.shards.entries()) {
+    const problem = checkShardStatus(shard, `register.shards[${i}]`);
+    if (problem) return { ok: false, reason: problem };
   }
   const inv = msg.inventory;
   const indices = new Set(inv.gpus.map((g) => g.index));

@@ -8,9 +8,10 @@ import {
   ControlMessageSchema,
   type ShardStatus,
 } from "../../proto/gen/agent/v1/agent_pb.ts";
+import type { CertFacts } from "../certificates.ts";
 import type { Registry, Transition } from "../registry.ts";
 import { type BidiCallbacks, type BidiStream, serveConnectBidi } from "./connect-bidi.ts";
-import { checkRegister } from "./register.ts";
+import { checkRegister, checkShardStatus } from "./register.ts";
 
 /** The path connect clients use for AgentService.Connect. */
 export const CONNECT_PATH = "/agent.v1.AgentService/Connect";
@@ -25,6 +26,8 @@ export interface AgentServiceHooks {
   onRegister?(node: string, shards: ShardStatus[]): void;
   onShardStatus?(node: string, status: ShardStatus): void;
   onDisconnect?(node: string): void;
+  /** A RenewCertificate on a stream opened with `cert` (mTLS only). */
+  onRenew?(cert: CertFacts, csrPem: string): Promise<{ certPem: string } | { refused: string }>;
 }
 
 export interface AgentServiceOptions {
@@ -39,16 +42,23 @@ export interface AgentServiceOptions {
   now?: () => number;
   hooks?: AgentServiceHooks;
   /**
-   * mTLS: a stream must come with the CN of an authorized client certificate
-   * and may only register that node. Off on the plaintext (h2c) listener.
+   * mTLS: a stream must come with an authorized client certificate that is
+   * not revoked, and may only register the node it names. Absent on the
+   * plaintext (h2c) listener.
    */
-  requireIdentity?: boolean;
+  certificates?: {
+    isRevoked(serial: string): boolean;
+    /** Records a certificate first seen on a stream (one enrolled before revocation existed). */
+    note(cert: CertFacts): void;
+  };
 }
 
 interface Session {
   node: string;
   instance: string;
   stream: BidiStream<ControlMessage>;
+  /** The client certificate the stream was opened with (mTLS). */
+  cert?: CertFacts;
 }
 
 export interface AgentServiceStats {
@@ -80,6 +90,31 @@ export class AgentStreams {
     return this.sessions.get(node)?.stream.send(msg) ?? false;
   }
 
+  /**
+   * Ends a revoked node's stream with a Reject the agent acts on (it sets
+   * its certificate aside and exits). False when it had no open stream.
+   */
+  revoke(node: string): boolean {
+    const s = this.sessions.get(node);
+    if (!s) return false;
+    this.sessions.delete(node);
+    this.reject("revoked");
+    s.stream.send(
+      create(ControlMessageSchema, {
+        msg: {
+          case: "reject",
+          value: {
+            code: "revoked",
+            message: `the certificate of node "${node}" was revoked: re-admitting it takes a new join token`,
+          },
+        },
+      }),
+    );
+    s.stream.end();
+    this.opts.log.warn("revoked node disconnected", { node });
+    return true;
+  }
+
   /** Ends every stream, e.g. on shutdown. Agents reconnect on their own. */
   closeAll(): void {
     for (const s of this.sessions.values())
@@ -96,11 +131,11 @@ export class AgentStreams {
   }
 
   /**
-   * Serves one Connect stream. `identity` is the subject CN of the peer's
-   * authorized client certificate, when it presented one (server.ts reads it
-   * from the TLS socket).
+   * Serves one Connect stream. `identity` is the peer's authorized client
+   * certificate, when it presented one (server.ts reads it from the TLS
+   * socket).
    */
-  handle(req: Http2ServerRequest, res: Http2ServerResponse, identity?: string): void {
+  handle(req: Http2ServerRequest, res: Http2ServerResponse, identity?: CertFacts): void {
     serveConnectBidi(req, res, {
       input: AgentMessageSchema,
       output: ControlMessageSchema,
@@ -119,7 +154,7 @@ export class AgentStreams {
     stream.end();
   }
 
-  private open(stream: BidiStream<ControlMessage>, identity?: string): BidiCallbacks<AgentMessage> {
+  private open(stream: BidiStream<ControlMessage>, identity?: CertFacts): BidiCallbacks<AgentMessage> {
     let session: Session | undefined;
     const timer = setTimeout(() => {
       if (!session) this.refuse(stream, "protocol", "no Register within the timeout");
@@ -149,7 +184,7 @@ export class AgentStreams {
   private register(
     stream: BidiStream<ControlMessage>,
     msg: AgentMessage,
-    identity: string | undefined,
+    identity: CertFacts | undefined,
   ): Session | undefined {
     const { registry, log } = this.opts;
     if (msg.msg.case !== "register") {
@@ -157,7 +192,8 @@ export class AgentStreams {
       return undefined;
     }
     // A rogue or broken agent can only speak for its own node (design §8).
-    if (this.opts.requireIdentity) {
+    const certs = this.opts.certificates;
+    if (certs) {
       const claimed = msg.msg.value.nodeName;
       if (!identity) {
         log.warn("agent refused: no authorized client certificate", { node: claimed });
@@ -168,12 +204,24 @@ export class AgentStreams {
         );
         return undefined;
       }
-      if (identity !== claimed) {
-        log.warn("agent refused: certificate is for another node", { node: claimed, certificate: identity });
+      if (certs.isRevoked(identity.serial)) {
+        log.warn("agent refused: its certificate is revoked", { node: claimed, serial: identity.serial });
+        this.refuse(
+          stream,
+          "revoked",
+          `the certificate of node "${identity.node}" (serial ${identity.serial}) was revoked: re-admitting it takes a new join token`,
+        );
+        return undefined;
+      }
+      if (identity.node !== claimed) {
+        log.warn("agent refused: certificate is for another node", {
+          node: claimed,
+          certificate: identity.node,
+        });
         this.refuse(
           stream,
           "wrong_identity",
-          `the client certificate is for node "${identity}", but the agent registers as "${claimed}"`,
+          `the client certificate is for node "${identity.node}", but the agent registers as "${claimed}"`,
         );
         return undefined;
       }
@@ -205,7 +253,13 @@ export class AgentStreams {
         message: "replaced by a newer stream from the same node",
       });
     }
-    const session: Session = { node: info.name, instance: info.agentInstance, stream };
+    const session: Session = {
+      node: info.name,
+      instance: info.agentInstance,
+      stream,
+      ...(identity ? { cert: identity } : {}),
+    };
+    if (identity) certs?.note(identity);
     this.sessions.set(info.name, session);
     this.stats.registrations++;
     const t = registry.register(info, this.now());
@@ -257,22 +311,74 @@ export class AgentStreams {
     if (this.sessions.get(session.node) !== session) return;
     const { registry, hooks } = this.opts;
     this.stats.messages++;
+    // TLS checked the certificate once, at the handshake; a stream must not
+    // outlive it. The agent reconnects with the renewed one, if it has one.
+    // (Ending the stream runs onClose, which forgets the session.)
+    if (session.cert && session.cert.notAfter <= this.now()) {
+      this.refuse(
+        session.stream,
+        "certificate_expired",
+        `the certificate this stream was opened with expired at ${new Date(session.cert.notAfter).toISOString()}`,
+      );
+      return;
+    }
     const t = registry.seen(session.node, this.now());
     if (t) hooks?.onTransition?.(t);
     const m = msg.msg;
     switch (m.case) {
       case "heartbeat":
         return;
-      case "shardStatus":
+      case "shardStatus": {
+        const problem = checkShardStatus(m.value);
+        if (problem) {
+          // The agent resends its shards with the next Register, so ending
+          // the stream is the only way it learns of the problem.
+          this.opts.log.warn("agent sent an invalid shard status", { node: session.node, problem });
+          this.refuse(session.stream, "invalid_shard_status", problem);
+          return;
+        }
         hooks?.onShardStatus?.(session.node, m.value);
         return;
+      }
       case "register":
         // A second Register on a live stream is a broken agent; ignore it
         // rather than let it rewrite the node mid-session.
         this.reject("protocol");
         return;
+      case "renewCertificate":
+        this.renew(session, m.value.csrPem);
+        return;
       default:
         this.reject("unknown_message");
     }
+  }
+
+  private renew(session: Session, csrPem: string): void {
+    const answer = (result: { certPem: string } | { refused: string }) => {
+      if (this.sessions.get(session.node) !== session) return;
+      session.stream.send(
+        create(ControlMessageSchema, {
+          msg: {
+            case: "certificateRenewal",
+            value: {
+              result:
+                "certPem" in result
+                  ? { case: "certPem", value: result.certPem }
+                  : { case: "refused", value: result.refused },
+            },
+          },
+        }),
+      );
+    };
+    const onRenew = this.opts.hooks?.onRenew;
+    if (!session.cert || !onRenew) {
+      this.reject("renew_without_tls");
+      answer({ refused: "certificate renewal needs mTLS (agent_tls.enabled on the control plane)" });
+      return;
+    }
+    onRenew(session.cert, csrPem).then(answer, (err: unknown) => {
+      this.opts.log.error("certificate renewal failed", { node: session.node, error: String(err) });
+      answer({ refused: "the control plane could not sign the certificate; retry later" });
+    });
   }
 }

@@ -184,6 +184,48 @@ export const agentTlsSchema = z.strictObject({
     .prefault("1h")
     .refine((ms) => ms > 0, "must be positive")
     .describe("Default lifetime of a join token (ctl tokens create --ttl overrides it)"),
+  enroll_per_minute: z
+    .number()
+    .int()
+    .min(1)
+    .max(10_000)
+    .default(10)
+    .describe("Enroll calls accepted per source address (IPv6: per /64) and minute, with a burst of as many"),
+});
+
+// An IPv4 or IPv6 network in CIDR notation. Checked here without node:net
+// (this file is also bundled into the edge Worker).
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+const IPV6 = /^[0-9a-fA-F:]*:[0-9a-fA-F:]*$/;
+export const cidr = z.string().refine((v) => {
+  const m = /^([^/]+)\/(\d{1,3})$/.exec(v);
+  if (!m) return false;
+  const prefix = Number(m[2]);
+  if (IPV4.test(m[1]!)) return prefix <= 32;
+  return IPV6.test(m[1]!) && (m[1]!.match(/::/g) ?? []).length <= 1 && prefix <= 128;
+}, "must be a network in CIDR notation, e.g. 10.0.0.0/8 or fd00::/8");
+
+// Who may call ControlService on admin_listen (docs/security.md).
+export const adminSchema = z.strictObject({
+  token_env: z
+    .string()
+    .min(1)
+    .default("LLMGW_ADMIN_TOKEN")
+    .describe("Environment variable holding the admin bearer token (used when token_file is not set)"),
+  token_file: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "File holding the admin bearer token, one per line (several during a rotation); re-read on SIGHUP",
+    ),
+  read_only_networks: z
+    .array(cidr)
+    .max(64)
+    .default([])
+    .describe(
+      "Networks whose read-only calls (nodes, replicas, models, explain, /metrics) need no token; never the calls that change something",
+    ),
 });
 
 export const configSchema = z.strictObject({
@@ -192,6 +234,7 @@ export const configSchema = z.strictObject({
   admin_listen: listenAddress.default(":9090"),
   agent_listen: listenAddress.default(":7443"),
   data_dir: z.string().default(".data"),
+  admin: adminSchema.prefault({}),
   agent_tls: agentTlsSchema.prefault({}),
   edge: z
     .strictObject({
@@ -215,6 +258,7 @@ export const configSchema = z.strictObject({
 export type Config = z.output<typeof configSchema>;
 export type ControlConfig = Config["control"];
 export type AgentTlsConfig = Config["agent_tls"];
+export type AdminConfig = Config["admin"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;
 export type EndpointConfig = z.output<typeof endpointSchema>;

@@ -1,9 +1,37 @@
-import { type Client, createClient } from "@connectrpc/connect";
+import { readFileSync } from "node:fs";
+import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
 
 export const DEFAULT_CONTROL_PLANE = "http://127.0.0.1:9090";
 
-export function controlClient(baseUrl: string): Client<typeof ControlService> {
-  return createClient(ControlService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+/**
+ * The admin token for ControlService: the first line of `--token-file`, else
+ * $LLMGW_ADMIN_TOKEN. Never a command-line argument, which every user of the
+ * host could read in `ps`.
+ */
+export function adminToken(
+  tokenFile: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): string | undefined {
+  if (tokenFile) {
+    const line = readFileSync(tokenFile, "utf8")
+      .split("\n")
+      .map((l) => l.trim())
+      .find((l) => l !== "" && !l.startsWith("#"));
+    if (!line) throw new Error(`--token-file ${tokenFile} holds no token`);
+    return line;
+  }
+  return env.LLMGW_ADMIN_TOKEN?.trim() || undefined;
+}
+
+export function controlClient(baseUrl: string, token?: string): Client<typeof ControlService> {
+  const auth: Interceptor = (next) => (req) => {
+    if (token) req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(
+    ControlService,
+    createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }),
+  );
 }

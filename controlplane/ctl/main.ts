@@ -1,15 +1,17 @@
 import { parseArgs } from "node:util";
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { errorMessage } from "../../common/log.ts";
-import { controlClient, DEFAULT_CONTROL_PLANE } from "./client.ts";
+import { adminToken, controlClient, DEFAULT_CONTROL_PLANE } from "./client.ts";
 import { nodeJson, nodesCommand } from "./nodes.ts";
 import { modelsCommand, replicasCommand } from "./replicas.ts";
 
-const HELP = `usage: llmgw ctl <command> [--control-plane URL] [--json]
+const HELP = `usage: llmgw ctl <command> [--control-plane URL] [--token-file FILE] [--json]
 
 commands:
   nodes                 nodes with state, GPUs, fabric labels and last heartbeat
+  nodes revoke NAME     revoke NAME's certificates (mTLS): its stream is closed, it is lost at
+                        once and its replicas are placed elsewhere; it needs a new join token
   node NAME             one node in full (JSON)
   replicas              replicas with state, nodes and ranks, GPUs, ports, load, last failure
   models                the catalog: models, aliases, profiles, ready/desired replicas
@@ -24,6 +26,8 @@ commands:
                         a join token for agent enrollment (mTLS), shown once
 
 --control-plane defaults to ${DEFAULT_CONTROL_PLANE} (or $LLMGW_CONTROL_PLANE).
+The admin token is read from $LLMGW_ADMIN_TOKEN, or from the first line of
+--token-file FILE; never from the command line.
 `;
 
 export async function main(argv: string[]): Promise<number> {
@@ -45,13 +49,26 @@ export async function main(argv: string[]): Promise<number> {
       deadline: { type: "string" },
       ttl: { type: "string" },
       uses: { type: "string" },
+      "token-file": { type: "string" },
     },
   });
   const url = values["control-plane"] ?? process.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE;
-  const client = controlClient(url);
   try {
+    const client = controlClient(url, adminToken(values["token-file"]));
     switch (command) {
       case "nodes":
+        if (positionals[0] === "revoke") {
+          const node = positionals[1];
+          if (!node) throw new Error("usage: llmgw ctl nodes revoke NAME");
+          const r = await client.revokeNode({ node });
+          if (values.json) process.stdout.write(`${JSON.stringify({ node, ...r })}\n`);
+          else
+            process.stdout.write(
+              `${node}: revoked ${r.serials.length} certificate${r.serials.length === 1 ? "" : "s"}${r.disconnected ? ", stream closed" : ""}; re-admitting it takes a new join token\n`,
+            );
+          return 0;
+        }
+        if (positionals.length > 0) throw new Error(`usage: llmgw ctl nodes [revoke NAME]`);
         process.stdout.write(await nodesCommand(client, values.json ?? false));
         return 0;
       case "node": {
@@ -117,6 +134,6 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
     process.stderr.write(`llmgw ctl ${command}: ${msg} (control plane ${url})\n`);
-    return 1;
+    return err instanceof ConnectError && err.code === Code.Unauthenticated ? 3 : 1;
   }
 }

@@ -11,6 +11,10 @@ export interface NodeJson {
   lastSeen: string;
   registeredAt: string;
   connected: boolean;
+  /** Its certificates were revoked and it has not enrolled again. */
+  revoked: boolean;
+  /** ISO time of the revocation; "" when not revoked. */
+  revokedAt: string;
   cordoned: boolean;
   draining: boolean;
   agentVersion: string;
@@ -40,6 +44,8 @@ export function nodeJson(n: Node): NodeJson {
     lastSeen: iso(n.lastSeenUnixMs),
     registeredAt: iso(n.registeredAtUnixMs),
     connected: n.connected,
+    revoked: n.revokedAtUnixMs > 0n,
+    revokedAt: iso(n.revokedAtUnixMs),
     cordoned: n.cordoned,
     draining: n.draining,
     agentVersion: n.agentVersion,
@@ -73,14 +79,14 @@ export async function nodesCommand(client: Client<typeof ControlService>, json: 
     ["NODE", "STATE", "SINCE", "GPUS", "FABRIC", "AGENT", "LAST SEEN"],
     rows.map((n) => [
       n.name + (n.cordoned ? " (cordoned)" : "") + (n.draining ? " (draining)" : ""),
-      n.state,
-      ago(Date.parse(n.since), now),
+      n.revoked ? "revoked" : n.state,
+      ago(Date.parse(n.revoked ? n.revokedAt : n.since), now),
       gpuSummary(n),
       Object.entries(n.fabric)
         .map(([k, v]) => `${k}=${v}`)
         .join(",") || "-",
       n.agentVersion,
-      `${ago(Date.parse(n.lastSeen), now)} ago`,
+      n.lastSeen ? `${ago(Date.parse(n.lastSeen), now)} ago` : "-",
     ]),
   );
 }

@@ -10,7 +10,7 @@ export function renderTable(header: string[], rows: string[][]): string {
 }
 
 export function ago(ms: number, now = Date.now()): string {
-  if (ms <= 0) return "-";
+  if (!(ms > 0)) return "-";
   const s = Math.max(0, Math.round((now - ms) / 1000));
   if (s < 120) return `${s}s`;
   if (s < 7200) return `${Math.round(s / 60)}m`;

@@ -45,9 +45,15 @@ export function certFingerprint(cert: InstanceType<typeof x509.X509Certificate>)
   return sha256Hex(cert.rawData);
 }
 
-/** A P-256 key and a CSR with CN = the node name, as the agent sends it to Enroll. */
-export async function createCsr(commonName: string): Promise<{ keyPem: string; csrPem: string }> {
-  const keys = await generateKeyPair();
+/**
+ * A P-256 key and a CSR with CN = the node name, as the agent sends it to
+ * Enroll; for a renewal, a CSR for the key it already has.
+ */
+export async function createCsr(
+  commonName: string,
+  existingKeyPem?: string,
+): Promise<{ keyPem: string; csrPem: string }> {
+  const keys = existingKeyPem ? await keyPairFromPem(existingKeyPem) : await generateKeyPair();
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
     name: [{ CN: [commonName] }],
     keys,

@@ -14,10 +14,14 @@ export interface ControlPlaneHandle {
   configPath: string;
   agentUrl: string;
   adminUrl: string;
+  /** The admin token the control plane requires, when the test gave one. */
+  adminToken: string | undefined;
   client: Client<typeof ControlService>;
   nodes(): Promise<NodeJson[]>;
-  /** `llmgw ctl ARGS` against this control plane, as an operator runs it. */
+  /** `llmgw ctl ARGS` against this control plane, as an operator runs it (with the token in $LLMGW_ADMIN_TOKEN). */
   ctl(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  /** /metrics text (with the token, when there is one). */
+  metrics(): Promise<string>;
   restart(): Promise<void>;
 }
 
@@ -33,6 +37,8 @@ export async function startControlPlane(
     agentPort?: number;
     adminPort?: number;
     entry?: string;
+    /** Require this admin token (passed as $LLMGW_ADMIN_TOKEN); none: an open admin API on loopback. */
+    adminToken?: string;
   } = {},
 ): Promise<ControlPlaneHandle> {
   const dir = opts.dir ?? tempDir("cp");
@@ -44,8 +50,14 @@ export async function startControlPlane(
     `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(dir, "data")}\n${configBody}`,
   );
   const adminUrl = `http://127.0.0.1:${adminPort}`;
+  const tokenEnv = { LLMGW_ADMIN_TOKEN: opts.adminToken ?? "" };
   const launch = async () => {
-    const p = startLlmgw("control-plane", ["server", "--config", configPath], opts.env, opts.entry);
+    const p = startLlmgw(
+      "control-plane",
+      ["server", "--config", configPath],
+      { ...tokenEnv, ...opts.env },
+      opts.entry,
+    );
     await p.waitFor("control plane listening");
     return p;
   };
@@ -55,12 +67,19 @@ export async function startControlPlane(
     configPath,
     agentUrl: `http://127.0.0.1:${agentPort}`,
     adminUrl,
-    client: controlClient(adminUrl),
+    adminToken: opts.adminToken,
+    client: controlClient(adminUrl, opts.adminToken),
     async nodes() {
       const { nodes } = await handle.client.listNodes({});
       return nodes.map(nodeJson);
     },
-    ctl: (...args) => runLlmgw(["ctl", ...args, "--control-plane", adminUrl]),
+    ctl: (...args) => runLlmgw(["ctl", ...args, "--control-plane", adminUrl], tokenEnv),
+    async metrics() {
+      const headers: Record<string, string> = opts.adminToken
+        ? { authorization: `Bearer ${opts.adminToken}` }
+        : {};
+      return (await fetch(`${adminUrl}/metrics`, { headers })).text();
+    },
     async restart() {
       handle.proc = await launch();
     },

@@ -202,7 +202,9 @@ export function runCurl(curl: string): Promise<CurlResult> {
  */
 export async function crashesCounted(run: StackRun): Promise<string[]> {
   const crashes: string[] = [];
-  const { replicas } = await controlClient(run.adminUrl).listReplicas({});
+  // npm start keeps the admin token it requires in the state directory.
+  const token = readFileSync(join(run.stateDir, "admin.token"), "utf8").trim();
+  const { replicas } = await controlClient(run.adminUrl, token).listReplicas({});
   for (const r of replicas) {
     if (r.restarts > 0) crashes.push(`${r.id}: ${r.restarts} restart(s) by the control plane`);
     if (r.lastFailure) crashes.push(`${r.id}: last failure ${r.lastFailure.reason}`);

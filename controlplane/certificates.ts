@@ -1,0 +1,121 @@
+import { X509Certificate } from "node:crypto";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
+
+/**
+ * Every agent client certificate the control plane knows of — issued by
+ * Enroll or renewal, or first seen on a stream (certificates enrolled before
+ * this table existed) — with its node and, once revoked, when. Kept in
+ * `data_dir/llmgw.db` beside the join tokens, so a revocation survives a
+ * restart. A revoked serial is refused on the stream, by renewal and by
+ * Enroll for as long as the certificate could be presented (until its
+ * expiry; rows are pruned a day after).
+ */
+export interface CertFacts {
+  serial: string;
+  node: string;
+  notBefore: number;
+  notAfter: number;
+}
+
+/** Serials as one spelling: lower-case hex without leading zeros (OpenSSL and @peculiar differ). */
+export function normalizeSerial(hex: string): string {
+  return hex.toLowerCase().replace(/^0+(?=.)/, "");
+}
+
+/** From a certificate as PEM, or as the DER a TLS socket reports. */
+export function certFacts(cert: string | Buffer | X509Certificate): CertFacts {
+  if (!(cert instanceof X509Certificate)) cert = new X509Certificate(cert);
+  return {
+    serial: normalizeSerial(cert.serialNumber),
+    node: /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1] ?? "",
+    notBefore: Date.parse(cert.validFrom),
+    notAfter: Date.parse(cert.validTo),
+  };
+}
+
+export class CertificateStore {
+  private readonly db: DatabaseSync;
+  private readonly revoked = new Set<string>();
+
+  constructor(path: string) {
+    this.db = openDatabase(path);
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS agent_certificates (
+        serial TEXT PRIMARY KEY,
+        node TEXT NOT NULL,
+        not_before INTEGER NOT NULL,
+        not_after INTEGER NOT NULL,
+        revoked_at INTEGER
+      );
+      CREATE INDEX IF NOT EXISTS agent_certificates_node ON agent_certificates (node);
+    `);
+    for (const r of this.db
+      .prepare("SELECT serial FROM agent_certificates WHERE revoked_at IS NOT NULL")
+      .all())
+      this.revoked.add(String(r.serial));
+  }
+
+  /** Records a certificate (issued now, or first seen); a known serial is left as it is. */
+  note(c: CertFacts): void {
+    this.db
+      .prepare(
+        "INSERT OR IGNORE INTO agent_certificates (serial, node, not_before, not_after) VALUES (?, ?, ?, ?)",
+      )
+      .run(normalizeSerial(c.serial), c.node, c.notBefore, c.notAfter);
+  }
+
+  isRevoked(serial: string): boolean {
+    return this.revoked.has(normalizeSerial(serial));
+  }
+
+  /** Revokes every unexpired certificate of `node`; returns their serials. */
+  revokeNode(node: string, now: number): string[] {
+    const rows = this.db
+      .prepare(
+        "SELECT serial FROM agent_certificates WHERE node = ? AND revoked_at IS NULL AND not_after > ? ORDER BY not_before",
+      )
+      .all(node, now);
+    const serials = rows.map((r) => String(r.serial));
+    const mark = this.db.prepare("UPDATE agent_certificates SET revoked_at = ? WHERE serial = ?");
+    for (const s of serials) {
+      mark.run(now, s);
+      this.revoked.add(s);
+    }
+    this.prune(now);
+    return serials;
+  }
+
+  /** Whether any certificate was ever recorded for `node`. */
+  knows(node: string): boolean {
+    return this.db.prepare("SELECT 1 FROM agent_certificates WHERE node = ? LIMIT 1").get(node) !== undefined;
+  }
+
+  /**
+   * Nodes whose newest certificate is revoked — revoked and not enrolled
+   * again since — with when. A node that enrolls again has a newer,
+   * unrevoked certificate and drops out.
+   */
+  revokedNodes(): Map<string, number> {
+    const rows = this.db
+      .prepare(
+        `SELECT c.node, c.revoked_at FROM agent_certificates c
+         WHERE c.not_before = (SELECT MAX(not_before) FROM agent_certificates WHERE node = c.node)
+           AND c.revoked_at IS NOT NULL`,
+      )
+      .all();
+    return new Map(rows.map((r) => [String(r.node), Number(r.revoked_at)]));
+  }
+
+  /** Rows a day past expiry go: such a certificate cannot be presented any more. */
+  prune(now: number): void {
+    const gone = this.db
+      .prepare("DELETE FROM agent_certificates WHERE not_after < ? RETURNING serial")
+      .all(now - 86_400_000);
+    for (const r of gone) this.revoked.delete(String(r.serial));
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

@@ -1,0 +1,116 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { createLogger } from "../common/log.ts";
+import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import { buildCatalog } from "./catalog.ts";
+import { configSchema } from "./config/schema.ts";
+import { type EdgeFacts, EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
+import type { EdgeSyncClient } from "./edgesync-client.ts";
+import type { ReplicaRecord, ShardState } from "./reconcile/types.ts";
+
+const endpoint = (id: string, host: string) =>
+  create(EndpointSchema, {
+    id,
+    url: `http://${host}:20000`,
+    models: [id.split("/")[0]!],
+    pool: "default",
+    weight: 1,
+    via: "direct",
+  });
+
+function replica(id: string, node: string, state: ShardState): ReplicaRecord {
+  return {
+    id,
+    model: id.split("/")[0]!,
+    profile: "p",
+    index: 0,
+    generation: 1,
+    shards: [{ rank: 0, node, gpus: [0], ports: { http: 20000, distInit: [] }, state, since: 0 }],
+    worldNodes: 1,
+    retiring: [],
+    retire: false,
+    origin: "reported",
+    adopted: true,
+    restarts: 0,
+  };
+}
+
+/** A publisher against a recording EdgeSync client, at a clock the test moves. */
+async function harness(stored: Endpoint[] | undefined) {
+  const puts: string[][] = [];
+  const store = new PublishedEndpoints(":memory:");
+  if (stored) store.save(stored, 0);
+  const client = {
+    putCatalog: async () => ({ version: 1n }),
+    putRouterSettings: async () => ({ version: 1n }),
+    putEndpointSets: async (r: { endpoints: Endpoint[] }) => {
+      puts.push(r.endpoints.map((e) => e.id));
+      return { version: BigInt(puts.length) };
+    },
+    pushLoad: async () => ({}),
+  } as unknown as EdgeSyncClient;
+  const facts: EdgeFacts = {
+    replicas: [],
+    address: (n) => n,
+    load: () => undefined,
+    staticEndpoints: [],
+    via: "direct",
+    now: 0,
+  };
+  const p = new EdgePublisher({
+    client,
+    log: createLogger({}, "error"),
+    facts: () => facts,
+    loadRefreshMs: 1_000,
+    graceUntil: 5_000,
+    holdUntil: 60_000,
+    store,
+  });
+  p.start(buildCatalog(configSchema.parse({})), {});
+  p.stop();
+  await new Promise((r) => setTimeout(r, 0)); // the tick start() runs
+  return { p, puts, facts, store };
+}
+
+describe("EdgePublisher after a restart", () => {
+  it("keeps what the edge has until an agent reports the replica or the hold ends", async () => {
+    const { p, puts, facts, store } = await harness([endpoint("a/p/0", "n1"), endpoint("b/p/0", "n2")]);
+    await p.tick();
+    // No agent back yet: the edge gets what it had, not an empty set.
+    expect(puts).toEqual([["a/p/0", "b/p/0"]]);
+
+    // n1 is back with a running replica: same set, nothing written.
+    facts.replicas = [replica("a/p/0", "n1", "ready")];
+    facts.now = 2_000;
+    await p.tick();
+    expect(puts).toHaveLength(1);
+
+    // n2 reports its replica failed: that one goes, before the hold ends.
+    facts.replicas = [replica("a/p/0", "n1", "ready"), replica("b/p/0", "n2", "failed_running")];
+    facts.now = 3_000;
+    await p.tick();
+    expect(puts.at(-1)).toEqual(["a/p/0"]);
+    expect(store.load()?.map((e) => e.id)).toEqual(["a/p/0"]);
+  });
+
+  it("drops what no agent reported once the hold is over", async () => {
+    const { p, puts, facts } = await harness([endpoint("a/p/0", "n1"), endpoint("b/p/0", "n2")]);
+    facts.replicas = [replica("a/p/0", "n1", "ready")];
+    facts.now = 59_999;
+    await p.tick();
+    expect(puts).toEqual([["a/p/0", "b/p/0"]]);
+    facts.now = 60_000;
+    await p.tick();
+    expect(puts.at(-1)).toEqual(["a/p/0"]);
+  });
+
+  it("with nothing stored, publishes no endpoint set during the startup grace", async () => {
+    const { p, puts, facts } = await harness(undefined);
+    facts.replicas = [replica("a/p/0", "n1", "ready")];
+    await p.tick();
+    expect(puts).toEqual([]);
+    facts.now = 5_000;
+    await p.tick();
+    expect(puts).toEqual([["a/p/0"]]);
+  });
+});
