@@ -22,7 +22,8 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
   --ping-interval DUR     HTTP/2 ping interval (default 10s)
   --ping-timeout DUR      HTTP/2 ping timeout (default 5s)
   --stable-after DUR      a session this long resets the reconnect backoff (default 10s)
-  --scrape-interval DUR   engine /metrics scrape interval (default 2s)
+  --scrape-interval DUR   engine /metrics scrape interval until a control plane sets its
+                          router.scrape_interval (default 2s)
   --stop-engines-on-exit  on SIGINT or SIGTERM, stop every engine (SIGTERM, then SIGKILL after its
                           stop grace) and forget it before exiting; by default engines keep serving
                           and the next agent on this state dir adopts them

@@ -163,6 +163,7 @@ export async function main(argv: string[]): Promise<number> {
       renewer?.reconnected();
       void renewer?.check();
     },
+    onScrapeSettings: (s) => supervisor.setScrape(s.intervalMs, s.timeoutMs),
     onReject: (r) => {
       if (r.code !== "revoked" || !certs) return;
       const aside = certs.setAsideRevoked(f.stateDir);

@@ -238,7 +238,8 @@ export class LoadScraper {
     port: number,
     path: string,
     private readonly names: MetricNames,
-    private readonly timeoutMs = 1_000,
+    /** A number, or read at each scrape (the control plane may change it). */
+    private readonly timeoutMs: number | (() => number) = 1_000,
     private readonly now: () => number = Date.now,
   ) {
     this.url = engineUrl(host, port, path);
@@ -249,7 +250,8 @@ export class LoadScraper {
   }
 
   async scrape(): Promise<{ load: ShardLoad; reading: LoadReading; errors: string[] }> {
-    const text = await fetchMetricsText(this.url, this.timeoutMs);
+    const timeout = typeof this.timeoutMs === "number" ? this.timeoutMs : this.timeoutMs();
+    const text = await fetchMetricsText(this.url, timeout);
     const { samples, errors } = parsePrometheusText(text, (n) => this.wanted.has(n));
     const reading = loadFromSamples(samples, this.names, this.prev);
     this.prev = { counters: reading.counters, prefixCacheHitRate: reading.prefixCacheHitRate };

@@ -27,6 +27,8 @@ export interface StreamClientOptions {
   register: () => Promise<Register>;
   onCommand: (msg: ControlMessage) => void;
   onConnected?: (ack: { controlPlaneId: string; epoch: bigint }) => void;
+  /** How the control plane wants engines scraped (on register, and when its configuration changes). */
+  onScrapeSettings?: (s: { intervalMs: number; timeoutMs: number }) => void;
   /** The control plane refused this agent (a Reject before it ended the stream). */
   onReject?: (reject: { code: string; message: string }) => void;
   backoffBaseMs?: number;
@@ -188,9 +190,11 @@ export class StreamClient {
               controlPlaneId: msg.msg.value.controlPlaneId,
               epoch: msg.msg.value.epoch,
             });
+            if (msg.msg.value.scrape) this.opts.onScrapeSettings?.(msg.msg.value.scrape);
           } else if (msg.msg.case === "settings") {
             this.spreadMs = msg.msg.value.reconnectSpreadMs;
             this.startHeartbeat(msg.msg.value.heartbeatIntervalMs);
+            if (msg.msg.value.scrape) this.opts.onScrapeSettings?.(msg.msg.value.scrape);
           } else if (msg.msg.case === "reject") {
             log.error("control plane refused this agent", {
               code: msg.msg.value.code,

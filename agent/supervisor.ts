@@ -127,6 +127,8 @@ interface Shard {
   failures: number;
   load?: ShardLoad;
   scraper?: LoadScraper;
+  /** The pending scrape and what runs it, so a new interval applies at once. */
+  nextScrape?: { timer: Timer; run: () => void } | undefined;
   /** False for an adopted shard until the control plane asks for it again. */
   claimed: boolean;
   drainDeadline: number | null;
@@ -529,7 +531,8 @@ export class Supervisor {
         } catch (err) {
           this.log.debug("scrape failed", { replica: shard.spec.replicaId, error: errorMessage(err) });
         }
-        this.after(shard, run, this.opts.scrapeIntervalMs, scrape);
+        const timer = this.after(shard, run, this.opts.scrapeIntervalMs, scrape);
+        shard.nextScrape = timer ? { timer, run: () => void scrape() } : undefined;
       };
       this.after(shard, run, 0, scrape);
     }
@@ -690,6 +693,21 @@ export class Supervisor {
     this.after(shard, run, Math.max(0, Math.min(notBefore, deadline) - Date.now()), check);
   }
 
+  /** The control plane's router.scrape_interval and scrape_timeout; 0 keeps what this agent has. */
+  setScrape(intervalMs: number, timeoutMs: number): void {
+    if (timeoutMs > 0) this.opts.scrapeTimeoutMs = timeoutMs;
+    if (intervalMs <= 0 || intervalMs === this.opts.scrapeIntervalMs) return;
+    this.opts.scrapeIntervalMs = intervalMs;
+    // Scrape now and go on at the new pace, rather than after the old interval.
+    for (const shard of this.shards.values()) {
+      const next = shard.nextScrape;
+      if (!next || !shard.timers.delete(next.timer)) continue;
+      clearTimeout(next.timer);
+      shard.nextScrape = undefined;
+      next.run();
+    }
+  }
+
   /** The shard's one scraper, made on first use: the watch loop and drain polling share it. */
   private scraperFor(shard: Shard, launch: EngineLaunch, metricsPath: string): LoadScraper {
     shard.scraper ??= new LoadScraper(
@@ -697,7 +715,7 @@ export class Supervisor {
       launch.port,
       metricsPath,
       launch.metricNames,
-      this.opts.scrapeTimeoutMs,
+      () => this.opts.scrapeTimeoutMs,
     );
     return shard.scraper;
   }
@@ -844,13 +862,14 @@ export class Supervisor {
     );
   }
 
-  private after(shard: Shard, run: number, ms: number, fn: () => unknown): void {
-    if (run !== shard.run || this.closed) return;
+  private after(shard: Shard, run: number, ms: number, fn: () => unknown): Timer | undefined {
+    if (run !== shard.run || this.closed) return undefined;
     const t = setTimeout(() => {
       shard.timers.delete(t);
       if (run === shard.run && !this.closed) void fn();
     }, ms);
     shard.timers.add(t);
+    return t;
   }
 
   private clearTimers(shard: Shard): void {

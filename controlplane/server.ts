@@ -95,6 +95,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     controlPlaneId: randomUUID(),
     epoch: BigInt(startedAt),
     heartbeatIntervalMs: c.heartbeat_interval,
+    scrape: { intervalMs: config.router.scrape_interval, timeoutMs: config.router.scrape_timeout },
     readMaxBytes: c.max_message_bytes,
     now,
     ...(tls ? { certificates: tls.certs } : {}),
@@ -382,6 +383,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       reconciler.reload(next.config, nextCatalog);
       publisher?.setCatalog(nextCatalog);
       publisher?.setRouterSettings(next.routerSection);
+      streams.setScrape({
+        intervalMs: next.config.router.scrape_interval,
+        timeoutMs: next.config.router.scrape_timeout,
+      });
       log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
     },
     async close() {

@@ -36,6 +36,8 @@ export interface AgentServiceOptions {
   controlPlaneId: string;
   epoch: bigint;
   heartbeatIntervalMs: number;
+  /** router.scrape_interval / scrape_timeout, told to every agent. */
+  scrape: { intervalMs: number; timeoutMs: number };
   readMaxBytes: number;
   /** How long the first message may take before the stream is dropped. */
   registerTimeoutMs?: number;
@@ -280,6 +282,7 @@ export class AgentStreams {
             epoch: this.opts.epoch,
             heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
             reconnectSpreadMs: this.reconnectSpreadMs(),
+            scrape: this.opts.scrape,
           },
         },
       }),
@@ -298,10 +301,26 @@ export class AgentStreams {
     const spread = this.reconnectSpreadMs();
     if (spread < this.broadcastSpreadMs * 1.25 || spread <= 1_000) return;
     this.broadcastSpreadMs = spread;
+    this.broadcastSettings();
+  }
+
+  /** A reloaded configuration's scrape settings, to every connected agent at once. */
+  setScrape(scrape: { intervalMs: number; timeoutMs: number }): void {
+    if (scrape.intervalMs === this.opts.scrape.intervalMs && scrape.timeoutMs === this.opts.scrape.timeoutMs)
+      return;
+    this.opts.scrape = scrape;
+    this.broadcastSettings();
+  }
+
+  private broadcastSettings(): void {
     const msg = create(ControlMessageSchema, {
       msg: {
         case: "settings",
-        value: { heartbeatIntervalMs: this.opts.heartbeatIntervalMs, reconnectSpreadMs: spread },
+        value: {
+          heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
+          reconnectSpreadMs: this.reconnectSpreadMs(),
+          scrape: this.opts.scrape,
+        },
       },
     });
     for (const s of this.sessions.values()) s.stream.send(msg);

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agent/v1/agent.proto.
  */
 export const file_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEizwEKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIABI3ChFyZW5ld19jZXJ0aWZpY2F0ZRgEIAEoCzIaLmFnZW50LnYxLlJlbmV3Q2VydGlmaWNhdGVIAEIFCgNtc2ci2gIKDkNvbnRyb2xNZXNzYWdlEi0KDHJlZ2lzdGVyX2FjaxgBIAEoCzIVLmFnZW50LnYxLlJlZ2lzdGVyQWNrSAASKwoLc3RhcnRfc2hhcmQYAiABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkSAASKQoKc3RvcF9zaGFyZBgDIAEoCzITLmFnZW50LnYxLlN0b3BTaGFyZEgAEisKC2RyYWluX3NoYXJkGAQgASgLMhQuYWdlbnQudjEuRHJhaW5TaGFyZEgAEiIKBnJlamVjdBgFIAEoCzIQLmFnZW50LnYxLlJlamVjdEgAEiwKCHNldHRpbmdzGAYgASgLMhguYWdlbnQudjEuU3RyZWFtU2V0dGluZ3NIABI7ChNjZXJ0aWZpY2F0ZV9yZW5ld2FsGAcgASgLMhwuYWdlbnQudjEuQ2VydGlmaWNhdGVSZW5ld2FsSABCBQoDbXNnIiMKEFJlbmV3Q2VydGlmaWNhdGUSDwoHY3NyX3BlbRgBIAEoCSJFChJDZXJ0aWZpY2F0ZVJlbmV3YWwSEgoIY2VydF9wZW0YASABKAlIABIRCgdyZWZ1c2VkGAIgASgJSABCCAoGcmVzdWx0IkwKDlN0cmVhbVNldHRpbmdzEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgBIAEoDRIbChNyZWNvbm5lY3Rfc3ByZWFkX21zGAIgASgNIpUCCghSZWdpc3RlchIRCglub2RlX25hbWUYASABKAkSFQoNYWdlbnRfdmVyc2lvbhgCIAEoCRImCglpbnZlbnRvcnkYAyABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLgoGZmFicmljGAQgAygLMh4uYWdlbnQudjEuUmVnaXN0ZXIuRmFicmljRW50cnkSGQoRYWR2ZXJ0aXNlX2FkZHJlc3MYBSABKAkSJQoGc2hhcmRzGAYgAygLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXMSFgoOYWdlbnRfaW5zdGFuY2UYByABKAkaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ3CglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmFnZW50LnYxLkdwdRIRCgljcHVfY29yZXMYAiABKA0SFQoNcmFtX3RvdGFsX21pYhgDIAEoBBIQCghob3N0bmFtZRgEIAEoCRIRCglzaW11bGF0ZWQYBSABKAgi7wEKA0dwdRINCgVpbmRleBgBIAEoDRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGAoQbWVtb3J5X3RvdGFsX21pYhgEIAEoBBIXCg9tZW1vcnlfZnJlZV9taWIYBSABKAQSFwoPbWVtb3J5X3VzZWRfbWliGAYgASgEEhIKCnBjaV9idXNfaWQYByABKAkSFgoOZHJpdmVyX3ZlcnNpb24YCCABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAkgASgJEikKB2ZvcmVpZ24YCiADKAsyGC5hZ2VudC52MS5Gb3JlaWduUHJvY2VzcyIvCg5Gb3JlaWduUHJvY2VzcxILCgNwaWQYASABKA0SEAoIdXNlZF9taWIYAiABKAQiJAoJSGVhcnRiZWF0EhcKD3NlbnRfYXRfdW5peF9tcxgBIAEoAyJ6CglTaGFyZExvYWQSDwoHd2FpdGluZxgBIAEoARIPCgdydW5uaW5nGAIgASgBEhAKCGt2X3VzYWdlGAMgASgBEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgEIAEoARIaChJzY3JhcGVkX2F0X3VuaXhfbXMYBSABKAMiqgIKC1NoYXJkU3RhdHVzEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcmFuaxgCIAEoDRIjCgVzdGF0ZRgDIAEoDjIULmFnZW50LnYxLlNoYXJkU3RhdGUSDgoGcmVhc29uGAQgASgJEhEKCWV4aXRfY29kZRgFIAEoBRIVCg1oYXNfZXhpdF9jb2RlGAYgASgIEhMKC291dHB1dF90YWlsGAcgAygJEiEKBGxvYWQYCCABKAsyEy5hZ2VudC52MS5TaGFyZExvYWQSFQoNc2luY2VfdW5peF9tcxgJIAEoAxILCgNwaWQYCiABKA0SIgoEc3BlYxgLIAEoCzIULmFnZW50LnYxLlN0YXJ0U2hhcmQSGgoScmVzdGFydF9hdF91bml4X21zGAwgASgDInIKC1JlZ2lzdGVyQWNrEhgKEGNvbnRyb2xfcGxhbmVfaWQYASABKAkSDQoFZXBvY2gYAiABKAQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYBCABKA0iMQoOUG9ydEFzc2lnbm1lbnQSDAoEaHR0cBgBIAEoDRIRCglkaXN0X2luaXQYAiADKA0iYQoEUGVlchIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQiuAQKClN0YXJ0U2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEhMKC3dvcmxkX25vZGVzGAMgASgNEg4KBmVuZ2luZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgGIAEoCRIMCgRhcmdzGAcgAygJEhMKC2dwdV9pbmRpY2VzGAggAygNEicKBXBvcnRzGAkgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSKgoDZW52GAogAygLMh0uYWdlbnQudjEuU3RhcnRTaGFyZC5FbnZFbnRyeRIXCg90ZW5zb3JfcGFyYWxsZWwYCyABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYDCABKA0SFQoNZGF0YV9wYXJhbGxlbBgNIAEoDRIdCgVwZWVycxgOIAMoCzIOLmFnZW50LnYxLlBlZXISGwoTc3RhcnR1cF9kZWFkbGluZV9tcxgPIAEoDRIVCg1zdG9wX2dyYWNlX21zGBAgASgNEg8KB3Byb2ZpbGUYESABKAkSFgoObWdtdF9pbnRlcmZhY2UYEiABKAkSGgoSbWluX2dwdV9tZW1vcnlfbWliGBMgASgEEh4KFmdwdV9tZW1vcnlfdXRpbGl6YXRpb24YFCABKAESEgoKZ2VuZXJhdGlvbhgVIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCVN0b3BTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIQCghncmFjZV9tcxgDIAEoDSI1CgpEcmFpblNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iJwoGUmVqZWN0EgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJCCg1FbnJvbGxSZXF1ZXN0Eg0KBXRva2VuGAEgASgJEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdjc3JfcGVtGAMgASgJIjIKDkVucm9sbFJlc3BvbnNlEhAKCGNlcnRfcGVtGAEgASgJEg4KBmNhX3BlbRgCIAEoCSrNAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIYChRTSEFSRF9TVEFURV9EUkFJTklORxADEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBBIeChpTSEFSRF9TVEFURV9GQUlMRURfU1RBUlRVUBAFEh4KGlNIQVJEX1NUQVRFX0ZBSUxFRF9SVU5OSU5HEAYyjAEKDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYuYWdlbnQudjEuQWdlbnRNZXNzYWdlGhguYWdlbnQudjEuQ29udHJvbE1lc3NhZ2UoATABEjsKBkVucm9sbBIXLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaGC5hZ2VudC52MS5FbnJvbGxSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEizwEKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIABI3ChFyZW5ld19jZXJ0aWZpY2F0ZRgEIAEoCzIaLmFnZW50LnYxLlJlbmV3Q2VydGlmaWNhdGVIAEIFCgNtc2ci2gIKDkNvbnRyb2xNZXNzYWdlEi0KDHJlZ2lzdGVyX2FjaxgBIAEoCzIVLmFnZW50LnYxLlJlZ2lzdGVyQWNrSAASKwoLc3RhcnRfc2hhcmQYAiABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkSAASKQoKc3RvcF9zaGFyZBgDIAEoCzITLmFnZW50LnYxLlN0b3BTaGFyZEgAEisKC2RyYWluX3NoYXJkGAQgASgLMhQuYWdlbnQudjEuRHJhaW5TaGFyZEgAEiIKBnJlamVjdBgFIAEoCzIQLmFnZW50LnYxLlJlamVjdEgAEiwKCHNldHRpbmdzGAYgASgLMhguYWdlbnQudjEuU3RyZWFtU2V0dGluZ3NIABI7ChNjZXJ0aWZpY2F0ZV9yZW5ld2FsGAcgASgLMhwuYWdlbnQudjEuQ2VydGlmaWNhdGVSZW5ld2FsSABCBQoDbXNnIiMKEFJlbmV3Q2VydGlmaWNhdGUSDwoHY3NyX3BlbRgBIAEoCSJFChJDZXJ0aWZpY2F0ZVJlbmV3YWwSEgoIY2VydF9wZW0YASABKAlIABIRCgdyZWZ1c2VkGAIgASgJSABCCAoGcmVzdWx0InYKDlN0cmVhbVNldHRpbmdzEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgBIAEoDRIbChNyZWNvbm5lY3Rfc3ByZWFkX21zGAIgASgNEigKBnNjcmFwZRgDIAEoCzIYLmFnZW50LnYxLlNjcmFwZVNldHRpbmdzIjkKDlNjcmFwZVNldHRpbmdzEhMKC2ludGVydmFsX21zGAEgASgNEhIKCnRpbWVvdXRfbXMYAiABKA0ilQIKCFJlZ2lzdGVyEhEKCW5vZGVfbmFtZRgBIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAIgASgJEiYKCWludmVudG9yeRgDIAEoCzITLmFnZW50LnYxLkludmVudG9yeRIuCgZmYWJyaWMYBCADKAsyHi5hZ2VudC52MS5SZWdpc3Rlci5GYWJyaWNFbnRyeRIZChFhZHZlcnRpc2VfYWRkcmVzcxgFIAEoCRIlCgZzaGFyZHMYBiADKAsyFS5hZ2VudC52MS5TaGFyZFN0YXR1cxIWCg5hZ2VudF9pbnN0YW5jZRgHIAEoCRotCgtGYWJyaWNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIncKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0uYWdlbnQudjEuR3B1EhEKCWNwdV9jb3JlcxgCIAEoDRIVCg1yYW1fdG90YWxfbWliGAMgASgEEhAKCGhvc3RuYW1lGAQgASgJEhEKCXNpbXVsYXRlZBgFIAEoCCLvAQoDR3B1Eg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIYChBtZW1vcnlfdG90YWxfbWliGAQgASgEEhcKD21lbW9yeV9mcmVlX21pYhgFIAEoBBIXCg9tZW1vcnlfdXNlZF9taWIYBiABKAQSEgoKcGNpX2J1c19pZBgHIAEoCRIWCg5kcml2ZXJfdmVyc2lvbhgIIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYCSABKAkSKQoHZm9yZWlnbhgKIAMoCzIYLmFnZW50LnYxLkZvcmVpZ25Qcm9jZXNzIi8KDkZvcmVpZ25Qcm9jZXNzEgsKA3BpZBgBIAEoDRIQCgh1c2VkX21pYhgCIAEoBCIkCglIZWFydGJlYXQSFwoPc2VudF9hdF91bml4X21zGAEgASgDInoKCVNoYXJkTG9hZBIPCgd3YWl0aW5nGAEgASgBEg8KB3J1bm5pbmcYAiABKAESEAoIa3ZfdXNhZ2UYAyABKAESHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAQgASgBEhoKEnNjcmFwZWRfYXRfdW5peF9tcxgFIAEoAyKqAgoLU2hhcmRTdGF0dXMSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEiMKBXN0YXRlGAMgASgOMhQuYWdlbnQudjEuU2hhcmRTdGF0ZRIOCgZyZWFzb24YBCABKAkSEQoJZXhpdF9jb2RlGAUgASgFEhUKDWhhc19leGl0X2NvZGUYBiABKAgSEwoLb3V0cHV0X3RhaWwYByADKAkSIQoEbG9hZBgIIAEoCzITLmFnZW50LnYxLlNoYXJkTG9hZBIVCg1zaW5jZV91bml4X21zGAkgASgDEgsKA3BpZBgKIAEoDRIiCgRzcGVjGAsgASgLMhQuYWdlbnQudjEuU3RhcnRTaGFyZBIaChJyZXN0YXJ0X2F0X3VuaXhfbXMYDCABKAMinAEKC1JlZ2lzdGVyQWNrEhgKEGNvbnRyb2xfcGxhbmVfaWQYASABKAkSDQoFZXBvY2gYAiABKAQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYBCABKA0SKAoGc2NyYXBlGAUgASgLMhguYWdlbnQudjEuU2NyYXBlU2V0dGluZ3MiMQoOUG9ydEFzc2lnbm1lbnQSDAoEaHR0cBgBIAEoDRIRCglkaXN0X2luaXQYAiADKA0iYQoEUGVlchIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQiuAQKClN0YXJ0U2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEhMKC3dvcmxkX25vZGVzGAMgASgNEg4KBmVuZ2luZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgGIAEoCRIMCgRhcmdzGAcgAygJEhMKC2dwdV9pbmRpY2VzGAggAygNEicKBXBvcnRzGAkgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSKgoDZW52GAogAygLMh0uYWdlbnQudjEuU3RhcnRTaGFyZC5FbnZFbnRyeRIXCg90ZW5zb3JfcGFyYWxsZWwYCyABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYDCABKA0SFQoNZGF0YV9wYXJhbGxlbBgNIAEoDRIdCgVwZWVycxgOIAMoCzIOLmFnZW50LnYxLlBlZXISGwoTc3RhcnR1cF9kZWFkbGluZV9tcxgPIAEoDRIVCg1zdG9wX2dyYWNlX21zGBAgASgNEg8KB3Byb2ZpbGUYESABKAkSFgoObWdtdF9pbnRlcmZhY2UYEiABKAkSGgoSbWluX2dwdV9tZW1vcnlfbWliGBMgASgEEh4KFmdwdV9tZW1vcnlfdXRpbGl6YXRpb24YFCABKAESEgoKZ2VuZXJhdGlvbhgVIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCVN0b3BTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIQCghncmFjZV9tcxgDIAEoDSI1CgpEcmFpblNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iJwoGUmVqZWN0EgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJCCg1FbnJvbGxSZXF1ZXN0Eg0KBXRva2VuGAEgASgJEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdjc3JfcGVtGAMgASgJIjIKDkVucm9sbFJlc3BvbnNlEhAKCGNlcnRfcGVtGAEgASgJEg4KBmNhX3BlbRgCIAEoCSrNAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIYChRTSEFSRF9TVEFURV9EUkFJTklORxADEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBBIeChpTSEFSRF9TVEFURV9GQUlMRURfU1RBUlRVUBAFEh4KGlNIQVJEX1NUQVRFX0ZBSUxFRF9SVU5OSU5HEAYyjAEKDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYuYWdlbnQudjEuQWdlbnRNZXNzYWdlGhguYWdlbnQudjEuQ29udHJvbE1lc3NhZ2UoATABEjsKBkVucm9sbBIXLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaGC5hZ2VudC52MS5FbnJvbGxSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message agent.v1.AgentMessage
@@ -192,6 +192,11 @@ export type StreamSettings = Message<"agent.v1.StreamSettings"> & {
    * @generated from field: uint32 reconnect_spread_ms = 2;
    */
   reconnectSpreadMs: number;
+
+  /**
+   * @generated from field: agent.v1.ScrapeSettings scrape = 3;
+   */
+  scrape?: ScrapeSettings | undefined;
 };
 
 /**
@@ -200,6 +205,32 @@ export type StreamSettings = Message<"agent.v1.StreamSettings"> & {
  */
 export const StreamSettingsSchema: GenMessage<StreamSettings> = /*@__PURE__*/
   messageDesc(file_agent_v1_agent, 4);
+
+/**
+ * How often and how patiently the agent scrapes its engines' /metrics: the
+ * configuration's router.scrape_interval and scrape_timeout, so the load
+ * the edge routes by is as fresh as the router expects it to be.
+ *
+ * @generated from message agent.v1.ScrapeSettings
+ */
+export type ScrapeSettings = Message<"agent.v1.ScrapeSettings"> & {
+  /**
+   * @generated from field: uint32 interval_ms = 1;
+   */
+  intervalMs: number;
+
+  /**
+   * @generated from field: uint32 timeout_ms = 2;
+   */
+  timeoutMs: number;
+};
+
+/**
+ * Describes the message agent.v1.ScrapeSettings.
+ * Use `create(ScrapeSettingsSchema)` to create a new message.
+ */
+export const ScrapeSettingsSchema: GenMessage<ScrapeSettings> = /*@__PURE__*/
+  messageDesc(file_agent_v1_agent, 5);
 
 /**
  * @generated from message agent.v1.Register
@@ -254,7 +285,7 @@ export type Register = Message<"agent.v1.Register"> & {
  * Use `create(RegisterSchema)` to create a new message.
  */
 export const RegisterSchema: GenMessage<Register> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 5);
+  messageDesc(file_agent_v1_agent, 6);
 
 /**
  * @generated from message agent.v1.Inventory
@@ -294,7 +325,7 @@ export type Inventory = Message<"agent.v1.Inventory"> & {
  * Use `create(InventorySchema)` to create a new message.
  */
 export const InventorySchema: GenMessage<Inventory> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 6);
+  messageDesc(file_agent_v1_agent, 7);
 
 /**
  * @generated from message agent.v1.Gpu
@@ -356,7 +387,7 @@ export type Gpu = Message<"agent.v1.Gpu"> & {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 7);
+  messageDesc(file_agent_v1_agent, 8);
 
 /**
  * A process using VRAM that llmgw did not start. Its memory is not free.
@@ -380,7 +411,7 @@ export type ForeignProcess = Message<"agent.v1.ForeignProcess"> & {
  * Use `create(ForeignProcessSchema)` to create a new message.
  */
 export const ForeignProcessSchema: GenMessage<ForeignProcess> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 8);
+  messageDesc(file_agent_v1_agent, 9);
 
 /**
  * @generated from message agent.v1.Heartbeat
@@ -397,7 +428,7 @@ export type Heartbeat = Message<"agent.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 9);
+  messageDesc(file_agent_v1_agent, 10);
 
 /**
  * @generated from message agent.v1.ShardLoad
@@ -438,7 +469,7 @@ export type ShardLoad = Message<"agent.v1.ShardLoad"> & {
  * Use `create(ShardLoadSchema)` to create a new message.
  */
 export const ShardLoadSchema: GenMessage<ShardLoad> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 10);
+  messageDesc(file_agent_v1_agent, 11);
 
 /**
  * @generated from message agent.v1.ShardStatus
@@ -517,7 +548,7 @@ export type ShardStatus = Message<"agent.v1.ShardStatus"> & {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 11);
+  messageDesc(file_agent_v1_agent, 12);
 
 /**
  * @generated from message agent.v1.RegisterAck
@@ -547,6 +578,11 @@ export type RegisterAck = Message<"agent.v1.RegisterAck"> & {
    * @generated from field: uint32 reconnect_spread_ms = 4;
    */
   reconnectSpreadMs: number;
+
+  /**
+   * @generated from field: agent.v1.ScrapeSettings scrape = 5;
+   */
+  scrape?: ScrapeSettings | undefined;
 };
 
 /**
@@ -554,7 +590,7 @@ export type RegisterAck = Message<"agent.v1.RegisterAck"> & {
  * Use `create(RegisterAckSchema)` to create a new message.
  */
 export const RegisterAckSchema: GenMessage<RegisterAck> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 12);
+  messageDesc(file_agent_v1_agent, 13);
 
 /**
  * @generated from message agent.v1.PortAssignment
@@ -578,7 +614,7 @@ export type PortAssignment = Message<"agent.v1.PortAssignment"> & {
  * Use `create(PortAssignmentSchema)` to create a new message.
  */
 export const PortAssignmentSchema: GenMessage<PortAssignment> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 13);
+  messageDesc(file_agent_v1_agent, 14);
 
 /**
  * @generated from message agent.v1.Peer
@@ -610,7 +646,7 @@ export type Peer = Message<"agent.v1.Peer"> & {
  * Use `create(PeerSchema)` to create a new message.
  */
 export const PeerSchema: GenMessage<Peer> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 14);
+  messageDesc(file_agent_v1_agent, 15);
 
 /**
  * @generated from message agent.v1.StartShard
@@ -729,7 +765,7 @@ export type StartShard = Message<"agent.v1.StartShard"> & {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 15);
+  messageDesc(file_agent_v1_agent, 16);
 
 /**
  * @generated from message agent.v1.StopShard
@@ -756,7 +792,7 @@ export type StopShard = Message<"agent.v1.StopShard"> & {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 16);
+  messageDesc(file_agent_v1_agent, 17);
 
 /**
  * @generated from message agent.v1.DrainShard
@@ -778,7 +814,7 @@ export type DrainShard = Message<"agent.v1.DrainShard"> & {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 17);
+  messageDesc(file_agent_v1_agent, 18);
 
 /**
  * @generated from message agent.v1.Reject
@@ -800,7 +836,7 @@ export type Reject = Message<"agent.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 18);
+  messageDesc(file_agent_v1_agent, 19);
 
 /**
  * @generated from message agent.v1.EnrollRequest
@@ -827,7 +863,7 @@ export type EnrollRequest = Message<"agent.v1.EnrollRequest"> & {
  * Use `create(EnrollRequestSchema)` to create a new message.
  */
 export const EnrollRequestSchema: GenMessage<EnrollRequest> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 19);
+  messageDesc(file_agent_v1_agent, 20);
 
 /**
  * @generated from message agent.v1.EnrollResponse
@@ -849,7 +885,7 @@ export type EnrollResponse = Message<"agent.v1.EnrollResponse"> & {
  * Use `create(EnrollResponseSchema)` to create a new message.
  */
 export const EnrollResponseSchema: GenMessage<EnrollResponse> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 20);
+  messageDesc(file_agent_v1_agent, 21);
 
 /**
  * @generated from enum agent.v1.ShardState
