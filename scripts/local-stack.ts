@@ -310,6 +310,7 @@ Look around (llmgw ctl needs the admin token, kept in ${ADMIN_TOKEN_FILE}):
   export LLMGW_ADMIN_TOKEN=$(cat ${ADMIN_TOKEN_FILE})
   npx llmgw ctl nodes | replicas | models | explain qwen-32b${ctlFlag}
   LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw keys usage${edgeFlag}
+  LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw ctl endpoints status${edgeFlag}   (each model's pool: bands, queues, load)
   curl -H "Authorization: Bearer $LLMGW_ADMIN_TOKEN" ${ADMIN}/metrics
 
 ${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.
