@@ -7,10 +7,10 @@ import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { ClientTls } from "./enroll.ts";
 import { AGENT_HELP, type AgentFlags, parseAgentFlags } from "./flags.ts";
 import { type InventorySource, nvidiaSmiInventory, simulatedInventory } from "./inventory.ts";
-import { buildRegister } from "./register-message.ts";
 import { lockStateDir } from "./state-lock.ts";
 import { StreamClient } from "./stream-client.ts";
 import { Supervisor } from "./supervisor.ts";
+import { buildRegister, shardStatusOf } from "./wire.ts";
 
 export async function main(argv: string[]): Promise<number> {
   let flags: AgentFlags | "help";
@@ -98,7 +98,14 @@ export async function main(argv: string[]): Promise<number> {
         memoryFreeMib: g.memoryFreeMiB,
       })),
     onStatus: (status) => {
-      client?.send(create(AgentMessageSchema, { msg: { case: "shardStatus", value: status } }));
+      client?.send(
+        create(AgentMessageSchema, { msg: { case: "shardStatus", value: shardStatusOf(status) } }),
+      );
+    },
+    onLoad: (replicaId, rank, load) => {
+      client?.send(
+        create(AgentMessageSchema, { msg: { case: "shardLoad", value: { replicaId, rank, load } } }),
+      );
     },
   });
   const ownPids = () =>

@@ -2,6 +2,7 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
 import { z } from "zod";
+import { type ShardState, shardStates } from "../common/shard-state.ts";
 import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 
 /**
@@ -20,8 +21,8 @@ import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_p
 export const STATE_FILE_NAME = "engines.json";
 const VERSION = 1;
 
-export const persistedStates = ["starting", "ready", "draining", "failed_startup", "failed_running"] as const;
-export type PersistedState = (typeof persistedStates)[number];
+/** A stopped shard is forgotten, so it is never written. */
+export type PersistedState = Exclude<ShardState, "stopped">;
 
 const recordSchema = z.object({
   replicaId: z.string().min(1),
@@ -29,7 +30,7 @@ const recordSchema = z.object({
   pid: z.number().int().min(2).nullable(),
   startTime: z.string().max(32).nullable(),
   logPath: z.string().min(1),
-  state: z.enum(persistedStates),
+  state: z.enum(shardStates).exclude(["stopped"]),
   sinceUnixMs: z.number(),
   failures: z.number().int().min(0).default(0),
   drainDeadlineUnixMs: z.number().nullable().default(null),

@@ -6,8 +6,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { simulatedGpus } from "../agent/inventory.ts";
-import { buildRegister } from "../agent/register-message.ts";
 import { StreamClient } from "../agent/stream-client.ts";
+import { buildRegister } from "../agent/wire.ts";
 import { createLogger } from "../common/log.ts";
 
 const [url, countText, prefix] = process.argv.slice(2);

@@ -6,7 +6,7 @@ import { buildCatalog } from "./catalog.ts";
 import { configSchema } from "./config/schema.ts";
 import { type EdgeFacts, EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import type { EdgeSyncClient } from "./edgesync-client.ts";
-import type { ReplicaRecord, ShardState } from "./reconcile/types.ts";
+import type { ReplicaRecord, TrackedState } from "./reconcile/types.ts";
 
 const endpoint = (id: string, host: string) =>
   create(EndpointSchema, {
@@ -18,7 +18,7 @@ const endpoint = (id: string, host: string) =>
     via: "direct",
   });
 
-function replica(id: string, node: string, state: ShardState): ReplicaRecord {
+function replica(id: string, node: string, state: TrackedState): ReplicaRecord {
   return {
     id,
     model: id.split("/")[0]!,

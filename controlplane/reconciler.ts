@@ -1,9 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import type { Logger } from "../common/log.ts";
-import { shardStateName } from "../common/shard-state.ts";
+import { isFailed, shardStateFromWire } from "../common/shard-state.ts";
 import {
   ControlMessageSchema,
   type ShardLoad,
+  type ShardLoadReport,
   type ShardStatus,
   type StartShard,
   StartShardSchema,
@@ -17,7 +18,7 @@ import type { Assignment, PlacementNode } from "./placement/types.ts";
 import { explainModel } from "./reconcile/explain.ts";
 import { plan, planSettings } from "./reconcile/plan.ts";
 import { ReplicaTable } from "./reconcile/table.ts";
-import type { Action, ObservedShard, ReportedShardState } from "./reconcile/types.ts";
+import type { Action, ObservedShard } from "./reconcile/types.ts";
 import type { Registry } from "./registry.ts";
 
 /**
@@ -37,10 +38,9 @@ export interface ReconcilerDeps {
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
 export function observedFrom(s: ShardStatus): ObservedShard | undefined {
-  const name = shardStateName(s.state);
-  if (name === "unspecified") return undefined;
-  const reported: ReportedShardState = name;
-  const failed = reported === "failed_startup" || reported === "failed_running";
+  const reported = shardStateFromWire(s.state);
+  if (reported === undefined) return undefined;
+  const failed = isFailed(reported);
   // The agent restarts single-node shards itself (and keeps doing so while
   // the control plane is away); a gang restart on top would fight it. The
   // failure is still recorded.
@@ -212,10 +212,16 @@ export class Reconciler {
     return actions;
   }
 
+  onShardLoad(node: string, r: ShardLoadReport): void {
+    const key = `${r.replicaId}#${r.rank}@${node}`;
+    const rt = this.runtime.get(key) ?? {};
+    if (r.load && r.load.scrapedAtUnixMs > 0n) rt.load = r.load;
+    this.runtime.set(key, rt);
+  }
+
   private noteRuntime(node: string, s: ShardStatus): void {
     const key = `${s.replicaId}#${s.rank}@${node}`;
     const rt = this.runtime.get(key) ?? {};
-    if (s.load && s.load.scrapedAtUnixMs > 0n) rt.load = s.load;
     if (s.pid) rt.pid = s.pid;
     if (s.spec) rt.spec = s.spec;
     this.runtime.set(key, rt);

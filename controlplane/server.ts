@@ -106,6 +106,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       },
       onRegister: (node, shards) => reconciler.onRegister(node, shards),
       onShardStatus: (node, status) => reconciler.onShardStatus(node, status),
+      onShardLoad: (node, report) => reconciler.onShardLoad(node, report),
       ...(tls ? { onRenew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
     },
   });

@@ -145,3 +145,17 @@ export function validateLaunch(
 export function describeProblems(problems: readonly Problem[]): string {
   return `validation failed: ${problems.map((p) => p.message).join("; ")}`;
 }
+
+/** Problems waiting cannot clear: a spec that cannot fit this node will not fit it in 10 s either. */
+const PERMANENT = new Set<ProblemCode>([
+  "bad_spec",
+  "unknown_engine",
+  "parallel_mismatch",
+  "unsupported",
+  "gpu_missing",
+]);
+
+/** Whether a launch refused for `problems` is worth retrying (busy ports, short memory or a missing binary may clear up). */
+export function mayClearUp(problems: readonly Problem[]): boolean {
+  return !problems.some((p) => PERMANENT.has(p.code));
+}

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { ShardState } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { shardStateToWire } from "../../common/shard-state.ts";
 import {
   type ModelSummary,
   ModelSummarySchema,
@@ -8,19 +8,11 @@ import {
 } from "../../proto/gen/control/v1/control_pb.ts";
 import type { Catalog } from "../catalog.ts";
 import { replicaStatus } from "../reconcile/table.ts";
-import type { ModelBackoff, ReplicaRecord, ShardRecord } from "../reconcile/types.ts";
+import type { ModelBackoff, ReplicaRecord, TrackedState } from "../reconcile/types.ts";
 import type { ShardRuntime } from "../reconciler.ts";
 
-const SHARD_STATE: Record<ShardRecord["state"], ShardState> = {
-  assigned: ShardState.STARTING,
-  starting: ShardState.STARTING,
-  ready: ShardState.READY,
-  draining: ShardState.DRAINING,
-  stopping: ShardState.DRAINING,
-  stopped: ShardState.STOPPED,
-  failed_startup: ShardState.FAILED_STARTUP,
-  failed_running: ShardState.FAILED_RUNNING,
-};
+/** What ctl shows for the two states only the control plane has. */
+const shown = (s: TrackedState) => (s === "assigned" ? "starting" : s === "stopping" ? "draining" : s);
 
 export function replicaToProto(
   r: ReplicaRecord,
@@ -56,7 +48,7 @@ export function replicaToProto(
         nodeName: s.node,
         gpuIndices: s.gpus,
         ports: { http: s.ports.http, distInit: s.ports.distInit },
-        state: SHARD_STATE[s.state],
+        state: shardStateToWire(shown(s.state)),
         pid: rt?.pid ?? 0,
         ...(rt?.load ? { load: rt.load } : {}),
       };

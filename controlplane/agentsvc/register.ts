@@ -1,6 +1,11 @@
 import { z } from "zod";
 import { inventoryFromProto } from "../../common/inventory.ts";
-import { type Register, ShardState, type ShardStatus } from "../../proto/gen/agent/v1/agent_pb.ts";
+import {
+  type Register,
+  type ShardLoadReport,
+  ShardState,
+  type ShardStatus,
+} from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { RegistrationInfo } from "../registry.ts";
 
 /**
@@ -35,14 +40,6 @@ const shardStatusSchema = z.object({
   state: z.enum(ShardState),
   reason: text(4096),
   outputTail: z.array(text(4096)).max(200),
-  load: z
-    .object({
-      waiting: finite.min(0),
-      running: finite.min(0),
-      kvUsage: finite.min(0).max(1),
-      prefixCacheHitRate: finite.min(0).max(1),
-    })
-    .optional(),
   spec: z
     .object({
       replicaId: text(256),
@@ -63,9 +60,29 @@ const shardStatusSchema = z.object({
     .optional(),
 });
 
+// Load goes to the board the edge routes by: bounded, finite, fractions in 0..1.
+const shardLoadSchema = z.object({
+  replicaId: shardStatusSchema.shape.replicaId,
+  rank: shardStatusSchema.shape.rank,
+  load: z.object({
+    waiting: finite.min(0),
+    running: finite.min(0),
+    kvUsage: finite.min(0).max(1),
+    prefixCacheHitRate: finite.min(0).max(1),
+  }),
+});
+
 /** Undefined when `s` is a well-formed shard report, else the first problem, path-named. */
 export function checkShardStatus(s: ShardStatus, path = "shard_status"): string | undefined {
-  const parsed = shardStatusSchema.safeParse(s);
+  return firstProblem(shardStatusSchema.safeParse(s), path);
+}
+
+/** Undefined when `s` is a well-formed load report, else the first problem, path-named. */
+export function checkShardLoad(s: ShardLoadReport, path = "shard_load"): string | undefined {
+  return firstProblem(shardLoadSchema.safeParse(s), path);
+}
+
+function firstProblem(parsed: z.ZodSafeParseResult<unknown>, path: string): string | undefined {
   if (parsed.success) return undefined;
   const i = parsed.error.issues[0]!;
   return `${path}.${i.path.join(".")}: ${i.message}`;
@@ -110,11 +127,8 @@ export type RegisterCheck = { ok: true; info: RegistrationInfo } | { ok: false; 
 
 export function checkRegister(msg: Register): RegisterCheck {
   if (!msg.inventory) return { ok: false, reason: "register.inventory: missing" };
-  const parsed = registerSchema.safeParse(msg);
-  if (!parsed.success) {
-    const i = parsed.error.issues[0]!;
-    return { ok: false, reason: `register.${i.path.join(".")}: ${i.message}` };
-  }
+  const problem = firstProblem(registerSchema.safeParse(msg), "register");
+  if (problem) return { ok: false, reason: problem };
   for (const [i, shard] of msg.shards.entries()) {
     const problem = checkShardStatus(shard, `register.shards[${i}]`);
     if (problem) return { ok: false, reason: problem };

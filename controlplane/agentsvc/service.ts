@@ -6,12 +6,13 @@ import {
   AgentMessageSchema,
   type ControlMessage,
   ControlMessageSchema,
+  type ShardLoadReport,
   type ShardStatus,
 } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { CertFacts } from "../certificates.ts";
 import type { Registry, Transition } from "../registry.ts";
 import { type BidiCallbacks, type BidiStream, serveConnectBidi } from "./connect-bidi.ts";
-import { checkRegister, checkShardStatus } from "./register.ts";
+import { checkRegister, checkShardLoad, checkShardStatus } from "./register.ts";
 
 /** The path connect clients use for AgentService.Connect. */
 export const CONNECT_PATH = "/agent.v1.AgentService/Connect";
@@ -25,6 +26,7 @@ export interface AgentServiceHooks {
   onTransition?(t: Transition): void;
   onRegister?(node: string, shards: ShardStatus[]): void;
   onShardStatus?(node: string, status: ShardStatus): void;
+  onShardLoad?(node: string, report: ShardLoadReport): void;
   onDisconnect?(node: string): void;
   /** A RenewCertificate on a stream opened with `cert` (mTLS only). */
   onRenew?(cert: CertFacts, csrPem: string): Promise<{ certPem: string } | { refused: string }>;
@@ -349,14 +351,14 @@ export class AgentStreams {
         return;
       case "shardStatus": {
         const problem = checkShardStatus(m.value);
-        if (problem) {
-          // The agent resends its shards with the next Register, so ending
-          // the stream is the only way it learns of the problem.
-          this.opts.log.warn("agent sent an invalid shard status", { node: session.node, problem });
-          this.refuse(session.stream, "invalid_shard_status", problem);
-          return;
-        }
-        hooks?.onShardStatus?.(session.node, m.value);
+        if (problem) this.refuseShard(session, "invalid_shard_status", problem);
+        else hooks?.onShardStatus?.(session.node, m.value);
+        return;
+      }
+      case "shardLoad": {
+        const problem = checkShardLoad(m.value);
+        if (problem) this.refuseShard(session, "invalid_shard_load", problem);
+        else hooks?.onShardLoad?.(session.node, m.value);
         return;
       }
       case "register":
@@ -370,6 +372,15 @@ export class AgentStreams {
       default:
         this.reject("unknown_message");
     }
+  }
+
+  /**
+   * The agent resends its shards with the next Register, so ending the
+   * stream is the only way it learns of the problem.
+   */
+  private refuseShard(session: Session, code: string, problem: string): void {
+    this.opts.log.warn("agent sent an invalid shard report", { node: session.node, problem });
+    this.refuse(session.stream, code, problem);
   }
 
   private renew(session: Session, csrPem: string): void {

@@ -1,5 +1,5 @@
 import type { Client } from "@connectrpc/connect";
-import { shardStateName } from "../../common/shard-state.ts";
+import { shardStateFromWire } from "../../common/shard-state.ts";
 import type { ControlService, Replica } from "../../proto/gen/control/v1/control_pb.ts";
 import { ago, renderTable } from "./table.ts";
 
@@ -18,7 +18,7 @@ export function replicaJson(r: Replica) {
     shards: r.shards.map((s) => ({
       rank: s.rank,
       node: s.nodeName,
-      state: shardStateName(s.state),
+      state: shardStateFromWire(s.state) ?? "unspecified",
       gpus: [...s.gpuIndices],
       ports: { http: s.ports?.http ?? 0, distInit: [...(s.ports?.distInit ?? [])] },
       pid: s.pid || null,

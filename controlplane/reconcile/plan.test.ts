@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import type { ShardState } from "../../common/shard-state.ts";
 import { gpuNode, type NodeSpec } from "../../test/placement/fixtures.ts";
 import { buildCatalog, type Catalog } from "../catalog.ts";
 import { configSchema } from "../config/schema.ts";
@@ -6,7 +7,7 @@ import type { PlacementNode } from "../placement/types.ts";
 import { parseReplicaId, replicaId } from "./ids.ts";
 import { backoffAfter, plan, planSettings } from "./plan.ts";
 import { ReplicaTable, replicaStatus } from "./table.ts";
-import type { Action, ReportedShardState } from "./types.ts";
+import type { Action } from "./types.ts";
 
 const SMALL = {
   name: "llama-8b",
@@ -52,7 +53,7 @@ class World {
     return this.nodes.find((n) => n.name === name)!;
   }
   /** Every shard of every current generation reports `state`. */
-  report(state: ReportedShardState, now: number, filter: (id: string) => boolean = () => true): void {
+  report(state: ShardState, now: number, filter: (id: string) => boolean = () => true): void {
     for (const r of this.table.list()) {
       if (!filter(r.id)) continue;
       for (const s of r.shards) {

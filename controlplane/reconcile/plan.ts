@@ -38,8 +38,8 @@ import type {
   ShardRecord,
   ShardRef,
   ShardSpecSummary,
-  ShardState,
 } from "./types.ts";
+import { isDead } from "./types.ts";
 
 export interface PlanOptions {
   /**
@@ -50,8 +50,6 @@ export interface PlanOptions {
   explainAll?: boolean;
 }
 
-const DEAD: ReadonlySet<ShardState> = new Set(["stopped", "failed_startup", "failed_running"]);
-const isDead = (s: ShardRecord): boolean => DEAD.has(s.state);
 const ref = (s: ShardRecord): ShardRef => ({ node: s.node, rank: s.rank });
 
 /** The backoff a model has after one more failure. */
@@ -94,7 +92,7 @@ class Pass {
     this.actions.push({
       kind: "stop",
       replicaId: r.id,
-      shards: r.shards.filter((s) => !isDead(s)).map(ref),
+      shards: r.shards.filter((s) => !isDead(s.state)).map(ref),
       mode: "stop",
       retire: true,
       reason,
@@ -136,7 +134,7 @@ class Pass {
   }
 
   private hold(fleet: Fleet, key: string, s: ShardRecord): void {
-    if (isDead(s) || this.lost(s.node)) return;
+    if (isDead(s.state) || this.lost(s.node)) return;
     fleet.hold(s.node, key, s.gpus, [s.ports.http, ...s.ports.distInit]);
   }
 
@@ -155,7 +153,7 @@ class Pass {
     const strays: ShardRef[] = [];
     for (const s of r.retiring) {
       if (this.lost(s.node)) release.push(ref(s));
-      else if (s.state !== "stopping" && !isDead(s)) strays.push(ref(s));
+      else if (s.state !== "stopping" && !isDead(s.state)) strays.push(ref(s));
     }
     if (release.length > 0) {
       this.actions.push({ kind: "release", replicaId: r.id, shards: release, reason: "node lost" });
@@ -173,7 +171,7 @@ class Pass {
     if (r.retire) return "gone";
 
     if (!prof) {
-      const live = r.shards.filter((s) => !isDead(s) && !this.lost(s.node));
+      const live = r.shards.filter((s) => !isDead(s.state) && !this.lost(s.node));
       if (live.length > 0) {
         this.actions.push({
           kind: "stop",
@@ -262,7 +260,7 @@ class Pass {
       kind: "restart",
       replicaId: r.id,
       model: r.model,
-      stop: r.shards.filter((s) => !isDead(s) && !this.lost(s.node)).map(ref),
+      stop: r.shards.filter((s) => !isDead(s.state) && !this.lost(s.node)).map(ref),
       release: r.shards.filter((s) => this.lost(s.node)).map(ref),
       failure,
       ...(backoff ? { backoff } : {}),
@@ -305,7 +303,7 @@ class Pass {
         this.actions.push({
           kind: "stop",
           replicaId: r.id,
-          shards: r.shards.filter((s) => !isDead(s)).map(ref),
+          shards: r.shards.filter((s) => !isDead(s.state)).map(ref),
           mode: "drain",
           retire: true,
           reason: `node ${nodes.join(", ")} draining; ${readyStaying} replacement(s) ready elsewhere`,

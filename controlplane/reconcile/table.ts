@@ -25,10 +25,9 @@ import type {
   ReplicaRecord,
   ShardRecord,
   ShardRef,
-  ShardState,
+  TrackedState,
 } from "./types.ts";
-
-const DEAD: ReadonlySet<ShardState> = new Set(["stopped", "failed_startup", "failed_running"]);
+import { isDead } from "./types.ts";
 
 export type ReplicaStatus = "pending" | "backoff" | "starting" | "ready" | "draining" | "failed" | "stopping";
 
@@ -90,7 +89,7 @@ export class ReplicaTable {
         if (a.retire) {
           r.retire = true;
           for (const s of r.shards)
-            if (!DEAD.has(s.state)) r.retiring.push({ ...s, state: "stopping", since: now });
+            if (!isDead(s.state)) r.retiring.push({ ...s, state: "stopping", since: now });
           r.shards = [];
         }
         this.dropIfDone(r);
@@ -135,7 +134,7 @@ export class ReplicaTable {
   observe(node: string, o: ObservedShard, now: number): void {
     const r = this.records.get(o.replicaId);
     if (!r) {
-      if (!DEAD.has(o.state)) this.adoptCandidate(node, o, now);
+      if (!isDead(o.state)) this.adoptCandidate(node, o, now);
       return;
     }
     const sameGen = o.generation === undefined || o.generation === r.generation;
@@ -151,12 +150,12 @@ export class ReplicaTable {
     }
     const old = r.retiring.find((s) => s.rank === o.rank && s.node === node);
     if (old) {
-      if (DEAD.has(o.state)) r.retiring.splice(r.retiring.indexOf(old), 1);
+      if (isDead(o.state)) r.retiring.splice(r.retiring.indexOf(old), 1);
       else if (old.state !== "stopping") this.update(r, old, o, now, true);
       this.dropIfDone(r);
       return;
     }
-    if (DEAD.has(o.state)) return;
+    if (isDead(o.state)) return;
     const shard = this.shardFrom(node, o, now);
     // A slot still waiting for placement (e.g. the first pass after a control
     // plane restart ran before this agent re-registered) takes over a newer
@@ -180,7 +179,7 @@ export class ReplicaTable {
     const listed = new Set(shards.map((o) => `${o.replicaId}#${o.rank}`));
     for (const r of this.records.values()) {
       for (const s of r.shards) {
-        if (s.node !== node || DEAD.has(s.state) || listed.has(`${r.id}#${s.rank}`)) continue;
+        if (s.node !== node || isDead(s.state) || listed.has(`${r.id}#${s.rank}`)) continue;
         const failure: Failure =
           s.state === "assigned"
             ? { reason: `start of rank ${s.rank} never reached ${node}`, at: now, countsForBackoff: false }
@@ -196,7 +195,7 @@ export class ReplicaTable {
   }
 
   private update(r: ReplicaRecord, s: ShardRecord, o: ObservedShard, now: number, retiring: boolean): void {
-    let state: ShardState = o.state;
+    let state: TrackedState = o.state;
     let failure: Failure | undefined;
     if (o.failure || state === "failed_startup" || state === "failed_running") {
       failure = {
@@ -280,7 +279,7 @@ export class ReplicaTable {
     const i = r.shards.findIndex((s) => s.node === x.node && s.rank === x.rank);
     if (i >= 0) {
       const [s] = r.shards.splice(i, 1);
-      if (s && !DEAD.has(s.state)) r.retiring.push({ ...s, state: "stopping", since: now });
+      if (s && !isDead(s.state)) r.retiring.push({ ...s, state: "stopping", since: now });
       return;
     }
     const old = r.retiring.find((s) => s.node === x.node && s.rank === x.rank);

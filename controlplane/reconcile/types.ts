@@ -3,7 +3,7 @@
  * planner reads, and the actions it answers with. Plain data, so the plan
  * can be logged, diffed in tests and shipped over the admin API as is.
  */
-import type { ShardStateName } from "../../common/shard-state.ts";
+import type { ShardState } from "../../common/shard-state.ts";
 import type { Catalog } from "../catalog.ts";
 import type {
   Assignment,
@@ -14,22 +14,16 @@ import type {
 } from "../placement/types.ts";
 
 /**
- * Shard states as the control plane tracks them. `assigned` = StartShard
- * sent, nothing heard yet; `stopping` = StopShard/DrainShard sent. The rest
- * mirror the agent's ShardState.
+ * A shard's state as the control plane tracks it: the agent's ShardState,
+ * plus the two only the control plane knows. `assigned` = StartShard sent,
+ * nothing heard yet; `stopping` = StopShard/DrainShard sent.
  */
-export type ShardState =
-  | "assigned"
-  | "starting"
-  | "ready"
-  | "draining"
-  | "stopping"
-  | "stopped"
-  | "failed_startup"
-  | "failed_running";
+export type TrackedState = ShardState | "assigned" | "stopping";
 
-/** What an agent reports, in the spelling logs and ctl share; "unspecified" never reaches the planner. */
-export type ReportedShardState = Exclude<ShardStateName, "unspecified">;
+const DEAD: ReadonlySet<TrackedState> = new Set(["stopped", "failed_startup", "failed_running"]);
+
+/** Nothing runs: stopped, or failed. */
+export const isDead = (s: TrackedState): boolean => DEAD.has(s);
 
 export interface Failure {
   reason: string;
@@ -49,7 +43,7 @@ export interface ShardRecord {
   node: string;
   gpus: number[];
   ports: PortAssignment;
-  state: ShardState;
+  state: TrackedState;
   since: number;
   failure?: Failure;
 }
@@ -191,7 +185,7 @@ export interface ObservedShard {
   replicaId: string;
   rank: number;
   generation?: number;
-  state: ReportedShardState;
+  state: ShardState;
   failure?: Omit<Failure, "countsForBackoff" | "at"> & { at?: number };
   gpus?: number[];
   ports?: PortAssignment;

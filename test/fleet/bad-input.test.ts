@@ -1,7 +1,7 @@
 import { connect } from "node:http2";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildRegister } from "../../agent/register-message.ts";
+import { buildRegister } from "../../agent/wire.ts";
 import { type AgentMessage, AgentMessageSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { type Proc, runLlmgw, waitUntil } from "../harness/process.ts";

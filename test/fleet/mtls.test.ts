@@ -3,7 +3,7 @@ import { connect as h2connect } from "node:http2";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildRegister } from "../../agent/register-message.ts";
+import { buildRegister } from "../../agent/wire.ts";
 import { loadOrCreateCa, signClientCsr } from "../../controlplane/pki/ca.ts";
 import { createCsr } from "../../controlplane/pki/x509.ts";
 import { AgentMessageSchema } from "../../proto/gen/agent/v1/agent_pb.ts";

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildRegister } from "../../agent/register-message.ts";
+import { buildRegister } from "../../agent/wire.ts";
 import { loadOrCreateCa, signClientCsr } from "../../controlplane/pki/ca.ts";
 import { createCsr } from "../../controlplane/pki/x509.ts";
 import { AgentMessageSchema, AgentService } from "../../proto/gen/agent/v1/agent_pb.ts";

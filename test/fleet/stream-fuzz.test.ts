@@ -55,6 +55,7 @@ const REJECT_CODES = new Set([
   "revoked",
   "invalid_register",
   "invalid_shard_status",
+  "invalid_shard_load",
   "name_in_use",
   "certificate_expired",
 ]);
@@ -113,15 +114,20 @@ const shardStatus = fc.record({
   exitCode: int32,
   hasExitCode: fc.boolean(),
   outputTail: fc.array(text, { maxLength: 5 }),
-  load: fc.option(
-    fc.record({ waiting: num, running: num, kvUsage: num, prefixCacheHitRate: num, scrapedAtUnixMs: bigint }),
-    { nil: undefined },
-  ),
   sinceUnixMs: bigint,
   pid: uint32,
   spec: fc.option(spec, { nil: undefined }),
   restartAtUnixMs: bigint,
   generation: u64,
+});
+
+const shardLoad = fc.record({
+  replicaId: fc.oneof(fc.constant(REPLICA), fc.constant(""), text),
+  rank: fc.oneof(fc.constant(0), uint32),
+  load: fc.option(
+    fc.record({ waiting: num, running: num, kvUsage: num, prefixCacheHitRate: num, scrapedAtUnixMs: bigint }),
+    { nil: undefined },
+  ),
 });
 
 const gpu = fc.record({
@@ -185,6 +191,10 @@ function message(csrs: string[]): fc.Arbitrary<AgentInit> {
     {
       arbitrary: shardStatus.map((value): AgentInit => ({ msg: { case: "shardStatus", value } })),
       weight: 3,
+    },
+    {
+      arbitrary: shardLoad.map((value): AgentInit => ({ msg: { case: "shardLoad", value } })),
+      weight: 2,
     },
     {
       arbitrary: fc

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agent/v1/agent.proto.
  */
 export const file_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEizwEKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIABI3ChFyZW5ld19jZXJ0aWZpY2F0ZRgEIAEoCzIaLmFnZW50LnYxLlJlbmV3Q2VydGlmaWNhdGVIAEIFCgNtc2ci2gIKDkNvbnRyb2xNZXNzYWdlEi0KDHJlZ2lzdGVyX2FjaxgBIAEoCzIVLmFnZW50LnYxLlJlZ2lzdGVyQWNrSAASKwoLc3RhcnRfc2hhcmQYAiABKAsyFC5hZ2VudC52MS5TdGFydFNoYXJkSAASKQoKc3RvcF9zaGFyZBgDIAEoCzITLmFnZW50LnYxLlN0b3BTaGFyZEgAEisKC2RyYWluX3NoYXJkGAQgASgLMhQuYWdlbnQudjEuRHJhaW5TaGFyZEgAEiIKBnJlamVjdBgFIAEoCzIQLmFnZW50LnYxLlJlamVjdEgAEiwKCHNldHRpbmdzGAYgASgLMhguYWdlbnQudjEuU3RyZWFtU2V0dGluZ3NIABI7ChNjZXJ0aWZpY2F0ZV9yZW5ld2FsGAcgASgLMhwuYWdlbnQudjEuQ2VydGlmaWNhdGVSZW5ld2FsSABCBQoDbXNnIiMKEFJlbmV3Q2VydGlmaWNhdGUSDwoHY3NyX3BlbRgBIAEoCSJFChJDZXJ0aWZpY2F0ZVJlbmV3YWwSEgoIY2VydF9wZW0YASABKAlIABIRCgdyZWZ1c2VkGAIgASgJSABCCAoGcmVzdWx0InYKDlN0cmVhbVNldHRpbmdzEh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgBIAEoDRIbChNyZWNvbm5lY3Rfc3ByZWFkX21zGAIgASgNEigKBnNjcmFwZRgDIAEoCzIYLmFnZW50LnYxLlNjcmFwZVNldHRpbmdzIjkKDlNjcmFwZVNldHRpbmdzEhMKC2ludGVydmFsX21zGAEgASgNEhIKCnRpbWVvdXRfbXMYAiABKA0ilQIKCFJlZ2lzdGVyEhEKCW5vZGVfbmFtZRgBIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAIgASgJEiYKCWludmVudG9yeRgDIAEoCzITLmFnZW50LnYxLkludmVudG9yeRIuCgZmYWJyaWMYBCADKAsyHi5hZ2VudC52MS5SZWdpc3Rlci5GYWJyaWNFbnRyeRIZChFhZHZlcnRpc2VfYWRkcmVzcxgFIAEoCRIlCgZzaGFyZHMYBiADKAsyFS5hZ2VudC52MS5TaGFyZFN0YXR1cxIWCg5hZ2VudF9pbnN0YW5jZRgHIAEoCRotCgtGYWJyaWNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIncKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0uYWdlbnQudjEuR3B1EhEKCWNwdV9jb3JlcxgCIAEoDRIVCg1yYW1fdG90YWxfbWliGAMgASgEEhAKCGhvc3RuYW1lGAQgASgJEhEKCXNpbXVsYXRlZBgFIAEoCCLvAQoDR3B1Eg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIYChBtZW1vcnlfdG90YWxfbWliGAQgASgEEhcKD21lbW9yeV9mcmVlX21pYhgFIAEoBBIXCg9tZW1vcnlfdXNlZF9taWIYBiABKAQSEgoKcGNpX2J1c19pZBgHIAEoCRIWCg5kcml2ZXJfdmVyc2lvbhgIIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYCSABKAkSKQoHZm9yZWlnbhgKIAMoCzIYLmFnZW50LnYxLkZvcmVpZ25Qcm9jZXNzIi8KDkZvcmVpZ25Qcm9jZXNzEgsKA3BpZBgBIAEoDRIQCgh1c2VkX21pYhgCIAEoBCIkCglIZWFydGJlYXQSFwoPc2VudF9hdF91bml4X21zGAEgASgDInoKCVNoYXJkTG9hZBIPCgd3YWl0aW5nGAEgASgBEg8KB3J1bm5pbmcYAiABKAESEAoIa3ZfdXNhZ2UYAyABKAESHQoVcHJlZml4X2NhY2hlX2hpdF9yYXRlGAQgASgBEhoKEnNjcmFwZWRfYXRfdW5peF9tcxgFIAEoAyKqAgoLU2hhcmRTdGF0dXMSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEiMKBXN0YXRlGAMgASgOMhQuYWdlbnQudjEuU2hhcmRTdGF0ZRIOCgZyZWFzb24YBCABKAkSEQoJZXhpdF9jb2RlGAUgASgFEhUKDWhhc19leGl0X2NvZGUYBiABKAgSEwoLb3V0cHV0X3RhaWwYByADKAkSIQoEbG9hZBgIIAEoCzITLmFnZW50LnYxLlNoYXJkTG9hZBIVCg1zaW5jZV91bml4X21zGAkgASgDEgsKA3BpZBgKIAEoDRIiCgRzcGVjGAsgASgLMhQuYWdlbnQudjEuU3RhcnRTaGFyZBIaChJyZXN0YXJ0X2F0X3VuaXhfbXMYDCABKAMinAEKC1JlZ2lzdGVyQWNrEhgKEGNvbnRyb2xfcGxhbmVfaWQYASABKAkSDQoFZXBvY2gYAiABKAQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYBCABKA0SKAoGc2NyYXBlGAUgASgLMhguYWdlbnQudjEuU2NyYXBlU2V0dGluZ3MiMQoOUG9ydEFzc2lnbm1lbnQSDAoEaHR0cBgBIAEoDRIRCglkaXN0X2luaXQYAiADKA0iYQoEUGVlchIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQiuAQKClN0YXJ0U2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEhMKC3dvcmxkX25vZGVzGAMgASgNEg4KBmVuZ2luZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgGIAEoCRIMCgRhcmdzGAcgAygJEhMKC2dwdV9pbmRpY2VzGAggAygNEicKBXBvcnRzGAkgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSKgoDZW52GAogAygLMh0uYWdlbnQudjEuU3RhcnRTaGFyZC5FbnZFbnRyeRIXCg90ZW5zb3JfcGFyYWxsZWwYCyABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYDCABKA0SFQoNZGF0YV9wYXJhbGxlbBgNIAEoDRIdCgVwZWVycxgOIAMoCzIOLmFnZW50LnYxLlBlZXISGwoTc3RhcnR1cF9kZWFkbGluZV9tcxgPIAEoDRIVCg1zdG9wX2dyYWNlX21zGBAgASgNEg8KB3Byb2ZpbGUYESABKAkSFgoObWdtdF9pbnRlcmZhY2UYEiABKAkSGgoSbWluX2dwdV9tZW1vcnlfbWliGBMgASgEEh4KFmdwdV9tZW1vcnlfdXRpbGl6YXRpb24YFCABKAESEgoKZ2VuZXJhdGlvbhgVIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCVN0b3BTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIQCghncmFjZV9tcxgDIAEoDSI1CgpEcmFpblNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iJwoGUmVqZWN0EgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJCCg1FbnJvbGxSZXF1ZXN0Eg0KBXRva2VuGAEgASgJEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdjc3JfcGVtGAMgASgJIjIKDkVucm9sbFJlc3BvbnNlEhAKCGNlcnRfcGVtGAEgASgJEg4KBmNhX3BlbRgCIAEoCSrNAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIYChRTSEFSRF9TVEFURV9EUkFJTklORxADEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBBIeChpTSEFSRF9TVEFURV9GQUlMRURfU1RBUlRVUBAFEh4KGlNIQVJEX1NUQVRFX0ZBSUxFRF9SVU5OSU5HEAYyjAEKDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYuYWdlbnQudjEuQWdlbnRNZXNzYWdlGhguYWdlbnQudjEuQ29udHJvbE1lc3NhZ2UoATABEjsKBkVucm9sbBIXLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaGC5hZ2VudC52MS5FbnJvbGxSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChRhZ2VudC92MS9hZ2VudC5wcm90bxIIYWdlbnQudjEigAIKDEFnZW50TWVzc2FnZRImCghyZWdpc3RlchgBIAEoCzISLmFnZW50LnYxLlJlZ2lzdGVySAASKAoJaGVhcnRiZWF0GAIgASgLMhMuYWdlbnQudjEuSGVhcnRiZWF0SAASLQoMc2hhcmRfc3RhdHVzGAMgASgLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXNIABI3ChFyZW5ld19jZXJ0aWZpY2F0ZRgEIAEoCzIaLmFnZW50LnYxLlJlbmV3Q2VydGlmaWNhdGVIABIvCgpzaGFyZF9sb2FkGAUgASgLMhkuYWdlbnQudjEuU2hhcmRMb2FkUmVwb3J0SABCBQoDbXNnItoCCg5Db250cm9sTWVzc2FnZRItCgxyZWdpc3Rlcl9hY2sYASABKAsyFS5hZ2VudC52MS5SZWdpc3RlckFja0gAEisKC3N0YXJ0X3NoYXJkGAIgASgLMhQuYWdlbnQudjEuU3RhcnRTaGFyZEgAEikKCnN0b3Bfc2hhcmQYAyABKAsyEy5hZ2VudC52MS5TdG9wU2hhcmRIABIrCgtkcmFpbl9zaGFyZBgEIAEoCzIULmFnZW50LnYxLkRyYWluU2hhcmRIABIiCgZyZWplY3QYBSABKAsyEC5hZ2VudC52MS5SZWplY3RIABIsCghzZXR0aW5ncxgGIAEoCzIYLmFnZW50LnYxLlN0cmVhbVNldHRpbmdzSAASOwoTY2VydGlmaWNhdGVfcmVuZXdhbBgHIAEoCzIcLmFnZW50LnYxLkNlcnRpZmljYXRlUmVuZXdhbEgAQgUKA21zZyIjChBSZW5ld0NlcnRpZmljYXRlEg8KB2Nzcl9wZW0YASABKAkiRQoSQ2VydGlmaWNhdGVSZW5ld2FsEhIKCGNlcnRfcGVtGAEgASgJSAASEQoHcmVmdXNlZBgCIAEoCUgAQggKBnJlc3VsdCJ2Cg5TdHJlYW1TZXR0aW5ncxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYASABKA0SGwoTcmVjb25uZWN0X3NwcmVhZF9tcxgCIAEoDRIoCgZzY3JhcGUYAyABKAsyGC5hZ2VudC52MS5TY3JhcGVTZXR0aW5ncyI5Cg5TY3JhcGVTZXR0aW5ncxITCgtpbnRlcnZhbF9tcxgBIAEoDRISCgp0aW1lb3V0X21zGAIgASgNIpUCCghSZWdpc3RlchIRCglub2RlX25hbWUYASABKAkSFQoNYWdlbnRfdmVyc2lvbhgCIAEoCRImCglpbnZlbnRvcnkYAyABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLgoGZmFicmljGAQgAygLMh4uYWdlbnQudjEuUmVnaXN0ZXIuRmFicmljRW50cnkSGQoRYWR2ZXJ0aXNlX2FkZHJlc3MYBSABKAkSJQoGc2hhcmRzGAYgAygLMhUuYWdlbnQudjEuU2hhcmRTdGF0dXMSFgoOYWdlbnRfaW5zdGFuY2UYByABKAkaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ3CglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmFnZW50LnYxLkdwdRIRCgljcHVfY29yZXMYAiABKA0SFQoNcmFtX3RvdGFsX21pYhgDIAEoBBIQCghob3N0bmFtZRgEIAEoCRIRCglzaW11bGF0ZWQYBSABKAgi7wEKA0dwdRINCgVpbmRleBgBIAEoDRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGAoQbWVtb3J5X3RvdGFsX21pYhgEIAEoBBIXCg9tZW1vcnlfZnJlZV9taWIYBSABKAQSFwoPbWVtb3J5X3VzZWRfbWliGAYgASgEEhIKCnBjaV9idXNfaWQYByABKAkSFgoOZHJpdmVyX3ZlcnNpb24YCCABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAkgASgJEikKB2ZvcmVpZ24YCiADKAsyGC5hZ2VudC52MS5Gb3JlaWduUHJvY2VzcyIvCg5Gb3JlaWduUHJvY2VzcxILCgNwaWQYASABKA0SEAoIdXNlZF9taWIYAiABKAQiJAoJSGVhcnRiZWF0EhcKD3NlbnRfYXRfdW5peF9tcxgBIAEoAyJ6CglTaGFyZExvYWQSDwoHd2FpdGluZxgBIAEoARIPCgdydW5uaW5nGAIgASgBEhAKCGt2X3VzYWdlGAMgASgBEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgEIAEoARIaChJzY3JhcGVkX2F0X3VuaXhfbXMYBSABKAMiVgoPU2hhcmRMb2FkUmVwb3J0EhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcmFuaxgCIAEoDRIhCgRsb2FkGAMgASgLMhMuYWdlbnQudjEuU2hhcmRMb2FkIpMCCgtTaGFyZFN0YXR1cxISCgpyZXBsaWNhX2lkGAEgASgJEgwKBHJhbmsYAiABKA0SIwoFc3RhdGUYAyABKA4yFC5hZ2VudC52MS5TaGFyZFN0YXRlEg4KBnJlYXNvbhgEIAEoCRIRCglleGl0X2NvZGUYBSABKAUSFQoNaGFzX2V4aXRfY29kZRgGIAEoCBITCgtvdXRwdXRfdGFpbBgHIAMoCRIVCg1zaW5jZV91bml4X21zGAkgASgDEgsKA3BpZBgKIAEoDRIiCgRzcGVjGAsgASgLMhQuYWdlbnQudjEuU3RhcnRTaGFyZBIaChJyZXN0YXJ0X2F0X3VuaXhfbXMYDCABKANKBAgIEAlSBGxvYWQinAEKC1JlZ2lzdGVyQWNrEhgKEGNvbnRyb2xfcGxhbmVfaWQYASABKAkSDQoFZXBvY2gYAiABKAQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhsKE3JlY29ubmVjdF9zcHJlYWRfbXMYBCABKA0SKAoGc2NyYXBlGAUgASgLMhguYWdlbnQudjEuU2NyYXBlU2V0dGluZ3MiMQoOUG9ydEFzc2lnbm1lbnQSDAoEaHR0cBgBIAEoDRIRCglkaXN0X2luaXQYAiADKA0iYQoEUGVlchIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQiuAQKClN0YXJ0U2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyYW5rGAIgASgNEhMKC3dvcmxkX25vZGVzGAMgASgNEg4KBmVuZ2luZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgGIAEoCRIMCgRhcmdzGAcgAygJEhMKC2dwdV9pbmRpY2VzGAggAygNEicKBXBvcnRzGAkgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSKgoDZW52GAogAygLMh0uYWdlbnQudjEuU3RhcnRTaGFyZC5FbnZFbnRyeRIXCg90ZW5zb3JfcGFyYWxsZWwYCyABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYDCABKA0SFQoNZGF0YV9wYXJhbGxlbBgNIAEoDRIdCgVwZWVycxgOIAMoCzIOLmFnZW50LnYxLlBlZXISGwoTc3RhcnR1cF9kZWFkbGluZV9tcxgPIAEoDRIVCg1zdG9wX2dyYWNlX21zGBAgASgNEg8KB3Byb2ZpbGUYESABKAkSFgoObWdtdF9pbnRlcmZhY2UYEiABKAkSGgoSbWluX2dwdV9tZW1vcnlfbWliGBMgASgEEh4KFmdwdV9tZW1vcnlfdXRpbGl6YXRpb24YFCABKAESEgoKZ2VuZXJhdGlvbhgVIAEoBBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKCVN0b3BTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIQCghncmFjZV9tcxgDIAEoDSI1CgpEcmFpblNoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iJwoGUmVqZWN0EgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJCCg1FbnJvbGxSZXF1ZXN0Eg0KBXRva2VuGAEgASgJEhEKCW5vZGVfbmFtZRgCIAEoCRIPCgdjc3JfcGVtGAMgASgJIjIKDkVucm9sbFJlc3BvbnNlEhAKCGNlcnRfcGVtGAEgASgJEg4KBmNhX3BlbRgCIAEoCSrNAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIYChRTSEFSRF9TVEFURV9EUkFJTklORxADEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBBIeChpTSEFSRF9TVEFURV9GQUlMRURfU1RBUlRVUBAFEh4KGlNIQVJEX1NUQVRFX0ZBSUxFRF9SVU5OSU5HEAYyjAEKDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYuYWdlbnQudjEuQWdlbnRNZXNzYWdlGhguYWdlbnQudjEuQ29udHJvbE1lc3NhZ2UoATABEjsKBkVucm9sbBIXLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaGC5hZ2VudC52MS5FbnJvbGxSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message agent.v1.AgentMessage
@@ -50,6 +50,15 @@ export type AgentMessage = Message<"agent.v1.AgentMessage"> & {
      */
     value: RenewCertificate;
     case: "renewCertificate";
+  } | {
+    /**
+     * A serving engine's load, every scrape interval. Not a state change:
+     * it feeds the control plane's load board and nothing else.
+     *
+     * @generated from field: agent.v1.ShardLoadReport shard_load = 5;
+     */
+    value: ShardLoadReport;
+    case: "shardLoad";
   } | { case: undefined; value?: undefined };
 };
 
@@ -472,6 +481,35 @@ export const ShardLoadSchema: GenMessage<ShardLoad> = /*@__PURE__*/
   messageDesc(file_agent_v1_agent, 11);
 
 /**
+ * @generated from message agent.v1.ShardLoadReport
+ */
+export type ShardLoadReport = Message<"agent.v1.ShardLoadReport"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: uint32 rank = 2;
+   */
+  rank: number;
+
+  /**
+   * @generated from field: agent.v1.ShardLoad load = 3;
+   */
+  load?: ShardLoad | undefined;
+};
+
+/**
+ * Describes the message agent.v1.ShardLoadReport.
+ * Use `create(ShardLoadReportSchema)` to create a new message.
+ */
+export const ShardLoadReportSchema: GenMessage<ShardLoadReport> = /*@__PURE__*/
+  messageDesc(file_agent_v1_agent, 12);
+
+/**
+ * A change of a shard's state (and, in Register, each shard's current one).
+ *
  * @generated from message agent.v1.ShardStatus
  */
 export type ShardStatus = Message<"agent.v1.ShardStatus"> & {
@@ -511,11 +549,6 @@ export type ShardStatus = Message<"agent.v1.ShardStatus"> & {
   outputTail: string[];
 
   /**
-   * @generated from field: agent.v1.ShardLoad load = 8;
-   */
-  load?: ShardLoad | undefined;
-
-  /**
    * @generated from field: int64 since_unix_ms = 9;
    */
   sinceUnixMs: bigint;
@@ -548,7 +581,7 @@ export type ShardStatus = Message<"agent.v1.ShardStatus"> & {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 12);
+  messageDesc(file_agent_v1_agent, 13);
 
 /**
  * @generated from message agent.v1.RegisterAck
@@ -590,7 +623,7 @@ export type RegisterAck = Message<"agent.v1.RegisterAck"> & {
  * Use `create(RegisterAckSchema)` to create a new message.
  */
 export const RegisterAckSchema: GenMessage<RegisterAck> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 13);
+  messageDesc(file_agent_v1_agent, 14);
 
 /**
  * @generated from message agent.v1.PortAssignment
@@ -614,7 +647,7 @@ export type PortAssignment = Message<"agent.v1.PortAssignment"> & {
  * Use `create(PortAssignmentSchema)` to create a new message.
  */
 export const PortAssignmentSchema: GenMessage<PortAssignment> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 14);
+  messageDesc(file_agent_v1_agent, 15);
 
 /**
  * @generated from message agent.v1.Peer
@@ -646,7 +679,7 @@ export type Peer = Message<"agent.v1.Peer"> & {
  * Use `create(PeerSchema)` to create a new message.
  */
 export const PeerSchema: GenMessage<Peer> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 15);
+  messageDesc(file_agent_v1_agent, 16);
 
 /**
  * @generated from message agent.v1.StartShard
@@ -765,7 +798,7 @@ export type StartShard = Message<"agent.v1.StartShard"> & {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 16);
+  messageDesc(file_agent_v1_agent, 17);
 
 /**
  * @generated from message agent.v1.StopShard
@@ -792,7 +825,7 @@ export type StopShard = Message<"agent.v1.StopShard"> & {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 17);
+  messageDesc(file_agent_v1_agent, 18);
 
 /**
  * @generated from message agent.v1.DrainShard
@@ -814,7 +847,7 @@ export type DrainShard = Message<"agent.v1.DrainShard"> & {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 18);
+  messageDesc(file_agent_v1_agent, 19);
 
 /**
  * @generated from message agent.v1.Reject
@@ -836,7 +869,7 @@ export type Reject = Message<"agent.v1.Reject"> & {
  * Use `create(RejectSchema)` to create a new message.
  */
 export const RejectSchema: GenMessage<Reject> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 19);
+  messageDesc(file_agent_v1_agent, 20);
 
 /**
  * @generated from message agent.v1.EnrollRequest
@@ -863,7 +896,7 @@ export type EnrollRequest = Message<"agent.v1.EnrollRequest"> & {
  * Use `create(EnrollRequestSchema)` to create a new message.
  */
 export const EnrollRequestSchema: GenMessage<EnrollRequest> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 20);
+  messageDesc(file_agent_v1_agent, 21);
 
 /**
  * @generated from message agent.v1.EnrollResponse
@@ -885,7 +918,7 @@ export type EnrollResponse = Message<"agent.v1.EnrollResponse"> & {
  * Use `create(EnrollResponseSchema)` to create a new message.
  */
 export const EnrollResponseSchema: GenMessage<EnrollResponse> = /*@__PURE__*/
-  messageDesc(file_agent_v1_agent, 21);
+  messageDesc(file_agent_v1_agent, 22);
 
 /**
  * @generated from enum agent.v1.ShardState
