@@ -71,7 +71,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare ships with wrangler (same workerd build); not a direct dependency.
 import { Miniflare } from "miniflare";
-import type { TraceRecord } from "../agent/sim-engine/request-trace.ts";
+import type { TraceRecord } from "../sim-engine/request-trace.ts";
 import {
   bundleWorker,
   createKey,

@@ -26,13 +26,13 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
 import { renderTable } from "../controlplane/ctl/table.ts";
 import { type RouterConfig, routerSchema } from "../edge/router-config.ts";
 import type { RoutingPolicy } from "../edge/routing/types.ts";
 import { loadFigure } from "../loadgen/plot.ts";
 import { type LevelSummary, ms } from "../loadgen/stats.ts";
 import { bandMix, DEFAULT_BANDS, randomPrompts, sharedPrefix, type Workload } from "../loadgen/workloads.ts";
+import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { knee, type Level, runLevel } from "./routing/levels.ts";
 import { pickBenchmark } from "./routing/pick.ts";
 import { realConfirmation } from "./routing/real.ts";

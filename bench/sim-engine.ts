@@ -3,7 +3,7 @@
  * is the sim engine the model it claims to be, and is it cheap enough that a
  * fleet benchmark measures the model rather than the simulator?
  *
- * 0. Calibration. Every published point in agent/sim-engine/calibration.ts
+ * 0. Calibration. Every published point in sim-engine/calibration.ts
  *    beside the model's figure for the same workload (virtual clock, a few
  *    seconds). The bar: every V1-era point within ±20 %.
  * 1. Fidelity. A real engine process (default flags: Llama-3.1-8B on one
@@ -11,7 +11,7 @@
  *    128 output tokens (token-id prompts, so the model sees exactly the same
  *    ids). The client measures output tok/s, TTFT and ITL; the table puts
  *    them beside the engine's own /metrics and beside the model's prediction
- *    (the same EngineCore on a virtual clock, agent/sim-engine/predict.ts).
+ *    (the same EngineCore on a virtual clock, sim-engine/predict.ts).
  *    All times are simulated (real × --sim-speed).
  * 2. Cost. At --sim-speed 100 with 64 streams the engine is CPU-bound; we
  *    divide streamed output tokens by the engine's CPU seconds
@@ -28,10 +28,10 @@ import {
   METRICS,
   RUNS,
   TOLERANCE,
-} from "../agent/sim-engine/calibration.ts";
-import { DEFAULT_H100_8B_CORE } from "../agent/sim-engine/engine-core.ts";
-import { replayTrace, simulateClosedLoop, type TraceRequest } from "../agent/sim-engine/predict.ts";
-import { BOS } from "../agent/sim-engine/text.ts";
+} from "../sim-engine/calibration.ts";
+import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
+import { replayTrace, simulateClosedLoop, type TraceRequest } from "../sim-engine/predict.ts";
+import { BOS } from "../sim-engine/text.ts";
 import { freePort, type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../test/harness/process.ts";
 
 const SPEED = Number(process.env.SIM_BENCH_SPEED ?? 1);

@@ -12,7 +12,7 @@ import { ApiError, errors } from "./openai-errors.ts";
 const modelName = z.string().min(1, "must not be empty").max(256, "must be at most 256 characters");
 /**
  * At least 1, as vLLM and OpenAI's chat API have it; the sim engine applies
- * the same rule with the same message (agent/sim-engine/protocol.ts).
+ * the same rule with the same message (sim-engine/protocol.ts).
  */
 const maxTokens = z
   .number()

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chatPromptTokens, tokenize } from "../agent/sim-engine/text.ts";
+import { chatPromptTokens, tokenize } from "../sim-engine/text.ts";
 import { bandMix, randomPrompts, sharedPrefix, tag, type WorkloadRequest } from "./workloads.ts";
 
 /** BOS, <start_header>, role, <end_header>: what every prompt of one first role shares by template alone. */

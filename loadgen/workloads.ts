@@ -8,7 +8,7 @@
  *
  * Token counts are approximate on purpose. Text is made of words of one to
  * three letters, which the usual BPE tokenizers (and the sim engine's,
- * agent/sim-engine/text.ts) count as about one token each, ≈ 4 characters
+ * sim-engine/text.ts) count as about one token each, ≈ 4 characters
  * per token with the space; a text of N requested tokens is N such words
  * after a short tag. The chat template adds its own few tokens per message.
  *
@@ -17,7 +17,7 @@
  * once and reused; questions and synthetic answers are slices of one shared
  * word corpus (V8 shares a slice's memory with the string it came from).
  */
-import { mix32, rng32 } from "../agent/sim-engine/text.ts";
+import { mix32, mulberry32 } from "../common/rng.ts";
 
 export interface ChatMessage {
   role: "system" | "user" | "assistant";
@@ -129,7 +129,7 @@ let corpus: { text: string; offsets: Uint32Array } | undefined;
 /** One fixed corpus for every workload: which slice a text takes is what the seed decides. */
 function sharedCorpus(): { text: string; offsets: Uint32Array } {
   if (corpus) return corpus;
-  const next = rng32(0x1b2e_c0de);
+  const next = mulberry32(0x1b2e_c0de);
   const offsets = new Uint32Array(CORPUS_WORDS + 1);
   const parts: string[] = [];
   let at = 0;
@@ -199,7 +199,7 @@ function makeWorkload(
     const start = opts.start ?? 0;
     const content = source(opts.seed);
     const bandOf = label?.(opts.seed);
-    const arrivals = rng32(mix32(mix32(opts.seed, ARRIVALS), start));
+    const arrivals = mulberry32(mix32(mix32(opts.seed, ARRIVALS), start));
     for (let i = 0; i < start; i++) content(i);
     let t = 0;
     for (let i = start; ; i++) {
@@ -231,13 +231,13 @@ function makeWorkload(
 
 function sharedPrefixSource(o: SharedPrefixOptions): (seed: number) => ContentSource {
   return (seed) => {
-    const pick = rng32(mix32(seed, PICK));
-    const text = rng32(mix32(seed, TEXT));
+    const pick = mulberry32(mix32(seed, PICK));
+    const text = mulberry32(mix32(seed, TEXT));
     const systems: ChatMessage[] = [];
     const system = (g: number): ChatMessage => {
       systems[g] ??= {
         role: "system",
-        content: tag("g", g) + words(rng32(mix32(mix32(seed, SYSTEM), g)), o.systemTokens),
+        content: tag("g", g) + words(mulberry32(mix32(mix32(seed, SYSTEM), g)), o.systemTokens),
       };
       return systems[g]!;
     };
@@ -279,8 +279,8 @@ function sharedPrefixSource(o: SharedPrefixOptions): (seed: number) => ContentSo
 
 function randomSource(o: RandomOptions): (seed: number) => ContentSource {
   return (seed) => {
-    const pick = rng32(mix32(seed, PICK));
-    const text = rng32(mix32(seed, TEXT));
+    const pick = mulberry32(mix32(seed, PICK));
+    const text = mulberry32(mix32(seed, TEXT));
     return (index) => {
       const scale = 1 + o.spread * (2 * pick() - 1);
       const n = Math.max(1, Math.round(o.promptTokens * scale));
@@ -323,7 +323,7 @@ export function bandMix(options: BandMixOptions): Workload {
     throw new Error("band-mix needs at least one band with a positive weight");
   const mix = entries.map(([b, w]) => `${b} ${Math.round((w / total) * 100)} %`).join(", ");
   const label = (seed: number) => {
-    const next = rng32(mix32(seed, BANDS));
+    const next = mulberry32(mix32(seed, BANDS));
     return () => {
       let u = next() * total;
       for (const [band, w] of entries) {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_H100_8B_CORE } from "../../agent/sim-engine/engine-core.ts";
-import { chatPromptTokens } from "../../agent/sim-engine/text.ts";
 import { routerSchema } from "../../edge/router-config.ts";
 import { sharedPrefix } from "../../loadgen/workloads.ts";
+import { DEFAULT_H100_8B_CORE } from "../../sim-engine/engine-core.ts";
+import { chatPromptTokens } from "../../sim-engine/text.ts";
 import { promptTokenizer, type SimRequest, simulateFleet } from "./fleet-sim.ts";
 
 const requests = (rate: number, count: number): SimRequest[] =>

@@ -13,13 +13,14 @@
  * Pure: no timers, no I/O. Time is in milliseconds; the engine cores count
  * in seconds.
  */
-import { EngineCore, type EngineCoreConfig } from "../../agent/sim-engine/engine-core.ts";
-import { BOS, chatPromptTokens, tokenize } from "../../agent/sim-engine/text.ts";
+
 import { mulberry32 } from "../../common/rng.ts";
 import type { RouterConfig } from "../../edge/router-config.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";
 import type { RouteTier, RoutingPolicy } from "../../edge/routing/types.ts";
+import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
+import { BOS, chatPromptTokens, tokenize } from "../../sim-engine/text.ts";
 
 export interface SimMessage {
   role: string;

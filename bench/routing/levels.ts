@@ -7,11 +7,11 @@
  * fleet delivered rather than what was offered.
  */
 
-import type { EngineCoreConfig } from "../../agent/sim-engine/engine-core.ts";
 import type { RouterConfig } from "../../edge/router-config.ts";
 import type { RoutingPolicy } from "../../edge/routing/types.ts";
 import { ENDPOINT_HEADER, LevelStats, type LevelSummary, ROUTE_HEADER } from "../../loadgen/stats.ts";
 import type { Workload } from "../../loadgen/workloads.ts";
+import type { EngineCoreConfig } from "../../sim-engine/engine-core.ts";
 import { type FleetResult, type SimRequest, simulateFleet } from "./fleet-sim.ts";
 
 export interface LevelSpec {

@@ -2,8 +2,8 @@ import { existsSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FaultPlan } from "../../agent/sim-engine/faults.ts";
 import { type LevelSummary, sortBands } from "../../loadgen/stats.ts";
+import { FaultPlan } from "../../sim-engine/faults.ts";
 import {
   createKey,
   type Edge,

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import type { ChatCompletionCreateParamsNonStreaming } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TraceRecord } from "../../agent/sim-engine/request-trace.ts";
+import type { TraceRecord } from "../../sim-engine/request-trace.ts";
 import { waitUntil } from "../harness/process.ts";
 import {
   createKey,

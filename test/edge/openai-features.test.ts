@@ -1,6 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tokenize } from "../../agent/sim-engine/text.ts";
+import { tokenize } from "../../sim-engine/text.ts";
 import { waitUntil } from "../harness/process.ts";
 import {
   clientFor,

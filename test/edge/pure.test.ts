@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it, vi } from "vitest";
-import { chatChunks, contentDelta, usageJson } from "../../agent/sim-engine/protocol.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
 import { RoutingTable } from "../../edge/catalog.ts";
 import { sumCharges } from "../../edge/charge.ts";
@@ -29,6 +28,7 @@ import { sha256Hex } from "../../edge/sha256.ts";
 import { SseSplitter, StreamUsage } from "../../edge/sse-usage.ts";
 import { PhaseTimeout, tighter, Watchdog, withTimeout } from "../../edge/timeouts.ts";
 import { engineUrl, upstreamFor } from "../../edge/upstream.ts";
+import { chatChunks, contentDelta, usageJson } from "../../sim-engine/protocol.ts";
 
 /** The edge's pure modules, hosted in Node: no Worker needed. */
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { stepLogprobs } from "../../agent/sim-engine/logprobs.ts";
+import { StreamUsage } from "../../edge/sse-usage.ts";
+import { stepLogprobs } from "../../sim-engine/logprobs.ts";
 import {
   chatChunks,
   chatLogprob,
@@ -9,8 +10,7 @@ import {
   contentDelta,
   toolCallDelta,
   usageJson,
-} from "../../agent/sim-engine/protocol.ts";
-import { StreamUsage } from "../../edge/sse-usage.ts";
+} from "../../sim-engine/protocol.ts";
 
 /**
  * The edge's usage reader on the chunk shapes the sim engine (after vLLM)

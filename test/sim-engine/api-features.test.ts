@@ -8,7 +8,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { tokenize } from "../../agent/sim-engine/text.ts";
+import { tokenize } from "../../sim-engine/text.ts";
 import { freePort, type Proc, startLlmgw, waitUntil } from "../harness/process.ts";
 
 const MODEL = "sim";

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FaultPlan } from "../../agent/sim-engine/faults.ts";
-import type { TraceRecord } from "../../agent/sim-engine/request-trace.ts";
+import { FaultPlan } from "../../sim-engine/faults.ts";
+import type { TraceRecord } from "../../sim-engine/request-trace.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess, waitUntil } from "../harness/process.ts";
 
 const MODEL = "test-model";

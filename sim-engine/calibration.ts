@@ -11,6 +11,8 @@
  * of its own, so no request hits another's prefix cache (ShareGPT and
  * CNN-DailyMail share nothing but the BOS token). Pure and deterministic.
  */
+
+import { mulberry32 } from "../common/rng.ts";
 import type { EngineCoreConfig } from "./engine-core.ts";
 import {
   H100_80GB_LLAMA_3_1_8B_MEMORY,
@@ -19,7 +21,6 @@ import {
   type LatencyParams,
 } from "./latency-model.ts";
 import { type RequestRecord, replayTrace, simulateClosedLoop, type TraceRequest } from "./predict.ts";
-import { rng32 } from "./text.ts";
 
 /**
  * "V1": vLLM's V1 engine (0.7 with VLLM_USE_V1=1, the default from 0.8),
@@ -313,7 +314,7 @@ interface Run {
 }
 
 function simulate(point: PublishedPoint, params: LatencyParams, seed: number): Run {
-  const rand = rng32(seed);
+  const rand = mulberry32(seed);
   const cfg = engineFor(point.engine, params);
   const a = point.arrival;
   const n = a.kind === "closed-loop" ? a.concurrency * a.requestsPerClient : a.requests;

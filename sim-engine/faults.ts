@@ -11,7 +11,7 @@
  * - hang after N: served requests after the first N hang — at first-token
  *   (headers only, for streams) or mid-stream (one token, then silence).
  */
-import { mix32 } from "./text.ts";
+import { mix32 } from "../common/rng.ts";
 
 export type Fate = "fail" | "normal" | "crash" | "hang-first-token" | "hang-mid-stream";
 

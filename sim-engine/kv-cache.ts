@@ -14,7 +14,7 @@
  *
  * Pure data structure: no clock, no I/O.
  */
-import { mix32 } from "./text.ts";
+import { mix32 } from "../common/rng.ts";
 
 const NONE = -1;
 

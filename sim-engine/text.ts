@@ -19,6 +19,7 @@
  *   `<eot>`), and an assistant message's tool calls add the tokens of each
  *   call's name and arguments to its content.
  */
+import { mix32, mulberry32 } from "../common/rng.ts";
 
 export const MAX_PIECE_CHARS = 4;
 export const BOS = 0xfff0_0001;
@@ -37,14 +38,6 @@ export function fnv1a(text: string, seed = 0x811c9dc5): number {
     h = Math.imul(h, 0x01000193) >>> 0;
   }
   return h >>> 0;
-}
-
-/** Mixes two 32-bit values into one; used for seeds and block hashes. */
-export function mix32(a: number, b: number): number {
-  let h = (a ^ Math.imul(b, 0x9e3779b1)) >>> 0;
-  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b) >>> 0;
-  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35) >>> 0;
-  return (h ^ (h >>> 16)) >>> 0;
 }
 
 export function tokenPieces(text: string): string[] {
@@ -121,18 +114,6 @@ export function outputTokenText(id: number): string {
   return VOCAB[(id - OUTPUT_TOKEN_BASE) % VOCAB.length] ?? "";
 }
 
-/** A small, fast, seedable PRNG (mulberry32): the same seed gives the same text. */
-export function rng32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function promptFingerprint(ids: readonly number[]): number {
   let h = 0x811c9dc5;
   for (const id of ids) h = mix32(h, id);
@@ -163,7 +144,7 @@ export function planOutput(
   if (choice > 0) base = mix32(base, 0x4e3f_0000 + choice);
   const lo = Math.max(1, Math.ceil(meanLength / 2));
   const hi = Math.max(lo, Math.floor((meanLength * 3) / 2));
-  const naturalLength = lo + Math.floor(rng32(base)() * (hi - lo + 1));
+  const naturalLength = lo + Math.floor(mulberry32(base)() * (hi - lo + 1));
   return {
     naturalLength,
     seed: base,

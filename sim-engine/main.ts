@@ -2,7 +2,7 @@
  * `llmgw sim-engine serve MODEL ...`: a CPU stand-in for `vllm serve`.
  * See docs/sim-engine.md for flags, the performance model and the faults.
  */
-import { createLogger, errorMessage } from "../../common/log.ts";
+import { createLogger, errorMessage } from "../common/log.ts";
 import { EngineCore } from "./engine-core.ts";
 import { FaultPlan } from "./faults.ts";
 import { FlagError, parseServeArgs, type SimEngineFlags, USAGE } from "./flags.ts";

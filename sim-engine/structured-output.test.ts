@@ -1,10 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
+import { mulberry32 } from "../common/rng.ts";
 import { planChoice } from "./choice-plan.ts";
 import { checkSchema, SchemaError, sampleJsonObject, sampleSchema } from "./json-values.ts";
 import { MAX_LOGPROBS, stepLogprobs } from "./logprobs.ts";
 import { chatLogprob, completionLogprobs, toolCallDelta } from "./protocol.ts";
-import { OUTPUT_VOCAB, planOutput, rng32, tokenize } from "./text.ts";
+import { OUTPUT_VOCAB, planOutput, tokenize } from "./text.ts";
 import { toolToCall } from "./tool-choice.ts";
 
 /** zod's own JSON Schema reader is the independent judge of "conforms". */
@@ -94,16 +95,16 @@ describe("JSON values from a schema", () => {
   it.each(Object.entries(SCHEMAS))("conform for 200 seeds: %s", (_name, schema) => {
     checkSchema(schema);
     for (let seed = 0; seed < 200; seed++) {
-      const v = sampleSchema(schema, rng32(seed));
+      const v = sampleSchema(schema, mulberry32(seed));
       expect(conforms(schema, v), `seed ${seed}: ${JSON.stringify(v)}`).toBe(true);
     }
-    expect(sampleSchema(schema, rng32(7))).toEqual(sampleSchema(schema, rng32(7)));
+    expect(sampleSchema(schema, mulberry32(7))).toEqual(sampleSchema(schema, mulberry32(7)));
   });
 
   it("merges allOf (zod's reader does not check it)", () => {
     const schema = SCHEMAS["refs, recursion, combinators"]!;
     for (let seed = 0; seed < 50; seed++) {
-      const v = sampleSchema(schema, rng32(seed)) as { both: { a: unknown; b: unknown } };
+      const v = sampleSchema(schema, mulberry32(seed)) as { both: { a: unknown; b: unknown } };
       expect(Number.isInteger(v.both.a)).toBe(true);
       expect(typeof v.both.b).toBe("string");
     }
@@ -136,20 +137,22 @@ describe("JSON values from a schema", () => {
   });
 
   it("says so when a schema admits no value", () => {
-    expect(() => sampleSchema({ type: "integer", minimum: 5, maximum: 4 }, rng32(1))).toThrow(SchemaError);
+    expect(() => sampleSchema({ type: "integer", minimum: 5, maximum: 4 }, mulberry32(1))).toThrow(
+      SchemaError,
+    );
     expect(() =>
-      sampleSchema({ type: "object", required: ["a"], additionalProperties: false }, rng32(1)),
+      sampleSchema({ type: "object", required: ["a"], additionalProperties: false }, mulberry32(1)),
     ).toThrow(/required property "a"/);
     const endless = {
       $defs: { n: { type: "object", properties: { n: { $ref: "#/$defs/n" } }, required: ["n"] } },
       $ref: "#/$defs/n",
     };
-    expect(() => sampleSchema(endless, rng32(1))).toThrow(/deeper than/);
+    expect(() => sampleSchema(endless, mulberry32(1))).toThrow(/deeper than/);
   });
 
   it("json_object: an object of at least the target length, close to it", () => {
     for (const target of [1, 20, 128, 500]) {
-      const text = JSON.stringify(sampleJsonObject(rng32(target), target));
+      const text = JSON.stringify(sampleJsonObject(mulberry32(target), target));
       const n = tokenize(text).length;
       expect(n).toBeGreaterThanOrEqual(target);
       expect(n).toBeLessThan(target + 40);

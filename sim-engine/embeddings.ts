@@ -15,7 +15,8 @@
  * vLLM's matryoshka models do it): the first `dimensions` components of the
  * full sum, normalised again.
  */
-import { BOS, mix32 } from "./text.ts";
+import { mix32 } from "../common/rng.ts";
+import { BOS } from "./text.ts";
 
 /** The served embedding size (that of the small sentence-embedding models, e.g. bge-small, MiniLM). */
 export const EMBEDDING_DIM = 384;

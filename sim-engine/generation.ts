@@ -12,7 +12,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import type { UsageMode } from "../../common/usage-mode.ts";
+import type { UsageMode } from "../common/usage-mode.ts";
 import type { ChoicePlan } from "./choice-plan.ts";
 import type { Fate } from "./faults.ts";
 import { stepLogprobs } from "./logprobs.ts";

@@ -6,8 +6,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { Logger } from "../../common/log.ts";
-import { usageModeOf } from "../../common/usage-mode.ts";
+import type { Logger } from "../common/log.ts";
+import { usageModeOf } from "../common/usage-mode.ts";
 import { type ChoicePlan, type OutputShape, planChoice } from "./choice-plan.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";

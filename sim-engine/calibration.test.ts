@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, it } from "vitest";
+import { mulberry32 } from "../common/rng.ts";
 import {
   type CalibrationRow,
   calibrate,
@@ -10,7 +11,6 @@ import {
   TOLERANCE,
 } from "./calibration.ts";
 import { H100_LLAMA_3_1_8B } from "./latency-model.ts";
-import { rng32 } from "./text.ts";
 
 describe("calibration against published vLLM figures", () => {
   let rows: CalibrationRow[] = [];
@@ -59,14 +59,16 @@ describe("calibration against published vLLM figures", () => {
 describe("workload pieces", () => {
   it("draws lengths with the requested mean, inside the clip", () => {
     const l = { mean: 215, sigma: 1, min: 4, max: 1024 };
-    const xs = drawLengths(l, 1000, rng32(7));
+    const xs = drawLengths(l, 1000, mulberry32(7));
     const mean = xs.reduce((s, x) => s + x, 0) / xs.length;
     expect(Math.abs(mean - 215)).toBeLessThan(1);
     expect(Math.min(...xs)).toBeGreaterThanOrEqual(4);
     expect(Math.max(...xs)).toBeLessThanOrEqual(1024);
     expect(new Set(xs).size).toBeGreaterThan(100);
-    expect(drawLengths(l, 1000, rng32(7))).toEqual(xs);
-    expect(drawLengths({ mean: 256, sigma: 0, min: 256, max: 256 }, 3, rng32(1))).toEqual([256, 256, 256]);
+    expect(drawLengths(l, 1000, mulberry32(7))).toEqual(xs);
+    expect(drawLengths({ mean: 256, sigma: 0, min: 256, max: 256 }, 3, mulberry32(1))).toEqual([
+      256, 256, 256,
+    ]);
   });
 
   it("derives FP8 parameters from BF16: half the weight bytes, twice the FLOP/s", () => {

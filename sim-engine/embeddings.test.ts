@@ -1,6 +1,6 @@
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLogger } from "../../common/log.ts";
+import { createLogger } from "../common/log.ts";
 import { base64Float32, EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import { DEFAULT_H100_8B_CORE, EngineCore, type EngineCoreConfig } from "./engine-core.ts";
 import { FaultPlan } from "./faults.ts";

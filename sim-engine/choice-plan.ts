@@ -6,8 +6,10 @@
  * a client receives re-tokenizes to exactly `completion_tokens`, and the
  * output ends ("EOS") when the value is complete.
  */
+
+import { mix32, mulberry32 } from "../common/rng.ts";
 import { sampleJsonObject, sampleSchema } from "./json-values.ts";
-import { fnv1a, mix32, outputTokenText, planOutput, rng32, tokenPieces } from "./text.ts";
+import { fnv1a, outputTokenText, planOutput, tokenPieces } from "./text.ts";
 
 export type OutputShape =
   | { kind: "text" }
@@ -50,7 +52,7 @@ export function planChoice(
       seed: text.seed,
     };
   }
-  const rand = rng32(mix32(text.seed, 0x6a50_0001));
+  const rand = mulberry32(mix32(text.seed, 0x6a50_0001));
   let value: unknown;
   if (shape.kind === "json_object") value = sampleJsonObject(rand, text.naturalLength);
   else if (shape.kind === "json_schema") value = sampleSchema(shape.schema, rand);

@@ -15,7 +15,8 @@
  *   request gives the same numbers, streamed or not, and a larger
  *   `top_logprobs` extends the list without changing its head.
  */
-import { mix32, OUTPUT_VOCAB, rng32 } from "./text.ts";
+import { mix32, mulberry32 } from "../common/rng.ts";
+import { OUTPUT_VOCAB } from "./text.ts";
 
 /** vLLM's default `--max-logprobs`: the most `top_logprobs` (chat) or `logprobs` (completions) a request may ask. */
 export const MAX_LOGPROBS = 20;
@@ -39,7 +40,7 @@ export function stepLogprobs(
   top: number,
   greedy: boolean,
 ): StepLogprobs {
-  const rand = rng32(mix32(seed ^ 0x10b9_7a1e, index + 1));
+  const rand = mulberry32(mix32(seed ^ 0x10b9_7a1e, index + 1));
   const p: number[] = [0.35 + 0.6 * rand()];
   let rest = 1 - p[0]!;
   for (let j = 1; j < CANDIDATES; j++) {

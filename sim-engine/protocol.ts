@@ -5,7 +5,7 @@
  * template strings because a busy engine renders one per output token.
  */
 import { z } from "zod";
-import type { UsageMode } from "../../common/usage-mode.ts";
+import type { UsageMode } from "../common/usage-mode.ts";
 import { MAX_LOGPROBS, type StepLogprobs, utf8Bytes } from "./logprobs.ts";
 
 export class ApiError extends Error {
