@@ -11,6 +11,7 @@ import {
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 import type { EdgeSyncClient } from "./edgesync-client.ts";
+import type { ShardAt } from "./load-board.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
 import { openDatabase } from "./sqlite.ts";
@@ -40,7 +41,7 @@ import { openDatabase } from "./sqlite.ts";
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
   address: (node: string) => string | undefined;
-  load: (replicaId: string, rank: number, node: string) => ShardLoad | undefined;
+  load: (shard: ShardAt) => ShardLoad | undefined;
   staticEndpoints: readonly EndpointConfig[];
   /** How the edge reaches the replicas placed here (config `edge.via`). */
   via: EndpointConfig["via"];
@@ -269,7 +270,7 @@ export class EdgePublisher {
     for (const r of f.replicas) {
       const head = r.shards.find((s) => s.rank === 0);
       if (!head) continue;
-      const l = f.load(r.id, 0, head.node);
+      const l = f.load({ replicaId: r.id, rank: 0, node: head.node });
       if (!l) continue;
       const state = head.state === "ready" ? "ready" : head.state === "draining" ? "draining" : "down";
       const key = `${l.waiting}/${l.running}/${l.kvUsage.toFixed(3)}/${l.prefixCacheHitRate.toFixed(3)}/${state}`;

@@ -3,8 +3,6 @@ import type { Logger } from "../common/log.ts";
 import { isFailed, shardStateFromWire } from "../common/shard-state.ts";
 import {
   ControlMessageSchema,
-  type ShardLoad,
-  type ShardLoadReport,
   type ShardStatus,
   type StartShard,
   StartShardSchema,
@@ -71,10 +69,9 @@ export function observedFrom(s: ShardStatus): ObservedShard | undefined {
   return o;
 }
 
-export interface ShardRuntime {
-  load?: ShardLoad;
+/** What an agent last said a shard runs: its PID (for operators) and spec (to claim it after adoption). */
+interface Reported {
   pid?: number;
-  /** The spec the agent last reported running, to claim the shard with after adoption. */
   spec?: StartShard;
 }
 
@@ -82,8 +79,8 @@ const LIVE: ReadonlySet<string> = new Set(["starting", "ready", "draining"]);
 
 export class Reconciler {
   readonly table = new ReplicaTable();
-  /** Live facts the planner does not need but operators do: load and PID per shard. */
-  readonly runtime = new Map<string, ShardRuntime>();
+  /** Keyed by `shardKey`; lifecycle facts the planner does not need. */
+  private readonly reported = new Map<string, Reported>();
   private catalog: Catalog;
   private config: Config;
   private timer: NodeJS.Timeout | undefined;
@@ -103,6 +100,16 @@ export class Reconciler {
     this.catalog = catalog;
     this.now = deps.now ?? Date.now;
     this.startedAt = this.now();
+    deps.streams.subscribe({
+      onTransition: (t) => this.trigger(`${t.node} ${t.to}`),
+      onRegister: (node, shards) => this.onRegister(node, shards),
+      onShardStatus: (node, status) => this.onShardStatus(node, status),
+    });
+  }
+
+  /** The PID an agent last reported for a shard; undefined before it reported one. */
+  pidOf(replicaId: string, rank: number, node: string): number | undefined {
+    return this.reported.get(shardKey(replicaId, rank, node))?.pid;
   }
 
   get currentCatalog(): Catalog {
@@ -146,10 +153,10 @@ export class Reconciler {
     }, 50);
   }
 
-  onRegister(node: string, shards: ShardStatus[]): void {
+  private onRegister(node: string, shards: ShardStatus[]): void {
     const observed = shards.flatMap((s) => {
       const o = observedFrom(s);
-      this.noteRuntime(node, s);
+      this.noteReported(node, s);
       return o ? [o] : [];
     });
     this.table.observeRegistration(node, observed, this.now());
@@ -165,8 +172,8 @@ export class Reconciler {
     this.trigger(`${node} registered`);
   }
 
-  onShardStatus(node: string, status: ShardStatus): void {
-    this.noteRuntime(node, status);
+  private onShardStatus(node: string, status: ShardStatus): void {
+    this.noteReported(node, status);
     const o = observedFrom(status);
     if (!o) return;
     const before = this.table
@@ -212,26 +219,23 @@ export class Reconciler {
     return actions;
   }
 
-  onShardLoad(node: string, r: ShardLoadReport): void {
-    const key = `${r.replicaId}#${r.rank}@${node}`;
-    const rt = this.runtime.get(key) ?? {};
-    if (r.load && r.load.scrapedAtUnixMs > 0n) rt.load = r.load;
-    this.runtime.set(key, rt);
-  }
-
-  private noteRuntime(node: string, s: ShardStatus): void {
-    const key = `${s.replicaId}#${s.rank}@${node}`;
-    const rt = this.runtime.get(key) ?? {};
+  private noteReported(node: string, s: ShardStatus): void {
+    const key = shardKey(s.replicaId, s.rank, node);
+    if (shardStateFromWire(s.state) === "stopped") {
+      this.reported.delete(key);
+      return;
+    }
+    const rt = this.reported.get(key) ?? {};
     if (s.pid) rt.pid = s.pid;
     if (s.spec) rt.spec = s.spec;
-    this.runtime.set(key, rt);
+    this.reported.set(key, rt);
   }
 
   /** Re-sends the exact spec a shard runs; the agent treats the same generation as a claim, not a restart. */
   private claim(node: string, replicaId: string, rank: number, generation: number): void {
     const r = this.table.get(replicaId);
     const shard = r?.shards.find((s) => s.node === node && s.rank === rank);
-    const spec = this.runtime.get(`${replicaId}#${rank}@${node}`)?.spec;
+    const spec = this.reported.get(shardKey(replicaId, rank, node))?.spec;
     if (!shard || !LIVE.has(shard.state) || !spec) return;
     if (Number(spec.generation) !== generation) return;
     this.deps.streams.send(node, create(ControlMessageSchema, { msg: { case: "startShard", value: spec } }));
@@ -335,3 +339,5 @@ export class Reconciler {
     });
   }
 }
+
+const shardKey = (replicaId: string, rank: number, node: string) => `${replicaId}#${rank}@${node}`;

@@ -3,6 +3,7 @@ import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { IntentStore } from "../intent-store.ts";
+import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
 import type { Reconciler } from "../reconciler.ts";
 import type { Registry } from "../registry.ts";
@@ -14,6 +15,7 @@ export interface ControlServiceDeps {
   registry: Registry;
   intents: IntentStore;
   reconciler: Reconciler;
+  loads: LoadBoard;
   now?: () => number;
   /** Present when agent_tls is enabled (agentsvc/enroll.ts). */
   joinTokens?: {
@@ -36,7 +38,11 @@ export const DEFAULT_DRAIN_DEADLINE_MS = parseDuration("10m");
 
 export function controlRoutes(deps: ControlServiceDeps) {
   const now = deps.now ?? Date.now;
-  const { registry, intents, reconciler } = deps;
+  const { registry, intents, reconciler, loads } = deps;
+  const live = (at: ShardAt) => ({
+    pid: reconciler.pidOf(at.replicaId, at.rank, at.node),
+    load: loads.get(at),
+  });
   const known = (name: string) => {
     if (!registry.get(name)) {
       throw new ConnectError(`node "${name}" is not known to this control plane`, Code.NotFound);
@@ -66,9 +72,7 @@ export function controlRoutes(deps: ControlServiceDeps) {
         return {
           replicas: reconciler.table
             .list()
-            .map((r) =>
-              replicaToProto(r, t, reconciler.table.backoff.get(r.model), (k) => reconciler.runtime.get(k)),
-            ),
+            .map((r) => replicaToProto(r, t, reconciler.table.backoff.get(r.model), live)),
         };
       },
       listModels: () => ({

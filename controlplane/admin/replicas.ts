@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { shardStateToWire } from "../../common/shard-state.ts";
+import type { ShardLoad } from "../../proto/gen/agent/v1/agent_pb.ts";
 import {
   type ModelSummary,
   ModelSummarySchema,
@@ -7,9 +8,9 @@ import {
   ReplicaSchema,
 } from "../../proto/gen/control/v1/control_pb.ts";
 import type { Catalog } from "../catalog.ts";
+import type { ShardAt } from "../load-board.ts";
 import { replicaStatus } from "../reconcile/table.ts";
 import type { ModelBackoff, ReplicaRecord, TrackedState } from "../reconcile/types.ts";
-import type { ShardRuntime } from "../reconciler.ts";
 
 /** What ctl shows for the two states only the control plane has. */
 const shown = (s: TrackedState) => (s === "assigned" ? "starting" : s === "stopping" ? "draining" : s);
@@ -18,7 +19,8 @@ export function replicaToProto(
   r: ReplicaRecord,
   now: number,
   backoff: ModelBackoff | undefined,
-  runtime: (key: string) => ShardRuntime | undefined,
+  /** What the agent last said about a shard that the table does not keep: its PID and load. */
+  live: (shard: ShardAt) => { pid?: number | undefined; load?: ShardLoad | undefined },
 ): Replica {
   const since = Math.min(...r.shards.map((s) => s.since), r.placedAt ?? Number.POSITIVE_INFINITY);
   const f = r.lastFailure;
@@ -42,7 +44,7 @@ export function replicaToProto(
         }
       : {}),
     shards: r.shards.map((s) => {
-      const rt = runtime(`${r.id}#${s.rank}@${s.node}`);
+      const rt = live({ replicaId: r.id, rank: s.rank, node: s.node });
       return {
         rank: s.rank,
         nodeName: s.node,

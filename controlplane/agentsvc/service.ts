@@ -20,17 +20,22 @@ export const CONNECT_PATH = "/agent.v1.AgentService/Connect";
 /**
  * The stream handler. It is also the only thing that can deliver a command
  * to a node, because it holds the open streams: the reconciler dispatches
- * through `send`.
+ * through `send`. What agents say goes to every listener that subscribed
+ * (the reconciler for lifecycle, the load board for load).
  */
-export interface AgentServiceHooks {
+export interface AgentStreamListener {
   onTransition?(t: Transition): void;
   onRegister?(node: string, shards: ShardStatus[]): void;
   onShardStatus?(node: string, status: ShardStatus): void;
   onShardLoad?(node: string, report: ShardLoadReport): void;
   onDisconnect?(node: string): void;
-  /** A RenewCertificate on a stream opened with `cert` (mTLS only). */
-  onRenew?(cert: CertFacts, csrPem: string): Promise<{ certPem: string } | { refused: string }>;
 }
+
+/** A RenewCertificate on a stream opened with `cert` (mTLS only). */
+export type RenewCertificate = (
+  cert: CertFacts,
+  csrPem: string,
+) => Promise<{ certPem: string } | { refused: string }>;
 
 export interface AgentServiceOptions {
   registry: Registry;
@@ -44,7 +49,8 @@ export interface AgentServiceOptions {
   /** How long the first message may take before the stream is dropped. */
   registerTimeoutMs?: number;
   now?: () => number;
-  hooks?: AgentServiceHooks;
+  /** Present with mTLS: signs a node's renewed certificate. */
+  renew?: RenewCertificate;
   /**
    * mTLS: a stream must come with an authorized client certificate that is
    * not revoked, and may only register the node it names. Absent on the
@@ -73,12 +79,31 @@ export interface AgentServiceStats {
 
 export class AgentStreams {
   private readonly sessions = new Map<string, Session>();
+  private readonly listeners: AgentStreamListener[] = [];
   readonly stats: AgentServiceStats = { registrations: 0, rejected: {}, messages: 0 };
   private readonly now: () => number;
   private broadcastSpreadMs = 0;
 
   constructor(private readonly opts: AgentServiceOptions) {
     this.now = opts.now ?? Date.now;
+  }
+
+  subscribe(listener: AgentStreamListener): void {
+    this.listeners.push(listener);
+  }
+
+  private emit<K extends keyof AgentStreamListener>(
+    event: K,
+    ...args: Parameters<NonNullable<AgentStreamListener[K]>>
+  ): void {
+    for (const l of this.listeners) (l[event] as ((...a: typeof args) => void) | undefined)?.(...args);
+  }
+
+  /** A node's registry transition: logged here, for every listener. */
+  private transition(t: Transition | undefined): void {
+    if (!t) return;
+    this.opts.log.info("node state changed", { ...t });
+    this.emit("onTransition", t);
   }
 
   get connected(): number {
@@ -178,7 +203,7 @@ export class AgentStreams {
         if (session && this.sessions.get(session.node) === session) {
           this.sessions.delete(session.node);
           this.opts.registry.disconnected(session.node);
-          this.opts.hooks?.onDisconnect?.(session.node);
+          this.emit("onDisconnect", session.node);
           this.opts.log.info("agent disconnected", { node: session.node });
         }
       },
@@ -266,8 +291,7 @@ export class AgentStreams {
     if (identity) certs?.note(identity);
     this.sessions.set(info.name, session);
     this.stats.registrations++;
-    const t = registry.register(info, this.now());
-    if (t) this.opts.hooks?.onTransition?.(t);
+    this.transition(registry.register(info, this.now()));
     log.info("agent registered", {
       node: info.name,
       gpus: info.inventory.gpus.length,
@@ -289,7 +313,7 @@ export class AgentStreams {
         },
       }),
     );
-    this.opts.hooks?.onRegister?.(info.name, msg.msg.value.shards);
+    this.emit("onRegister", info.name, msg.msg.value.shards);
     this.maybeBroadcastSpread();
     return session;
   }
@@ -330,7 +354,7 @@ export class AgentStreams {
 
   private onMessage(session: Session, msg: AgentMessage): void {
     if (this.sessions.get(session.node) !== session) return;
-    const { registry, hooks } = this.opts;
+    const { registry } = this.opts;
     this.stats.messages++;
     // TLS checked the certificate once, at the handshake; a stream must not
     // outlive it. The agent reconnects with the renewed one, if it has one.
@@ -343,8 +367,7 @@ export class AgentStreams {
       );
       return;
     }
-    const t = registry.seen(session.node, this.now());
-    if (t) hooks?.onTransition?.(t);
+    this.transition(registry.seen(session.node, this.now()));
     const m = msg.msg;
     switch (m.case) {
       case "heartbeat":
@@ -352,13 +375,13 @@ export class AgentStreams {
       case "shardStatus": {
         const problem = checkShardStatus(m.value);
         if (problem) this.refuseShard(session, "invalid_shard_status", problem);
-        else hooks?.onShardStatus?.(session.node, m.value);
+        else this.emit("onShardStatus", session.node, m.value);
         return;
       }
       case "shardLoad": {
         const problem = checkShardLoad(m.value);
         if (problem) this.refuseShard(session, "invalid_shard_load", problem);
-        else hooks?.onShardLoad?.(session.node, m.value);
+        else this.emit("onShardLoad", session.node, m.value);
         return;
       }
       case "register":
@@ -400,7 +423,7 @@ export class AgentStreams {
         }),
       );
     };
-    const onRenew = this.opts.hooks?.onRenew;
+    const onRenew = this.opts.renew;
     if (!session.cert || !onRenew) {
       this.reject("renew_without_tls");
       answer({ refused: "certificate renewal needs mTLS (agent_tls.enabled on the control plane)" });
