@@ -5,10 +5,10 @@ import { join } from "node:path";
 import { type PeerCertificate, connect as tlsConnect } from "node:tls";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { writeFileAtomic } from "../common/atomic-write.ts";
+import { parseJoinToken } from "../common/join-token.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
-import { writeFileAtomic } from "../controlplane/pki/ca.ts";
-import { parseJoinToken } from "../controlplane/pki/token.ts";
-import { createCsr, sha256Hex } from "../controlplane/pki/x509.ts";
+import { createCsr, sha256Hex } from "../common/x509.ts";
 import { AgentService, type CertificateRenewal } from "../proto/gen/agent/v1/agent_pb.ts";
 import { tlsHint } from "./stream-client.ts";
 

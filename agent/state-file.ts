@@ -1,7 +1,7 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { dirname } from "node:path";
+import { readFileSync } from "node:fs";
 import { fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
 import { z } from "zod";
+import { writeFileAtomic } from "../common/atomic-write.ts";
 import { type ShardState, shardStates } from "../common/shard-state.ts";
 import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 
@@ -94,12 +94,9 @@ export function readStateFile(path: string): ReadResult {
 }
 
 export function writeStateFile(path: string, records: readonly ShardRecord[]): void {
-  mkdirSync(dirname(path), { recursive: true });
   const body = {
     version: VERSION,
     shards: records.map((r) => ({ ...r, spec: toJson(StartShardSchema, r.spec) })),
   };
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, `${JSON.stringify(body, null, 2)}\n`, { mode: 0o600 });
-  renameSync(tmp, path);
+  writeFileAtomic(path, `${JSON.stringify(body, null, 2)}\n`, 0o600);
 }

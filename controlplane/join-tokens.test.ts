@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { formatJoinToken, parseJoinToken } from "../common/join-token.ts";
 import { JoinTokenStore } from "./join-tokens.ts";
-import { formatJoinToken, parseJoinToken } from "./pki/token.ts";
 
 describe("join token store", () => {
   it("accepts a token until its uses run out, then says it is used up", () => {

@@ -6,11 +6,11 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../common/log.ts";
+import { createCsr } from "../../common/x509.ts";
 import { EnrollRequestSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { CertificateStore, certFacts } from "../certificates.ts";
 import { JoinTokenStore } from "../join-tokens.ts";
 import { type Ca, loadOrCreateCa } from "../pki/ca.ts";
-import { createCsr } from "../pki/x509.ts";
 import { Enrollment } from "./enroll.ts";
 
 const req = (r: { token: string; nodeName: string; csrPem: string }) => create(EnrollRequestSchema, r);

@@ -1,10 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { formatJoinToken, parseJoinToken } from "../../common/join-token.ts";
 import type { Logger } from "../../common/log.ts";
 import type { EnrollRequest } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type CertFacts, type CertificateStore, certFacts } from "../certificates.ts";
 import type { JoinTokenStore } from "../join-tokens.ts";
 import { type Ca, CsrError, signClientCsr } from "../pki/ca.ts";
-import { formatJoinToken, parseJoinToken } from "../pki/token.ts";
 import { EnrollLimiter } from "./enroll-limit.ts";
 import { NODE_NAME } from "./register.ts";
 

@@ -3,8 +3,8 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { createCsr, sha256Hex, x509 } from "../../common/x509.ts";
 import { CsrError, ensureServerCert, loadOrCreateCa, SERVER_VALIDITY_MS, signClientCsr } from "./ca.ts";
-import { createCsr, sha256Hex, x509 } from "./x509.ts";
 
 const dirs: string[] = [];
 function dir(): string {

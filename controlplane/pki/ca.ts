@@ -1,16 +1,16 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
+import { writeFileAtomic } from "../../common/atomic-write.ts";
 import {
   certFingerprint,
   EC_ALG,
   generateKeyPair,
   keyPairFromPem,
   privateKeyToPem,
-  sha256Hex,
   x509,
-} from "./x509.ts";
+} from "../../common/x509.ts";
 
 /**
  * The control plane is its own certificate authority for the agent stream
@@ -41,14 +41,6 @@ function serial(): string {
   b[0]! &= 0x7f; // positive
   b[0]! |= 0x01; // and no leading zero byte to strip
   return b.toString("hex");
-}
-
-/** Writes atomically (temp file, rename), private files 0600 from the start. */
-export function writeFileAtomic(path: string, data: string, mode = 0o644): void {
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, data, { mode });
-  chmodSync(tmp, mode);
-  renameSync(tmp, path);
 }
 
 export async function loadOrCreateCa(
@@ -217,5 +209,3 @@ export async function signClientCsr(
   });
   return `${cert.toString("pem")}\n`;
 }
-
-export { sha256Hex };

@@ -6,7 +6,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createCsr } from "../../controlplane/pki/x509.ts";
+import { createCsr } from "../../common/x509.ts";
 import { AgentMessageSchema, AgentService } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
