@@ -10,7 +10,7 @@ import { parseJoinToken } from "../common/join-token.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { createCsr, sha256Hex } from "../common/x509.ts";
 import { AgentService, type CertificateRenewal } from "../proto/gen/agent/v1/agent_pb.ts";
-import { tlsHint } from "./stream-client.ts";
+import { tlsHint } from "./tls-hint.ts";
 
 /**
  * The agent's side of mTLS enrollment (design §4). On the first start

@@ -1,6 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
 import type { ChargeBatch } from "./charge.ts";
-import type { Env } from "./env.ts";
 import type { KeyLimits } from "./key-rules.ts";
 import {
   ADMIT_WAIT_MS,
@@ -41,7 +40,8 @@ export interface UsageTotals {
 // of the charge call itself; a batch cannot be retried later than this anyway.
 const CHARGE_ID_RETENTION_MS = 24 * 3_600_000;
 
-export class KeyLedger extends DurableObject<Env> {
+/** Needs none of the Worker's bindings. */
+export class KeyLedger extends DurableObject<object> {
   private readonly sql: SqlStorage;
   private readonly requests = new SlidingWindow();
   private readonly tokens = new SlidingWindow();
@@ -50,7 +50,7 @@ export class KeyLedger extends DurableObject<Env> {
   private readonly waiters = new Set<() => void>();
   private charges = 0;
 
-  constructor(ctx: DurableObjectState, env: Env) {
+  constructor(ctx: DurableObjectState, env: object) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(`

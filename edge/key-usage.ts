@@ -2,8 +2,9 @@ import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
 import type { Env } from "./env.ts";
 import { type KeyRecord, limitsOf } from "./key-rules.ts";
-import { refusal } from "./openai-errors.ts";
+import { type ApiError, errors } from "./openai-errors.ts";
 import type { Outcome } from "./proxy.ts";
+import type { AdmitRefusal } from "./rate-window.ts";
 import type { ReservationRequest } from "./reservations.ts";
 
 /**
@@ -29,6 +30,37 @@ export async function admitKey(env: Env, key: KeyRecord, reservation: Reservatio
   if (!hasLimits(key)) return;
   const adm = await ledgerOf(env, key.id).admit(limitsOf(key), reservation);
   if (!adm.ok) throw refusal(adm);
+}
+
+/** A key ledger's refusal (rate-window.ts) as the error the client gets. */
+export function refusal(r: AdmitRefusal): ApiError {
+  switch (r.reason) {
+    case "revoked":
+      return errors.unauthorized("This API key has been revoked.");
+    case "budget":
+      return errors.quotaExhausted(
+        `You exceeded this key's token budget (${r.limit} tokens per period).`,
+        r.retryAfterMs,
+      );
+    case "pending":
+      return r.of === "budget"
+        ? errors.rateLimited(
+            `This key's requests still running may use the rest of its token budget (${r.limit} tokens per period); retry once they have finished.`,
+            "budget_pending",
+            r.retryAfterMs,
+          )
+        : errors.rateLimited(
+            `This key's requests still running may reach its limit of ${r.limit} tokens per minute; retry once they have finished.`,
+            "rate_limit_exceeded",
+            r.retryAfterMs,
+          );
+    default:
+      return errors.rateLimited(
+        `Rate limit reached: ${r.limit} ${r.reason === "rpm" ? "requests" : "tokens"} per minute.`,
+        "rate_limit_exceeded",
+        r.retryAfterMs,
+      );
+  }
 }
 
 interface PendingCharge {

@@ -1,7 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { endpointSpec } from "./catalog.ts";
-import { edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
-import type { Env } from "./env.ts";
+import { type ConfigEnv, edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
 import type { RouterConfig } from "./router-config.ts";
 import {
   type Admission,
@@ -25,7 +24,7 @@ import type { EndpointSpec } from "./routing/types.ts";
  * starts empty, which forgets in-flight counts of requests long finished
  * and breakers long cooled.
  */
-export class ModelPool extends DurableObject<Env> {
+export class ModelPool extends DurableObject<ConfigEnv> {
   private core: PoolCore | undefined;
   private settings: RouterConfig | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;

@@ -1,5 +1,3 @@
-import type { AdmitRefusal } from "./rate-window.ts";
-
 /**
  * Every error the edge returns has OpenAI's shape,
  * `{"error":{"message","type","param","code"}}`, because clients (the
@@ -104,37 +102,6 @@ export const errors = {
   timeout: (message: string, code: string) => new ApiError(504, message, "timeout_error", code),
   internal: (message: string) => new ApiError(500, message, "server_error", "internal_error"),
 };
-
-/** A key ledger's refusal (rate-window.ts) as the error the client gets. */
-export function refusal(r: AdmitRefusal): ApiError {
-  switch (r.reason) {
-    case "revoked":
-      return errors.unauthorized("This API key has been revoked.");
-    case "budget":
-      return errors.quotaExhausted(
-        `You exceeded this key's token budget (${r.limit} tokens per period).`,
-        r.retryAfterMs,
-      );
-    case "pending":
-      return r.of === "budget"
-        ? errors.rateLimited(
-            `This key's requests still running may use the rest of its token budget (${r.limit} tokens per period); retry once they have finished.`,
-            "budget_pending",
-            r.retryAfterMs,
-          )
-        : errors.rateLimited(
-            `This key's requests still running may reach its limit of ${r.limit} tokens per minute; retry once they have finished.`,
-            "rate_limit_exceeded",
-            r.retryAfterMs,
-          );
-    default:
-      return errors.rateLimited(
-        `Rate limit reached: ${r.limit} ${r.reason === "rpm" ? "requests" : "tokens"} per minute.`,
-        "rate_limit_exceeded",
-        r.retryAfterMs,
-      );
-  }
-}
 
 function asString(v: unknown): string | null {
   if (typeof v === "string") return v;

@@ -1,5 +1,4 @@
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "./env.ts";
 
 export { POLL_MS, RevocationWatch, revocationWatch } from "./revocation-watch.ts";
 
@@ -15,10 +14,11 @@ export { POLL_MS, RevocationWatch, revocationWatch } from "./revocation-watch.ts
  */
 const LOG_NAME = "global";
 
-export class RevocationLog extends DurableObject<Env> {
+/** Needs none of the Worker's bindings. */
+export class RevocationLog extends DurableObject<object> {
   private readonly sql: SqlStorage;
 
-  constructor(ctx: DurableObjectState, env: Env) {
+  constructor(ctx: DurableObjectState, env: object) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(
@@ -41,6 +41,6 @@ export class RevocationLog extends DurableObject<Env> {
   }
 }
 
-export function revocationLog(env: Env) {
+export function revocationLog(env: { REVOCATIONS: DurableObjectNamespace<RevocationLog> }) {
   return env.REVOCATIONS.get(env.REVOCATIONS.idFromName(LOG_NAME));
 }

@@ -1,0 +1,53 @@
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { cycles, importsOf, repoSources, violations } from "./import-graph.ts";
+
+const REPO = join(import.meta.dirname, "..");
+
+describe("the repository's imports (README, Layout)", () => {
+  const sources = repoSources(REPO);
+
+  it("reads the tree, generated code left out", () => {
+    expect(sources.has("agent/supervisor.ts")).toBe(true);
+    expect(sources.has("scripts/import-graph.ts")).toBe(true);
+    expect([...sources.keys()].filter((f) => f.startsWith("proto/gen/"))).toEqual([]);
+  });
+
+  it("nothing in agent/ or edge/ imports controlplane/", () => {
+    expect(violations(sources)).toEqual([]);
+  });
+
+  it("no circle of imports", () => {
+    expect(cycles(sources)).toEqual([]);
+  });
+});
+
+describe("the checker", () => {
+  it("sees static, type-only, re-exported, side-effect and dynamic imports; not packages", () => {
+    const text = [
+      'import { a } from "./a.ts";',
+      'import type { B } from "../b/b.ts";',
+      'export { c } from "./c.ts";',
+      'import "./d.ts";',
+      'const e = await import("../e.ts");',
+      'import { z } from "zod";',
+      "import {\n  f,\n  g,\n} from './fg.ts';",
+    ].join("\n");
+    expect(importsOf("x/y/file.ts", text).sort()).toEqual(
+      ["x/b/b.ts", "x/e.ts", "x/y/a.ts", "x/y/c.ts", "x/y/d.ts", "x/y/fg.ts"].sort(),
+    );
+  });
+
+  it("finds a forbidden import and a circle", () => {
+    const files = new Map([
+      ["agent/a.ts", 'import { b } from "../controlplane/b.ts";'],
+      ["controlplane/b.ts", 'import type { c } from "./c.ts";'],
+      ["controlplane/c.ts", 'import { b } from "./b.ts";'],
+      ["edge/ok.ts", 'import { x } from "../common/x.ts";'],
+    ]);
+    expect(violations(files)).toEqual([
+      { file: "agent/a.ts", imports: "controlplane/b.ts", rule: "agent/ must not import controlplane/" },
+    ]);
+    expect(cycles(files)).toEqual([["controlplane/b.ts", "controlplane/c.ts", "controlplane/b.ts"]]);
+  });
+});

@@ -1,0 +1,139 @@
+/**
+ * The repository's import graph and the rules it must keep (README, "Layout"):
+ *
+ * - nothing in agent/ or edge/ imports controlplane/ (the control plane may
+ *   import the edge's schemas, never the other way round; the agent shares
+ *   only common/ with it);
+ * - no circle of imports, type-only ones included, outside generated code.
+ *
+ * Pure over a map of file → source text; `repoSources()` reads the tree.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, normalize, relative } from "node:path";
+
+const SKIP = new Set(["node_modules", ".git", ".wrangler", "dist", ".state", ".data"]);
+const GENERATED = "proto/gen/";
+
+/** Every .ts file under `root` (repo-relative, `/`-separated) with its text; generated code left out. */
+export function repoSources(root: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      if (SKIP.has(e.name)) continue;
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".ts") && !e.name.endsWith(".d.ts")) {
+        const rel = relative(root, p).split("\\").join("/");
+        if (!rel.startsWith(GENERATED)) out.set(rel, readFileSync(p, "utf8"));
+      }
+    }
+  };
+  walk(root);
+  return out;
+}
+
+const SPECIFIER =
+  /(?:^|[;\s])(?:import|export)\s[^;]*?from\s*["']([^"']+)["']|(?:^|[;\s])import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/gm;
+
+/** The relative imports of one file, resolved to repo-relative paths. */
+export function importsOf(file: string, text: string): string[] {
+  const out = new Set<string>();
+  for (const m of text.matchAll(SPECIFIER)) {
+    const spec = m[1] ?? m[2] ?? m[3];
+    if (!spec?.startsWith(".")) continue;
+    out.add(
+      normalize(join(dirname(file), spec))
+        .split("\\")
+        .join("/"),
+    );
+  }
+  return [...out];
+}
+
+export interface Violation {
+  file: string;
+  imports: string;
+  rule: string;
+}
+
+const FORBIDDEN: { from: string; to: string; rule: string }[] = [
+  { from: "agent/", to: "controlplane/", rule: "agent/ must not import controlplane/" },
+  { from: "edge/", to: "controlplane/", rule: "edge/ must not import controlplane/" },
+];
+
+export function violations(sources: ReadonlyMap<string, string>): Violation[] {
+  const out: Violation[] = [];
+  for (const [file, text] of sources) {
+    for (const target of importsOf(file, text)) {
+      for (const f of FORBIDDEN)
+        if (file.startsWith(f.from) && target.startsWith(f.to))
+          out.push({ file, imports: target, rule: f.rule });
+    }
+  }
+  return out;
+}
+
+/** Every circle of imports among `sources`, each as the files around it (first file repeated at the end). */
+export function cycles(sources: ReadonlyMap<string, string>): string[][] {
+  const graph = new Map<string, string[]>();
+  for (const [file, text] of sources)
+    graph.set(
+      file,
+      importsOf(file, text).filter((t) => sources.has(t)),
+    );
+  // Tarjan's strongly connected components; a component of more than one file holds a circle.
+  let index = 0;
+  const idx = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (v: string) => {
+    idx.set(v, index);
+    low.set(v, index++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!idx.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!));
+    }
+    if (low.get(v) !== idx.get(v)) return;
+    const component: string[] = [];
+    for (let w = stack.pop(); w !== undefined; w = stack.pop()) {
+      onStack.delete(w);
+      component.push(w);
+      if (w === v) break;
+    }
+    const self = graph.get(v)?.includes(v);
+    if (component.length > 1 || self) found.push(circleIn(component, graph));
+  };
+  for (const v of [...graph.keys()].sort()) if (!idx.has(v)) visit(v);
+  return found;
+}
+
+/** The shortest circle through a strongly connected component's first file, for the error message. */
+function circleIn(component: string[], graph: ReadonlyMap<string, string[]>): string[] {
+  const inside = new Set(component);
+  const start = [...component].sort()[0]!;
+  const from = new Map<string, string>();
+  const queue = [start];
+  for (let i = 0; i < queue.length; i++) {
+    const at = queue[i]!;
+    for (const w of graph.get(at) ?? []) {
+      if (!inside.has(w)) continue;
+      if (w === start) {
+        const path = [start];
+        for (let v: string | undefined = at; v !== undefined && v !== start; v = from.get(v))
+          path.splice(1, 0, v);
+        return [...path, start];
+      }
+      if (!from.has(w)) {
+        from.set(w, at);
+        queue.push(w);
+      }
+    }
+  }
+  return [start, start];
+}
