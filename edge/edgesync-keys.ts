@@ -1,6 +1,7 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { formatDuration, parseDuration } from "../common/duration.ts";
+import { parseDuration } from "../common/duration.ts";
 import type { ApiKey, EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import { apiKeyOf, recordFields } from "./api-key.ts";
 import { keyCache, keyKvName } from "./auth.ts";
 import { edgeConfig } from "./config-store.ts";
 import { invalid } from "./edgesync-errors.ts";
@@ -17,26 +18,6 @@ const KEY_ID_KV = (id: string) => `keyids/${id}`;
 
 function ledger(env: Env, keyId: string) {
   return env.KEY_LEDGER.get(env.KEY_LEDGER.idFromName(keyId));
-}
-
-function toApiKey(k: KeyRecord) {
-  return {
-    id: k.id,
-    hash: k.hash,
-    name: k.name,
-    tenant: k.tenant,
-    maxBand: k.max_band,
-    defaultBand: k.default_band,
-    models: k.models,
-    rpm: k.rpm,
-    tpm: k.tpm,
-    budget:
-      k.budget_tokens > 0
-        ? { tokens: BigInt(k.budget_tokens), period: formatDuration(k.budget_period_ms) }
-        : undefined,
-    createdAtUnixMs: BigInt(k.created_at_unix_ms),
-    revoked: k.revoked,
-  };
 }
 
 async function allKeys(kv: KVNamespace): Promise<KeyRecord[]> {
@@ -82,15 +63,8 @@ function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecor
     if (periodMs <= 0) throw invalid("key.budget.period: must be positive");
   }
   return keyRecordSchema.parse({
-    id: k.id,
+    ...recordFields(k),
     hash: k.hash,
-    name: k.name,
-    tenant: k.tenant,
-    max_band: k.maxBand,
-    default_band: k.defaultBand,
-    models: k.models,
-    rpm: k.rpm,
-    tpm: k.tpm,
     budget_tokens: tokens,
     budget_period_ms: periodMs,
     created_at_unix_ms: Number(k.createdAtUnixMs) || Date.now(),
@@ -129,7 +103,7 @@ export function keyCalls(env: Env): KeyCalls {
     },
 
     async listKeys() {
-      return { keys: (await allKeys(kv)).map(toApiKey) };
+      return { keys: (await allKeys(kv)).map(apiKeyOf) };
     },
 
     async getUsage(req) {

@@ -20,15 +20,14 @@ import {
   type ChunkWriter,
   chatChoice,
   chatChunks,
-  chatCompletionBody,
   chatLogprob,
   chatLogprobs,
-  completionBody,
   completionChoice,
   completionChunks,
   completionLogprobs,
   contentDelta,
   JSON_HEADERS,
+  responseBody,
   SSE_HEADERS,
   toolCallDelta,
   toolCallJson,
@@ -292,13 +291,7 @@ export class Generation {
       }
       return chatChoice(c.index, c.text, "", lp, finish);
     });
-    const json = (this.chat ? chatCompletionBody : completionBody)(
-      spec.id,
-      spec.created,
-      spec.model,
-      choices,
-      usage,
-    );
+    const json = responseBody(this.chat, spec.id, spec.created, spec.model, choices, usage);
     res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
     res.end(json);
   }

@@ -62,17 +62,16 @@ const MaxTokens = z
 /** Choices per request. vLLM sets no bound; the sim's is the edge's (edge/request-schema.ts). */
 export const MAX_N = 128;
 
+/** A response format's json_schema and a tool's function: named, described, a JSON schema, strict or not. */
+const named = { name: z.string().min(1), description: z.string().nullish(), strict: z.boolean().nullish() };
+const jsonSchema = z.record(z.string(), z.unknown()).nullish();
+
 const ResponseFormat = z.discriminatedUnion("type", [
   z.looseObject({ type: z.literal("text") }),
   z.looseObject({ type: z.literal("json_object") }),
   z.looseObject({
     type: z.literal("json_schema"),
-    json_schema: z.looseObject({
-      name: z.string().min(1),
-      description: z.string().nullish(),
-      schema: z.record(z.string(), z.unknown()).nullish(),
-      strict: z.boolean().nullish(),
-    }),
+    json_schema: z.looseObject({ ...named, schema: jsonSchema }),
   }),
 ]);
 export type ResponseFormat = z.infer<typeof ResponseFormat>;
@@ -98,12 +97,7 @@ const Content = z.union([z.string(), z.array(z.looseObject({ type: z.string() })
 const FunctionCall = z.looseObject({ name: z.string(), arguments: z.string() });
 const Tool = z.looseObject({
   type: z.literal("function"),
-  function: z.looseObject({
-    name: z.string().min(1),
-    description: z.string().nullish(),
-    parameters: z.record(z.string(), z.unknown()).nullish(),
-    strict: z.boolean().nullish(),
-  }),
+  function: z.looseObject({ ...named, parameters: jsonSchema }),
 });
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
@@ -387,24 +381,18 @@ export function completionChoice(
   return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":${logprobs ?? "null"},"finish_reason":"${finish}","stop_reason":null,"prompt_logprobs":null}`;
 }
 
-export function chatCompletionBody(
+/** A whole (not streamed) response; vLLM adds `prompt_logprobs` to a chat one. */
+export function responseBody(
+  chat: boolean,
   id: string,
   created: number,
   model: string,
   choices: readonly string[],
   usage: string,
 ): string {
-  return `{"id":"${id}","object":"chat.completion","created":${created},"model":${JSON.stringify(model)},"choices":[${choices.join(",")}],"usage":${usage},"prompt_logprobs":null}`;
-}
-
-export function completionBody(
-  id: string,
-  created: number,
-  model: string,
-  choices: readonly string[],
-  usage: string,
-): string {
-  return `{"id":"${id}","object":"text_completion","created":${created},"model":${JSON.stringify(model)},"choices":[${choices.join(",")}],"usage":${usage}}`;
+  const object = chat ? "chat.completion" : "text_completion";
+  const tail = chat ? `,"prompt_logprobs":null` : "";
+  return `{"id":"${id}","object":"${object}","created":${created},"model":${JSON.stringify(model)},"choices":[${choices.join(",")}],"usage":${usage}${tail}}`;
 }
 
 export function modelsBody(names: string[], root: string, maxModelLen: number, created: number): string {

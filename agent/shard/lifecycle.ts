@@ -208,22 +208,8 @@ export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePo
       };
     case "launched": {
       if (ph.name !== "launching") return same;
-      const next = enter(
-        { ...life, pid: ev.pid, healthUrl: ev.healthUrl, exitCode: undefined, tail: [] },
-        "starting",
-        `started ${ev.command} (pid ${ev.pid})`,
-        { name: "starting", deadlineAt: now + startupDeadline(life.spec, p) },
-        now,
-      );
-      return {
-        life: next,
-        effects: [
-          { kind: "persist" },
-          { kind: "report" },
-          { kind: "wake", afterMs: startupDeadline(life.spec, p), why: "startup-deadline" },
-          ...watchStartup(next, p, 0),
-        ],
-      };
+      const started = { ...life, pid: ev.pid, healthUrl: ev.healthUrl, exitCode: undefined, tail: [] };
+      return beginStarting(started, `started ${ev.command} (pid ${ev.pid})`, now, p, 0);
     }
     case "launch-failed":
       if (ph.name !== "launching") return same;
@@ -277,29 +263,8 @@ export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePo
     case "drain": {
       if (ph.name === "terminating" || ph.name === "gone" || ph.name === "draining") return same;
       if (ph.name !== "ready") return stop(life, "drained before it was ready", undefined, true, now, p);
-      const deadlineAt = now + ev.deadlineMs;
-      const settleAt = now + p.drainSettleMs;
-      const next = enter(
-        life,
-        "draining",
-        `draining, deadline ${seconds(ev.deadlineMs)}`,
-        {
-          name: "draining",
-          deadlineAt,
-          settleAt,
-          misses: 0,
-        },
-        now,
-      );
-      return {
-        life: next,
-        effects: [
-          { kind: "persist" },
-          { kind: "report" },
-          ...watchServing(next, p),
-          { kind: "wake", afterMs: Math.min(settleAt, deadlineAt) - now, why: "drain-check" },
-        ],
-      };
+      const reason = `draining, deadline ${seconds(ev.deadlineMs)}`;
+      return beginDraining(life, reason, now + ev.deadlineMs, now + p.drainSettleMs, now, p);
     }
     case "stop":
       return stop(life, ev.reason, ev.graceMs, ev.report ?? true, now, p);
@@ -387,17 +352,62 @@ function watchServing(life: ShardLife, p: LifecyclePolicy): Effect[] {
   return effects;
 }
 
-function becomeReady(life: ShardLife, reason: string, now: number, p: LifecyclePolicy): Step {
-  const next = enter(life, "ready", reason, { name: "ready", misses: 0 }, now);
-  return {
-    life: next,
-    effects: [
-      { kind: "persist" },
-      { kind: "report" },
-      { kind: "wake", afterMs: p.restart.resetAfterMs, why: "forgive" },
-      ...watchServing(next, p),
+/** A new reported state, written down and reported; then what `more` asks for in it. */
+function transition(
+  life: ShardLife,
+  state: ShardState,
+  reason: string,
+  phase: Phase,
+  now: number,
+  more: (next: ShardLife) => Effect[] = () => [],
+): Step {
+  const next = enter(life, state, reason, phase, now);
+  return { life: next, effects: [{ kind: "persist" }, { kind: "report" }, ...more(next)] };
+}
+
+/** Starting: health polled from `firstProbeMs` on, failed at the startup deadline. */
+function beginStarting(
+  life: ShardLife,
+  reason: string,
+  now: number,
+  p: LifecyclePolicy,
+  firstProbeMs: number,
+): Step {
+  const deadline = startupDeadline(life.spec, p);
+  return transition(
+    life,
+    "starting",
+    reason,
+    { name: "starting", deadlineAt: now + deadline },
+    now,
+    (next) => [
+      { kind: "wake", afterMs: deadline, why: "startup-deadline" },
+      ...watchStartup(next, p, firstProbeMs),
     ],
-  };
+  );
+}
+
+function becomeReady(life: ShardLife, reason: string, now: number, p: LifecyclePolicy): Step {
+  return transition(life, "ready", reason, { name: "ready", misses: 0 }, now, (next) => [
+    { kind: "wake", afterMs: p.restart.resetAfterMs, why: "forgive" },
+    ...watchServing(next, p),
+  ]);
+}
+
+/** Draining: still serving what it has; stopped once idle after `settleAt`, or at `deadlineAt`. */
+function beginDraining(
+  life: ShardLife,
+  reason: string,
+  deadlineAt: number,
+  settleAt: number,
+  now: number,
+  p: LifecyclePolicy,
+): Step {
+  const phase: Phase = { name: "draining", deadlineAt, settleAt, misses: 0 };
+  return transition(life, "draining", reason, phase, now, (next) => [
+    ...watchServing(next, p),
+    { kind: "wake", afterMs: Math.max(0, Math.min(settleAt, deadlineAt) - now), why: "drain-check" },
+  ]);
 }
 
 function terminate(life: ShardLife, ending: Ending, p: LifecyclePolicy, graceMs?: number): Step {
@@ -463,25 +473,13 @@ function fail(
   else {
     const failures = life.failures + 1;
     const delay = doublingDelay(failures, p.restart.baseMs, p.restart.maxMs);
-    const failed = enter(
-      { ...dead, failures },
-      state,
-      `${reason}; restart ${failures} in ${seconds(delay)}`,
-      {
-        name: "backoff",
-        restartAt: now + delay,
-      },
-      now,
-    );
-    return {
-      life: failed,
-      effects: [{ kind: "persist" }, { kind: "report" }, { kind: "wake", afterMs: delay, why: "restart" }],
-    };
+    const backoff: Phase = { name: "backoff", restartAt: now + delay };
+    const reported = `${reason}; restart ${failures} in ${seconds(delay)}`;
+    return transition({ ...dead, failures }, state, reported, backoff, now, () => [
+      { kind: "wake", afterMs: delay, why: "restart" },
+    ]);
   }
-  return {
-    life: enter(dead, state, reason + next, { name: "failed" }, now),
-    effects: [{ kind: "persist" }, { kind: "report" }],
-  };
+  return transition(dead, state, reason + next, { name: "failed" }, now);
 }
 
 function adopt(
@@ -506,7 +504,6 @@ function adopt(
     if (was === "draining") {
       return end({ ...life, tail: ev.tail }, "exited while the agent was down (was draining)", true, now);
     }
-    // `life.state` stays what it was, so a draining check in fail() does not apply; it is not draining.
     return fail(
       { ...life, tail: ev.tail },
       was === "starting" ? "failed_startup" : "failed_running",
@@ -516,52 +513,12 @@ function adopt(
     );
   }
   const found = { ...life, pid: ev.pid, healthUrl: ev.healthUrl };
-  if (was === "draining") {
-    const draining = enter(
-      found,
-      "draining",
-      `adopted pid ${ev.pid}, still draining`,
-      {
-        name: "draining",
-        deadlineAt: drainDeadlineAt ?? now,
-        settleAt: now,
-        misses: 0,
-      },
-      now,
-    );
-    return {
-      life: draining,
-      effects: [
-        { kind: "persist" },
-        { kind: "report" },
-        ...watchServing(draining, p),
-        { kind: "wake", afterMs: 0, why: "drain-check" },
-      ],
-    };
-  }
+  if (was === "draining")
+    return beginDraining(found, `adopted pid ${ev.pid}, still draining`, drainDeadlineAt ?? now, now, now, p);
   if (ev.healthy) return becomeReady(found, `adopted pid ${ev.pid} after agent restart`, now, p);
   // Alive but not (or not yet) healthy: a fresh startup deadline, since how
   // long it has been loading is not something the agent could watch.
-  const deadline = startupDeadline(life.spec, p);
-  const starting = enter(
-    found,
-    "starting",
-    `adopted pid ${ev.pid}, waiting for health`,
-    {
-      name: "starting",
-      deadlineAt: now + deadline,
-    },
-    now,
-  );
-  return {
-    life: starting,
-    effects: [
-      { kind: "persist" },
-      { kind: "report" },
-      { kind: "wake", afterMs: deadline, why: "startup-deadline" },
-      ...watchStartup(starting, p, p.healthIntervalMs),
-    ],
-  };
+  return beginStarting(found, `adopted pid ${ev.pid}, waiting for health`, now, p, p.healthIntervalMs);
 }
 
 /** The domain status the supervisor hands out; the stream converts it to the wire's ShardStatus. */

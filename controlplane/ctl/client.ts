@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
-import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import type { Client } from "@connectrpc/connect";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
+import { bearerClient } from "../edgesync-client.ts";
 
 export const DEFAULT_CONTROL_PLANE = "http://127.0.0.1:9090";
 
@@ -26,12 +26,5 @@ export function adminToken(
 }
 
 export function controlClient(baseUrl: string, token?: string): Client<typeof ControlService> {
-  const auth: Interceptor = (next) => (req) => {
-    if (token) req.header.set("authorization", `Bearer ${token}`);
-    return next(req);
-  };
-  return createClient(
-    ControlService,
-    createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }),
-  );
+  return bearerClient(ControlService, baseUrl, token);
 }

@@ -1,7 +1,5 @@
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { create, toJsonString } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
 import { parseDocument } from "yaml";
 import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
@@ -9,7 +7,8 @@ import { formatIssues } from "../../common/zod-issues.ts";
 import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { endpointSchema } from "../config/schema.ts";
-import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
+import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../edgesync-client.ts";
+import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
 /**
@@ -61,17 +60,10 @@ band queues, and per endpoint its load, requests in flight and breaker.
 `;
 
 export async function main(argv: string[]): Promise<number | undefined> {
-  const [command, ...rest] = argv;
-  if (!command || command === "help" || command === "--help" || command === "-h") {
-    process.stdout.write(HELP);
-    return command ? 0 : 2;
-  }
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: { edge: { type: "string" }, version: { type: "string" }, json: { type: "boolean" } },
-  });
-  const edge = values.edge ?? process.env.LLMGW_EDGE_URL ?? DEFAULT_EDGE;
+  const opened = openCommand(argv, HELP, { ...EDGE_FLAGS, version: { type: "string" } });
+  if (typeof opened === "number") return opened;
+  const { command, values, positionals } = opened;
+  const edge = edgeUrl(values.edge);
   if (command === "status") return status(edge, positionals[0] ?? "", values.json === true);
   const file = positionals[0];
   if ((command !== "set" && command !== "check") || !file) {
@@ -97,8 +89,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stdout.write(`wrote ${endpoints.length} endpoints to ${edge} (version ${res.version})\n`);
     return 0;
   } catch (err) {
-    const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
-    process.stderr.write(`llmgw ctl endpoints set: ${msg} (edge ${edge})\n`);
+    process.stderr.write(`llmgw ctl endpoints set: ${failure(err)} (edge ${edge})\n`);
     return 1;
   }
 }
@@ -108,8 +99,7 @@ async function status(edge: string, model: string, json: boolean): Promise<numbe
   try {
     pools = (await edgeSyncClient(edge).getPoolStatus({ model })).pools;
   } catch (err) {
-    const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
-    process.stderr.write(`llmgw ctl endpoints status: ${msg} (edge ${edge})\n`);
+    process.stderr.write(`llmgw ctl endpoints status: ${failure(err)} (edge ${edge})\n`);
     return 1;
   }
   if (json) {

@@ -1,10 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
-import { parseArgs } from "node:util";
-import { ConnectError } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
-import { errorMessage } from "../../common/log.ts";
+import { recordFields } from "../../edge/api-key.ts";
 import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { DEFAULT_EDGE, edgeSyncClient } from "../edgesync-client.ts";
+import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../edgesync-client.ts";
+import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
 /**
@@ -51,14 +50,7 @@ export function parseBudget(v: string | undefined): { tokens: bigint; period: st
 
 function keyJson(k: ApiKey) {
   return {
-    id: k.id,
-    name: k.name,
-    tenant: k.tenant,
-    max_band: k.maxBand,
-    default_band: k.defaultBand,
-    models: k.models,
-    rpm: k.rpm,
-    tpm: k.tpm,
+    ...recordFields(k),
     budget: k.budget ? { tokens: Number(k.budget.tokens), period: k.budget.period } : null,
     created_at: new Date(Number(k.createdAtUnixMs)).toISOString(),
     revoked: k.revoked,
@@ -66,28 +58,20 @@ function keyJson(k: ApiKey) {
 }
 
 export async function main(argv: string[]): Promise<number | undefined> {
-  const [command, ...rest] = argv;
-  if (!command || command === "help" || command === "--help" || command === "-h") {
-    process.stdout.write(HELP);
-    return command ? 0 : 2;
-  }
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: {
-      edge: { type: "string" },
-      json: { type: "boolean" },
-      name: { type: "string" },
-      band: { type: "string" },
-      "default-band": { type: "string" },
-      tenant: { type: "string" },
-      models: { type: "string" },
-      rpm: { type: "string" },
-      tpm: { type: "string" },
-      budget: { type: "string" },
-    },
+  const opened = openCommand(argv, HELP, {
+    ...EDGE_FLAGS,
+    name: { type: "string" },
+    band: { type: "string" },
+    "default-band": { type: "string" },
+    tenant: { type: "string" },
+    models: { type: "string" },
+    rpm: { type: "string" },
+    tpm: { type: "string" },
+    budget: { type: "string" },
   });
-  const edge = values.edge ?? process.env.LLMGW_EDGE_URL ?? DEFAULT_EDGE;
+  if (typeof opened === "number") return opened;
+  const { command, values, positionals } = opened;
+  const edge = edgeUrl(values.edge);
   const client = edgeSyncClient(edge);
   try {
     switch (command) {
@@ -191,8 +175,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
         return 2;
     }
   } catch (err) {
-    const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
-    process.stderr.write(`llmgw keys ${command}: ${msg} (edge ${edge})\n`);
+    process.stderr.write(`llmgw keys ${command}: ${failure(err)} (edge ${edge})\n`);
     return 1;
   }
 }

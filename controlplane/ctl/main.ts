@@ -1,8 +1,7 @@
-import { parseArgs } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
-import { errorMessage } from "../../common/log.ts";
 import { adminToken, controlClient, DEFAULT_CONTROL_PLANE } from "./client.ts";
+import { failure, openCommand } from "./command.ts";
 import { nodeJson, nodesCommand } from "./nodes.ts";
 import { modelsCommand, replicasCommand } from "./replicas.ts";
 
@@ -31,27 +30,20 @@ The admin token is read from $LLMGW_ADMIN_TOKEN, or from the first line of
 `;
 
 export async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  if (!command || command === "help" || command === "--help" || command === "-h") {
-    process.stdout.write(HELP);
-    return command ? 0 : 2;
-  }
-  if (command === "endpoints") {
+  if (argv[0] === "endpoints") {
     const mod = await import("./endpoints.ts");
-    return (await mod.main(rest)) ?? 0;
+    return (await mod.main(argv.slice(1))) ?? 0;
   }
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: {
-      "control-plane": { type: "string" },
-      json: { type: "boolean" },
-      deadline: { type: "string" },
-      ttl: { type: "string" },
-      uses: { type: "string" },
-      "token-file": { type: "string" },
-    },
+  const opened = openCommand(argv, HELP, {
+    "control-plane": { type: "string" },
+    json: { type: "boolean" },
+    deadline: { type: "string" },
+    ttl: { type: "string" },
+    uses: { type: "string" },
+    "token-file": { type: "string" },
   });
+  if (typeof opened === "number") return opened;
+  const { command, values, positionals } = opened;
   const url = values["control-plane"] ?? process.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE;
   try {
     const client = controlClient(url, adminToken(values["token-file"]));
@@ -132,8 +124,7 @@ export async function main(argv: string[]): Promise<number> {
         return 2;
     }
   } catch (err) {
-    const msg = err instanceof ConnectError ? err.rawMessage : errorMessage(err);
-    process.stderr.write(`llmgw ctl ${command}: ${msg} (control plane ${url})\n`);
+    process.stderr.write(`llmgw ctl ${command}: ${failure(err)} (control plane ${url})\n`);
     return err instanceof ConnectError && err.code === Code.Unauthenticated ? 3 : 1;
   }
 }

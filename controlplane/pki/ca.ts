@@ -135,23 +135,13 @@ export async function ensureServerCert(
   }
   const keys = await generateKeyPair();
   const t = now();
-  const cert = await x509.X509CertificateGenerator.create({
-    serialNumber: serial(),
+  const cert = await issueLeaf(ca, {
     subject: [{ CN: [hostnames[0] ?? "llmgw control plane"] }, { O: ["llmgw"] }],
-    issuer: ca.cert.subjectName,
-    notBefore: new Date(t - BACKDATE_MS),
-    notAfter: new Date(t + SERVER_VALIDITY_MS),
     publicKey: keys.publicKey,
-    signingKey: ca.keys.privateKey,
-    signingAlgorithm: EC_ALG,
-    extensions: [
-      new x509.BasicConstraintsExtension(false, undefined, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      new x509.SubjectAlternativeNameExtension(sanNames(hostnames)),
-      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-      await x509.AuthorityKeyIdentifierExtension.create(ca.keys.publicKey),
-    ],
+    notAfter: t + SERVER_VALIDITY_MS,
+    usage: x509.ExtendedKeyUsage.serverAuth,
+    at: t,
+    more: [new x509.SubjectAlternativeNameExtension(sanNames(hostnames))],
   });
   const keyPem = await privateKeyToPem(keys.privateKey);
   const certPem = `${cert.toString("pem")}\n`;
@@ -190,22 +180,44 @@ export async function signClientCsr(
     );
   }
   const t = now();
-  const cert = await x509.X509CertificateGenerator.create({
-    serialNumber: serial(),
+  const cert = await issueLeaf(ca, {
     subject: [{ CN: [nodeName] }],
-    issuer: ca.cert.subjectName,
-    notBefore: new Date(t - BACKDATE_MS),
-    notAfter: new Date(Math.min(t + validityMs, ca.cert.notAfter.getTime())),
     publicKey: csr.publicKey,
+    notAfter: Math.min(t + validityMs, ca.cert.notAfter.getTime()),
+    usage: x509.ExtendedKeyUsage.clientAuth,
+    at: t,
+  });
+  return `${cert.toString("pem")}\n`;
+}
+
+/** An end-entity certificate signed by the CA: server or client authentication, never a CA itself. */
+async function issueLeaf(
+  ca: Ca,
+  l: {
+    subject: x509.JsonName;
+    publicKey: CryptoKey | InstanceType<typeof x509.PublicKey>;
+    notAfter: number;
+    usage: x509.ExtendedKeyUsageType;
+    at: number;
+    more?: x509.Extension[];
+  },
+): Promise<InstanceType<typeof x509.X509Certificate>> {
+  return x509.X509CertificateGenerator.create({
+    serialNumber: serial(),
+    subject: l.subject,
+    issuer: ca.cert.subjectName,
+    notBefore: new Date(l.at - BACKDATE_MS),
+    notAfter: new Date(l.notAfter),
+    publicKey: l.publicKey,
     signingKey: ca.keys.privateKey,
     signingAlgorithm: EC_ALG,
     extensions: [
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
-      await x509.SubjectKeyIdentifierExtension.create(csr.publicKey),
+      new x509.ExtendedKeyUsageExtension([l.usage]),
+      ...(l.more ?? []),
+      await x509.SubjectKeyIdentifierExtension.create(l.publicKey),
       await x509.AuthorityKeyIdentifierExtension.create(ca.keys.publicKey),
     ],
   });
-  return `${cert.toString("pem")}\n`;
 }

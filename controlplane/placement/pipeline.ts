@@ -142,7 +142,7 @@ export function placeReplica(
     const c = evaluate(view, req, explain, tally, partial);
     if (c) candidates.push(c);
   }
-  return decide(candidates, req, tally, partial, baseExplanation(req, fleet, opts.replicaId));
+  return decide({ candidates, req, tally, partial }, baseExplanation(req, fleet, opts.replicaId));
 }
 
 function baseExplanation(req: Requirements, fleet: Fleet, replicaId: string | undefined): Explanation {
@@ -156,14 +156,17 @@ function baseExplanation(req: Requirements, fleet: Fleet, replicaId: string | un
   };
 }
 
-function decide(
-  candidates: Candidate[],
-  req: Requirements,
-  tally: Tally,
-  partial: ClosestFit,
-  explanation: Explanation,
-): PlacementResult {
-  if (req.nodes > 1) return placeGang(candidates, req, tally, partial, explanation);
+/** What evaluating the fleet for one profile found: the nodes that fit, the rejections and the nearest miss. */
+interface Evaluated {
+  candidates: Candidate[];
+  req: Requirements;
+  tally: Tally;
+  partial: ClosestFit;
+}
+
+function decide(e: Evaluated, explanation: Explanation): PlacementResult {
+  if (e.req.nodes > 1) return placeGang(e, explanation);
+  const { candidates, req, tally, partial } = e;
   const best = pickBest(candidates);
   explanation.nodesFeasible = candidates.length;
   explanation.rejected = rejectionsFrom(tally.counts, REJECT_REASONS, req);
@@ -214,13 +217,13 @@ export class PlacementSession {
 
   /** Places and reserves one replica, or returns undefined when it does not fit. */
   place(replicaId?: string): Assignment | undefined {
-    const r = decide(
-      [...this.candidates.values()],
-      this.req,
-      this.tally,
-      this.partial,
-      baseExplanation(this.req, this.fleet, replicaId),
-    );
+    const found = {
+      candidates: [...this.candidates.values()],
+      req: this.req,
+      tally: this.tally,
+      partial: this.partial,
+    };
+    const r = decide(found, baseExplanation(this.req, this.fleet, replicaId));
     if (!r.ok) return undefined;
     this.fleet.reserve(this.profile.key, r.assignment);
     for (const s of r.assignment.shards) {
@@ -301,10 +304,7 @@ function portsFor(
 }
 
 function placeGang(
-  candidates: Candidate[],
-  req: Requirements,
-  tally: Tally,
-  partial: ClosestFit,
+  { candidates, req, tally, partial }: Evaluated,
   explanation: Explanation,
 ): PlacementResult {
   const key = req.profile.fabric!;
