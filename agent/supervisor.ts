@@ -245,7 +245,9 @@ export class Supervisor {
   beginOrphanGrace(graceMs = this.options.orphanGraceMs ?? 60_000): void {
     if (this.orphanTimer) return;
     this.orphanTimer = setTimeout(() => {
-      for (const r of [...this.runners.values()]) r.dispatch({ kind: "orphan-grace-over", graceMs });
+      const unclaimed = [...this.runners.values()].filter((r) => !r.life.claimed);
+      this.log.info("orphan grace over", { unclaimed: unclaimed.map((r) => r.id) });
+      for (const r of unclaimed) r.dispatch({ kind: "orphan-grace-over", graceMs });
     }, graceMs);
     this.orphanTimer.unref();
   }

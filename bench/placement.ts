@@ -23,7 +23,7 @@ import type { PlacementNode } from "../controlplane/placement/types.ts";
 import { plan, planSettings } from "../controlplane/reconcile/plan.ts";
 import { ReplicaTable } from "../controlplane/reconcile/table.ts";
 import type { Action } from "../controlplane/reconcile/types.ts";
-import { gpuNode } from "../test/placement/fixtures.ts";
+import { gpuNode } from "../test/fixtures/placement.ts";
 
 const NODES = 1000;
 const MODELS = 200;

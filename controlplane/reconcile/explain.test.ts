@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { gpuNode } from "../../test/placement/fixtures.ts";
+import { gpuNode } from "../../test/fixtures/placement.ts";
 import { buildCatalog } from "../catalog.ts";
 import { configSchema } from "../config/schema.ts";
 import { formatExplanations } from "../placement/explain.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { ShardState } from "../../common/shard-state.ts";
-import { gpuNode, type NodeSpec } from "../../test/placement/fixtures.ts";
+import { gpuNode, type NodeSpec } from "../../test/fixtures/placement.ts";
 import { buildCatalog, type Catalog } from "../catalog.ts";
 import { configSchema } from "../config/schema.ts";
 import type { PlacementNode } from "../placement/types.ts";

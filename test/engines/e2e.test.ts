@@ -100,8 +100,6 @@ interface ReplicaJson {
   lastFailure: { reason: string; exitCode: number | null; outputTail: string[]; at: string | null } | null;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 describe("an engine through the agent: vLLM adapter, readiness, load, adoption, restart, startup deadline", () => {
   let cp: ControlPlaneHandle;
   let agent: Proc;
@@ -327,6 +325,10 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
 
   it("kill -9 of the agent: the engine keeps serving; a restarted agent re-adopts it without a restart", async () => {
     // A stream in flight when the agent dies finishes regardless.
+    let streaming = () => {};
+    const firstToken = new Promise<void>((resolve) => {
+      streaming = resolve;
+    });
     const inFlight = client()
       .chat.completions.create({
         model: "e2e-chat",
@@ -337,12 +339,16 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       .then(
         async (s) => {
           let finish: string | null | undefined;
-          for await (const c of s) finish = c.choices[0]?.finish_reason ?? finish;
+          for await (const c of s) {
+            streaming();
+            finish = c.choices[0]?.finish_reason ?? finish;
+          }
           return finish;
         },
         (err: unknown) => err,
       );
-    await sleep(300);
+    await firstToken;
+    const oldInstance = (await cp.nodes()).find((n) => n.name === NODE)?.agentInstance;
     agent.child.kill("SIGKILL");
     await agent.exited;
     // It ran to its length although its agent died after the first tokens.
@@ -352,16 +358,20 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
 
     const before = (await replica(CHAT))!;
     agent = startAgent(cp, NODE, { gpus: "2xH100-80GB", stateDir, extra: AGENT_EXTRA });
-    await agent.waitFor(/"msg":"adopted engine".*"replica":"e2e-chat\/1gpu\/0"/, 20_000);
+    // A new agent registers only once it has adopted what the state file lists.
     await waitUntil(
       "node ready with the new agent",
-      async () => (await cp.nodes()).find((n) => n.name === NODE && n.connected && n.state === "ready"),
+      async () =>
+        (await cp.nodes()).find(
+          (n) => n.name === NODE && n.agentInstance !== oldInstance && n.connected && n.state === "ready",
+        ),
       20_000,
       200,
     );
-    // Past the orphan grace (3 s here): the control plane's claim kept the
-    // engine; an unclaimed one would have been stopped by now.
-    await sleep(4_500);
+    // Past the orphan grace (3 s here), which the agent says it has gone
+    // through: the control plane's claim kept the engine; an unclaimed one
+    // would have been stopped.
+    await agent.waitFor(/"msg":"orphan grace over".*"unclaimed":\[\]/, 10_000);
     const after = (await replica(CHAT))!;
     expect(after.state).toBe("ready");
     expect(after.shards[0]!.pid).toBe(pid);
@@ -406,9 +416,8 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       30_000,
       250,
     );
-    await agent.waitFor("registered with control plane", 10_000);
     // Past the orphan grace, which started at that registration.
-    await sleep(4_500);
+    await agent.waitFor(/"msg":"orphan grace over".*"unclaimed":\[\]/, 10_000);
     const after = (await replica(CHAT))!;
     expect(after.state).toBe("ready");
     expect(after.shards[0]!.pid).toBe(pid);

@@ -108,8 +108,13 @@ describe("agents, the stream and node lifecycle (real processes)", () => {
   it("kill -9 of the control plane: every agent is back within its backoff window, none restarted", async () => {
     const before = new Map((await cp.nodes()).map((n) => [n.name, n.agentInstance]));
     const pids = Object.fromEntries(Object.entries(agents).map(([k, p]) => [k, p.child.pid]));
-    // Let every session count as stable so the backoff starts from its base.
-    await new Promise((r) => setTimeout(r, 1_200));
+    // Every session stable (--stable-after 1s since it registered), so the backoff starts from its base.
+    await waitUntil(
+      "every session stable",
+      async () => (await cp.nodes()).every((n) => Date.now() - Date.parse(n.registeredAt) > 1_000),
+      5_000,
+      50,
+    );
     const mark = Object.fromEntries(Object.entries(agents).map(([k, p]) => [k, p.output().length]));
     cp.proc.child.kill("SIGKILL");
     await cp.proc.exited;

@@ -131,9 +131,9 @@ describe("mTLS between agents and the control plane", () => {
       "enrollment refused by the control plane: the join token has already been used up",
     );
 
-    const short = await token("--ttl", "1s");
-    await new Promise((r) => setTimeout(r, 1_500));
-    const late = agent("tls-f", { extra: ["--join-token", short] });
+    const short = JSON.parse(await token("--ttl", "1s", "--json")) as { token: string; expiresAt: string };
+    await waitUntil("the short token expired", () => Date.now() > Date.parse(short.expiresAt), 5_000, 20);
+    const late = agent("tls-f", { extra: ["--join-token", short.token] });
     expect(await late.exited).toBe(1);
     expect(late.output()).toMatch(/enrollment refused by the control plane: the join token expired at/);
 

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { formatExplanation } from "../../controlplane/placement/explain.ts";
-import { Fleet } from "../../controlplane/placement/fleet.ts";
-import { PlacementSession, placeReplica } from "../../controlplane/placement/pipeline.ts";
-import type { PlacementNode, PlacementResult, RejectReason } from "../../controlplane/placement/types.ts";
-import { gpuNode, PORTS, profileOf } from "./fixtures.ts";
+import { gpuNode, PORTS, profileOf } from "../../test/fixtures/placement.ts";
+import { formatExplanation } from "./explain.ts";
+import { Fleet } from "./fleet.ts";
+import { PlacementSession, placeReplica } from "./pipeline.ts";
+import type { PlacementNode, PlacementResult, RejectReason } from "./types.ts";
 
 function counts(r: PlacementResult): Partial<Record<RejectReason, number>> {
   return Object.fromEntries(r.explanation.rejected.map((x) => [x.reason, x.count]));

@@ -1,9 +1,9 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { sglangAdapter } from "../../agent/engines/sglang.ts";
-import { LLMGW_ENTRY, simAdapter } from "../../agent/engines/sim.ts";
-import { vllmAdapter } from "../../agent/engines/vllm.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { sglangAdapter } from "./sglang.ts";
+import { LLMGW_ENTRY, simAdapter } from "./sim.ts";
+import { vllmAdapter } from "./vllm.ts";
 
 type Init = MessageInitShape<typeof StartShardSchema>;
 

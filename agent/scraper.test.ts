@@ -2,9 +2,9 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { SGLANG_METRICS, VLLM_METRICS } from "../../agent/engines/adapter.ts";
-import { LoadScraper, loadFromSamples, parsePrometheusText } from "../../agent/scraper.ts";
-import { REPO } from "../harness/process.ts";
+import { REPO } from "../test/harness/process.ts";
+import { SGLANG_METRICS, VLLM_METRICS } from "./engines/adapter.ts";
+import { LoadScraper, loadFromSamples, parsePrometheusText } from "./scraper.ts";
 
 const fixture = (name: string) => readFileSync(join(REPO, "test/fixtures/metrics", name), "utf8");
 

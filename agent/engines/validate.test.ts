@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { binaryFor, findBinary, portFree, portsInUse } from "../../agent/engines/launch-facts.ts";
-import { knownEngines } from "../../agent/engines/registry.ts";
-import { type LaunchFacts, portsToBind, validateLaunch } from "../../agent/engines/validate.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { binaryFor, findBinary, portFree, portsInUse } from "./launch-facts.ts";
+import { knownEngines } from "./registry.ts";
+import { type LaunchFacts, portsToBind, validateLaunch } from "./validate.ts";
 
 type Init = MessageInitShape<typeof StartShardSchema>;
 const spec = (over: Init = {}): StartShard =>

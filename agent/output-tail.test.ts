@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { lastLines, readTail, trimLog } from "../../agent/output-tail.ts";
+import { lastLines, readTail, trimLog } from "./output-tail.ts";
 
 describe("output tail", () => {
   it("keeps the last non-empty lines and bounds long ones", () => {
