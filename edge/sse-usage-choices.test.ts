@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { StreamUsage } from "../../edge/sse-usage.ts";
-import { stepLogprobs } from "../../sim-engine/logprobs.ts";
+import { stepLogprobs } from "../sim-engine/logprobs.ts";
 import {
   chatChunks,
   chatLogprob,
@@ -10,7 +9,8 @@ import {
   contentDelta,
   toolCallDelta,
   usageJson,
-} from "../../sim-engine/protocol.ts";
+} from "../sim-engine/protocol.ts";
+import { StreamUsage } from "./sse-usage.ts";
 
 /**
  * The edge's usage reader on the chunk shapes the sim engine (after vLLM)

@@ -1,0 +1,29 @@
+import { describe, expect, it } from "vitest";
+import { sumCharges } from "./charge.ts";
+
+describe("sumCharges", () => {
+  it("sums a batch and counts partial answers", () => {
+    const c = (p: number, k: number, partial = false) => ({
+      prompt_tokens: p,
+      completion_tokens: k,
+      partial,
+    });
+    expect(sumCharges("b1", [c(10, 5), c(7, 2, true), c(-3, 1.7)])).toEqual({
+      id: "b1",
+      requests: 3,
+      prompt_tokens: 17,
+      completion_tokens: 8,
+      partial_requests: 1,
+      closes: [],
+    });
+  });
+  it("names the reservations its requests held", () => {
+    const c = (reservation?: string) => ({
+      prompt_tokens: 1,
+      completion_tokens: 1,
+      partial: false,
+      reservation,
+    });
+    expect(sumCharges("b2", [c("req_a"), c(), c("req_b")]).closes).toEqual(["req_a", "req_b"]);
+  });
+});
