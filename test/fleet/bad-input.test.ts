@@ -125,8 +125,10 @@ describe("bad input on the agent stream and in the config file", () => {
   });
 
   it("refuses a second agent claiming the name of a connected node", async () => {
+    const refusals = () => cp.metric('llmgw_agent_rejections_total{reason="name_in_use"}');
+    const before = await refusals();
     const impostor = startAgent(cp, "good", { stateDir: tempDir("impostor") });
-    await impostor.waitFor(/control plane refused this agent.*name_in_use/, 15_000);
+    await waitUntil("the impostor refused", async () => (await refusals()) > before, 15_000);
     await impostor.kill();
     await stillServing();
     const first = (await cp.nodes()).find((n) => n.name === "good")!;

@@ -79,8 +79,13 @@ describe("mTLS between agents and the control plane", () => {
     const t = await token("--ttl", "10m", "--uses", "1");
     expect(t).toMatch(/^[0-9a-f]{64}\.[0-9a-f]{64}$/);
     const a = agent("tls-a", { extra: ["--join-token", t] });
-    await a.waitFor("enrolled: client certificate stored");
-    await a.waitFor("registered with control plane");
+    const connected = (instance?: string) =>
+      waitUntil("tls-a ready and connected", async () =>
+        (await cp.nodes()).find(
+          (n) => n.name === "tls-a" && n.state === "ready" && n.connected && n.agentInstance !== instance,
+        ),
+      );
+    const first = await connected();
     const state = join(cp.dir, "agents", "tls-a");
     expect(statSync(join(state, "agent.key")).mode & 0o777).toBe(0o600);
     expect(existsSync(join(state, "agent.crt")) && existsSync(join(state, "ca.crt"))).toBe(true);
@@ -91,12 +96,9 @@ describe("mTLS between agents and the control plane", () => {
     // Restarted without the token: it reconnects with the stored certificate.
     await a.kill();
     const again = agent("tls-a");
-    await again.waitFor("using the stored client certificate");
-    await again.waitFor("registered with control plane");
+    await connected(first.agentInstance);
+    expect(again.output()).toContain("using the stored client certificate");
     expect(again.output()).not.toContain("enrolling with the control plane");
-    await waitUntil("tls-a ready and connected", async () =>
-      (await cp.nodes()).some((n) => n.name === "tls-a" && n.state === "ready" && n.connected),
-    );
   });
 
   it("refuses an agent that claims another node with this node's certificate", async () => {

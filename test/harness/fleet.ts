@@ -5,7 +5,7 @@ import type { Client } from "@connectrpc/connect";
 import { controlClient } from "../../controlplane/ctl/client.ts";
 import { type NodeJson, nodeJson } from "../../controlplane/ctl/nodes.ts";
 import type { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
-import { freePort, type Proc, runLlmgw, startLlmgw } from "./process.ts";
+import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp } from "./process.ts";
 
 /** A control plane on loopback with its own ports, config file and data dir. */
 export interface ControlPlaneHandle {
@@ -22,6 +22,8 @@ export interface ControlPlaneHandle {
   ctl(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
   /** /metrics text (with the token, when there is one). */
   metrics(): Promise<string>;
+  /** One sample of /metrics, e.g. `llmgw_agent_rejections_total{reason="name_in_use"}`; 0 when absent. */
+  metric(series: string): Promise<number>;
   restart(): Promise<void>;
 }
 
@@ -58,7 +60,7 @@ export async function startControlPlane(
       { ...tokenEnv, ...opts.env },
       opts.entry,
     );
-    await p.waitFor("control plane listening");
+    await waitForHttp(p, `${adminUrl}/healthz`);
     return p;
   };
   const handle: ControlPlaneHandle = {
@@ -79,6 +81,10 @@ export async function startControlPlane(
         ? { authorization: `Bearer ${opts.adminToken}` }
         : {};
       return (await fetch(`${adminUrl}/metrics`, { headers })).text();
+    },
+    async metric(series) {
+      const line = (await handle.metrics()).split("\n").find((l) => l.startsWith(`${series} `));
+      return line ? Number(line.slice(series.length + 1)) : 0;
     },
     async restart() {
       handle.proc = await launch();

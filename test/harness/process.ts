@@ -149,6 +149,29 @@ export async function waitUntil<T>(
   }
 }
 
+/** Resolves once `url` answers 2xx; rejects at once if `proc` exits first. */
+export async function waitForHttp(proc: Proc, url: string, timeoutMs = 30_000): Promise<void> {
+  let gone = false;
+  void proc.exited.then(() => {
+    gone = true;
+  });
+  await waitUntil(
+    `${proc.name} answering ${url}`,
+    async () => {
+      if (gone) throw new Error(`${proc.name} exited; output:\n${proc.output().slice(-4000)}`);
+      const res = await fetch(url, { signal: AbortSignal.timeout(1_000) });
+      await res.body?.cancel();
+      return res.ok;
+    },
+    timeoutMs,
+    50,
+  ).catch((err: unknown) => {
+    throw gone
+      ? new Error(`${proc.name} exited before answering ${url}; output:\n${proc.output().slice(-4000)}`)
+      : err;
+  });
+}
+
 /** CPU time (user + system) a process has used so far, in seconds, from /proc (Linux). */
 export function processCpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");

@@ -9,7 +9,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { tokenize } from "../../sim-engine/text.ts";
-import { freePort, type Proc, startLlmgw, waitUntil } from "../harness/process.ts";
+import { freePort, type Proc, startLlmgw, waitForHttp, waitUntil } from "../harness/process.ts";
 
 const MODEL = "sim";
 const procs: Proc[] = [];
@@ -34,8 +34,8 @@ async function engine(name: string, flags: string[]): Promise<Engine> {
     ...flags,
   ]);
   procs.push(proc);
-  await proc.waitFor(/sim engine ready/, 30_000);
   const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(proc, `${url}/health`);
   return { url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
 }
 

@@ -71,7 +71,6 @@ async function post(e: Engine, path: string, body: unknown): Promise<Response> {
 }
 
 let main: Engine;
-let slow: Engine;
 let failing: Engine;
 let crashing: Engine;
 let hangFirst: Engine;
@@ -81,7 +80,7 @@ let traced: Engine;
 const traceFile = join(mkdtempSync(join(tmpdir(), "llmgw-sim-trace-")), "requests.jsonl");
 
 beforeAll(async () => {
-  [main, slow, failing, crashing, hangFirst, hangMid, headless, traced] = await Promise.all([
+  [main, failing, crashing, hangFirst, hangMid, headless, traced] = await Promise.all([
     engine(
       "main",
       [
@@ -99,7 +98,6 @@ beforeAll(async () => {
       ],
       true,
     ),
-    engine("slow", ["--sim-startup-seconds", "3", "--sim-slow-token-ms", "40", "--sim-speed", "50"]),
     engine("failing", ["--sim-fail-rate", "0.5", "--seed", "3", "--sim-speed", "50"]),
     engine("crashing", ["--sim-crash-after", "1", "--sim-speed", "50"]),
     engine("hang-first", ["--sim-hang-after", "1", "--sim-speed", "50"]),
@@ -304,6 +302,15 @@ describe("OpenAI surface", () => {
 
 describe("fault injection", () => {
   it("--sim-startup-seconds: 503 on /health and the API until ready; --sim-slow-token-ms slows every token", async () => {
+    // Started here, not with the others: its startup must still be under way when the test looks.
+    const slow = await engine("slow", [
+      "--sim-startup-seconds",
+      "3",
+      "--sim-slow-token-ms",
+      "40",
+      "--sim-speed",
+      "50",
+    ]);
     await waitUntil("slow listening", async () => (await fetch(`${slow.url}/health`)).status, 10_000, 50);
     expect((await fetch(`${slow.url}/health`)).status).toBe(503);
     const early = await post(slow, "/v1/chat/completions", chatBody());

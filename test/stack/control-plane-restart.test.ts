@@ -82,7 +82,12 @@ models:
       90_000,
     );
     // Both endpoints at the edge: the first request after publication succeeds.
-    await cp.proc.waitFor(/endpoint set published to the edge.*"endpoints":2/, 30_000);
+    await waitUntil(
+      "both endpoints at the edge",
+      async () => (await edge.sync.getPoolStatus({ model: "steady" })).pools[0]?.endpoints.length === 2,
+      30_000,
+      100,
+    );
     await waitUntil("a request through the edge", async () => {
       const r = await client.chat.completions.create({
         model: "steady",

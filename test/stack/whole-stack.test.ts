@@ -47,6 +47,12 @@ models:
     client = clientFor(edge, key.secret);
   }, 120_000);
 
+  /** The endpoints the model's pool at the edge routes to now. */
+  const atEdge = async () =>
+    (await edge.sync.getPoolStatus({ model: "llama-3.1-8b-instruct" })).pools[0]?.endpoints.map(
+      (e) => e.id,
+    ) ?? [];
+
   afterAll(async () => {
     await agent?.kill();
     await cp?.proc.kill();
@@ -55,7 +61,7 @@ models:
   });
 
   it("serves chat through the edge from replicas the control plane placed and published", async () => {
-    await cp.proc.waitFor(/endpoint set published to the edge.*"endpoints":2/, 60_000);
+    await waitUntil("both replicas at the edge", async () => (await atEdge()).length === 2, 60_000, 250);
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toContain("llama-3.1-8b-instruct");
 
@@ -85,10 +91,19 @@ models:
     const victim = list[0]!;
     process.kill(victim.shards[0]!.pid, "SIGKILL");
     // The agent reports the failure; the next publish drops the replica…
-    await cp.proc.waitFor(/endpoint set published to the edge.*"endpoints":1/, 30_000);
+    await waitUntil(
+      "the replica gone from the edge",
+      async () => !(await atEdge()).includes(victim.id),
+      30_000,
+      100,
+    );
     // …and the agent's restart brings it back.
-    const published = (n: number) => cp.proc.output().lastIndexOf(`"endpoints":${n}}`);
-    await waitUntil("the replica back at the edge", () => published(2) > published(1), 60_000, 250);
+    await waitUntil(
+      "the replica back at the edge",
+      async () => (await atEdge()).includes(victim.id),
+      60_000,
+      250,
+    );
     const r = await client.chat.completions.create({
       model: "llama-8b",
       messages: [{ role: "user", content: "still there?" }],
