@@ -108,9 +108,7 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
   let pid = 0;
 
   async function replicas(): Promise<ReplicaJson[]> {
-    const r = await cp.ctl("replicas", "--json");
-    if (r.code !== 0) throw new Error(`ctl replicas: ${r.stderr}`);
-    return JSON.parse(r.stdout) as ReplicaJson[];
+    return cp.replicas();
   }
 
   async function replica(id: string): Promise<ReplicaJson | undefined> {
@@ -238,7 +236,7 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       })
       .catch(() => undefined);
     const busy = await waitUntil(
-      "running > 0 in ctl replicas --json",
+      "running > 0 in the replica's load",
       async () => {
         const load = (await replica(CHAT))?.shards[0]?.load;
         return load && load.running + load.waiting > 0 ? load : undefined;
@@ -247,6 +245,10 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       200,
     );
     expect(busy.running).toBeGreaterThanOrEqual(1);
+    // As an operator sees it, while the stream is still in flight.
+    const ctl = await cp.ctl("replicas", "--json");
+    const shown = (JSON.parse(ctl.stdout) as ReplicaJson[]).find((r) => r.id === CHAT)?.shards[0]?.load;
+    expect(shown?.running).toBeGreaterThanOrEqual(1);
     expect(Number.isNaN(Date.parse(busy.scrapedAt ?? ""))).toBe(false);
     expect(busy.kvUsage).toBeGreaterThan(0);
     controller.abort();

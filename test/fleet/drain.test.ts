@@ -50,7 +50,7 @@ describe("drain (real processes)", () => {
     if (cp) killEngines(join(cp.dir, "agents"));
   });
 
-  const replicas = async () => JSON.parse((await cp.ctl("replicas", "--json")).stdout) as Replica[];
+  const replicas = async () => (await cp.replicas()) as Replica[];
 
   it("places the replacement elsewhere first, then drains the node; the drain survives a restart", async () => {
     const first = await waitUntil("tiny ready", async () => {

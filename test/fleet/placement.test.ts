@@ -75,9 +75,7 @@ describe("placement, the reconciler and explain (real processes)", () => {
   });
 
   async function replicas(): Promise<ReplicaJson[]> {
-    const r = await cp.ctl("replicas", "--json");
-    expect(r.code, r.stderr).toBe(0);
-    return JSON.parse(r.stdout) as ReplicaJson[];
+    return cp.replicas();
   }
 
   it("places the 2-node model on one fabric and the 1-GPU replicas on what is left; every agent starts its shards", async () => {
@@ -138,13 +136,14 @@ describe("placement, the reconciler and explain (real processes)", () => {
     const text = await waitUntil(
       "explain to give up on big",
       async () => {
-        const r = await cp.ctl("explain", "big");
-        return /0\/3 nodes can host big\/tp8pp2/.test(r.stdout) ? r.stdout : undefined;
+        const text = (await cp.client.explain({ model: "big" })).lines.join("\n");
+        return /0\/3 nodes can host big\/tp8pp2/.test(text) ? text : undefined;
       },
       20_000,
       250,
     );
     expect(text).toMatch(/2 lost/);
+    expect((await cp.ctl("explain", "big")).stdout).toBe(`${text}\n`);
     // The one node left has 5 of its 8 GPUs free after the small replicas.
     expect(text).toMatch(/1 ha(s|ve) fewer than 8 free GPUs/);
     const json = JSON.parse((await cp.ctl("explain", "big", "--json")).stdout) as {
@@ -191,7 +190,6 @@ describe("placement, the reconciler and explain (real processes)", () => {
   });
 
   async function replicasWithPids() {
-    const r = await cp.ctl("replicas", "--json");
-    return JSON.parse(r.stdout) as (ReplicaJson & { restarts: number; shards: { pid: number | null }[] })[];
+    return cp.replicas();
   }
 });

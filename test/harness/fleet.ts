@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Client } from "@connectrpc/connect";
 import { controlClient } from "../../controlplane/ctl/client.ts";
 import { type NodeJson, nodeJson } from "../../controlplane/ctl/nodes.ts";
+import { replicaJson } from "../../controlplane/ctl/replicas.ts";
 import type { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
 import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp } from "./process.ts";
 
@@ -18,6 +19,8 @@ export interface ControlPlaneHandle {
   adminToken: string | undefined;
   client: Client<typeof ControlService>;
   nodes(): Promise<NodeJson[]>;
+  /** What `ctl replicas --json` prints, read in-process (no ctl process per poll). */
+  replicas(): Promise<ReturnType<typeof replicaJson>[]>;
   /** `llmgw ctl ARGS` against this control plane, as an operator runs it (with the token in $LLMGW_ADMIN_TOKEN). */
   ctl(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
   /** /metrics text (with the token, when there is one). */
@@ -74,6 +77,10 @@ export async function startControlPlane(
     async nodes() {
       const { nodes } = await handle.client.listNodes({});
       return nodes.map(nodeJson);
+    },
+    async replicas() {
+      const { replicas } = await handle.client.listReplicas({});
+      return replicas.map(replicaJson);
     },
     ctl: (...args) => runLlmgw(["ctl", ...args, "--control-plane", adminUrl], tokenEnv),
     async metrics() {
