@@ -2,8 +2,9 @@
  * The repository's import graph and the rules it must keep (README, "Layout"):
  *
  * - nothing in agent/ or edge/ imports controlplane/ (the control plane may
- *   import the edge's schemas, never the other way round; the agent shares
- *   only common/ with it);
+ *   import the edge's schemas, never the other way round), and the agent and
+ *   the control plane share only common/;
+ * - the sim engine is its own program: it imports only common/;
  * - no circle of imports, type-only ones included, outside generated code.
  *
  * Pure over a map of file → source text; `repoSources()` reads the tree.
@@ -56,9 +57,15 @@ export interface Violation {
   rule: string;
 }
 
+const rule = (from: string, to: string) => ({ from, to, rule: `${from} must not import ${to}` });
+
 const FORBIDDEN: { from: string; to: string; rule: string }[] = [
-  { from: "agent/", to: "controlplane/", rule: "agent/ must not import controlplane/" },
-  { from: "edge/", to: "controlplane/", rule: "edge/ must not import controlplane/" },
+  rule("agent/", "controlplane/"),
+  rule("edge/", "controlplane/"),
+  // The agent and the control plane share only common/.
+  rule("controlplane/", "agent/"),
+  // The sim engine is its own program: it shares only common/.
+  ...["agent/", "controlplane/", "edge/", "loadgen/", "bench/", "test/"].map((to) => rule("sim-engine/", to)),
 ];
 
 export function violations(sources: ReadonlyMap<string, string>): Violation[] {
