@@ -359,7 +359,7 @@ const rows: Record<string, Row> = {
     after: {
       phase: {
         name: "terminating",
-        ending: { kind: "stop", reason: "drained: no requests in flight", report: true },
+        ending: { kind: "stop", reason: "drained: no requests in flight" },
       },
     },
     effects: [{ kind: "terminate", graceMs: 30_000 }],
@@ -369,7 +369,7 @@ const rows: Record<string, Row> = {
     at: T + 8_000,
     event: { kind: "wake", why: "drain-check" },
     after: {
-      phase: { name: "terminating", ending: { kind: "stop", reason: "drain deadline passed", report: true } },
+      phase: { name: "terminating", ending: { kind: "stop", reason: "drain deadline passed" } },
     },
     effects: [{ kind: "terminate", graceMs: 30_000 }],
   },
@@ -390,7 +390,7 @@ const rows: Record<string, Row> = {
     after: {
       phase: {
         name: "terminating",
-        ending: { kind: "stop", reason: "drained before it was ready", report: true },
+        ending: { kind: "stop", reason: "drained before it was ready" },
       },
     },
     effects: [{ kind: "terminate", graceMs: 30_000 }],
@@ -414,7 +414,7 @@ const rows: Record<string, Row> = {
     event: { kind: "stop", reason: "stop requested" },
     after: {
       state: "ready",
-      phase: { name: "terminating", ending: { kind: "stop", reason: "stop requested", report: true } },
+      phase: { name: "terminating", ending: { kind: "stop", reason: "stop requested" } },
     },
     effects: [{ kind: "terminate", graceMs: 1_000 }],
   },
@@ -425,7 +425,7 @@ const rows: Record<string, Row> = {
     effects: [{ kind: "terminate", graceMs: 500 }],
   },
   "→ stopped once the group is gone, with the exit code it saw; the shard is forgotten": {
-    from: stopping({ kind: "stop", reason: "test stop", report: true }),
+    from: stopping({ kind: "stop", reason: "test stop" }),
     event: { kind: "terminated", exitCode: 137, tail: ["ignored"] },
     after: {
       state: "stopped",
@@ -437,12 +437,6 @@ const rows: Record<string, Row> = {
     },
     effects: GONE,
   },
-  "a replaced generation is stopped without a report of its own": {
-    from: stopping({ kind: "stop", reason: "replaced by generation 2", report: false }),
-    event: { kind: "terminated", tail: [] },
-    after: { state: "stopped", phase: { name: "gone" } },
-    effects: [{ kind: "forget" }, { kind: "persist" }],
-  },
   "stop of a shard with no process (waiting out a restart): stopped at once": {
     from: backoff,
     event: { kind: "stop", reason: "agent exiting" },
@@ -453,18 +447,18 @@ const rows: Record<string, Row> = {
     from: stopping({ kind: "fail", state: "failed_running", reason: "health check failed" }),
     event: { kind: "stop", reason: "stop requested" },
     after: {
-      phase: { name: "terminating", ending: { kind: "stop", reason: "stop requested", report: true } },
+      phase: { name: "terminating", ending: { kind: "stop", reason: "stop requested" } },
     },
     effects: [],
   },
   "a second stop changes nothing": {
-    from: stopping({ kind: "stop", reason: "first", report: true }),
+    from: stopping({ kind: "stop", reason: "first" }),
     event: { kind: "stop", reason: "second" },
-    after: { phase: { name: "terminating", ending: { kind: "stop", reason: "first", report: true } } },
+    after: { phase: { name: "terminating", ending: { kind: "stop", reason: "first" } } },
     effects: [],
   },
   "an exit during a stop is the stop's business": {
-    from: stopping({ kind: "stop", reason: "first", report: true }),
+    from: stopping({ kind: "stop", reason: "first" }),
     event: { kind: "exited", pid: 42, how: "exited with code 0", exitCode: 0, tail: [] },
     after: { state: "ready" },
     effects: [],
@@ -477,13 +471,19 @@ const rows: Record<string, Row> = {
     after: { claimed: true, state: "ready" },
     effects: [{ kind: "report" }],
   },
+  "claimed without a StartShard (supervisor.claim): nothing to report": {
+    from: life({ name: "ready", misses: 0 }, { claimed: false }),
+    event: { kind: "claim", report: false },
+    after: { claimed: true },
+    effects: [],
+  },
   "unclaimed after the orphan grace: stopped": {
     from: life({ name: "ready", misses: 0 }, { claimed: false }),
     event: { kind: "orphan-grace-over", graceMs: 60_000 },
     after: {
       phase: {
         name: "terminating",
-        ending: { kind: "stop", reason: "orphan: not claimed by the control plane within 60s", report: true },
+        ending: { kind: "stop", reason: "orphan: not claimed by the control plane within 60s" },
       },
     },
     effects: [{ kind: "terminate", graceMs: 30_000 }],

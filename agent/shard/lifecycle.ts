@@ -64,9 +64,7 @@ export const DEFAULT_POLICY: LifecyclePolicy = {
 };
 
 /** What happens once a terminating engine is gone. */
-export type Ending =
-  | { kind: "stop"; reason: string; report: boolean }
-  | { kind: "fail"; state: FailedState; reason: string };
+export type Ending = { kind: "stop"; reason: string } | { kind: "fail"; state: FailedState; reason: string };
 
 export type Phase =
   /** Read from a previous agent's state file; the runner is looking for its process. */
@@ -116,7 +114,7 @@ export type LifeEvent =
   | { kind: "in-flight"; count: number | undefined }
   | { kind: "wake"; why: Wake }
   | { kind: "drain"; deadlineMs: number }
-  | { kind: "stop"; reason: string; graceMs?: number | undefined; report?: boolean }
+  | { kind: "stop"; reason: string; graceMs?: number | undefined }
   /** The control plane wants this shard; `report` re-sends its status (a StartShard of the running generation). */
   | { kind: "claim"; report: boolean }
   | { kind: "orphan-grace-over"; graceMs: number }
@@ -241,13 +239,12 @@ export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePo
     case "terminated": {
       if (ph.name !== "terminating") return same;
       const e = ph.ending;
-      if (e.kind === "stop")
-        return end({ ...life, exitCode: ev.exitCode ?? life.exitCode }, e.reason, e.report, now);
+      if (e.kind === "stop") return end({ ...life, exitCode: ev.exitCode ?? life.exitCode }, e.reason, now);
       return fail({ ...life, exitCode: undefined, tail: ev.tail }, e.state, e.reason, now, p);
     }
     case "in-flight":
       if (ph.name !== "draining") return same;
-      if (ev.count === 0) return stop(life, "drained: no requests in flight", undefined, true, now, p);
+      if (ev.count === 0) return stop(life, "drained: no requests in flight", undefined, now, p);
       return {
         life,
         effects: [
@@ -262,12 +259,12 @@ export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePo
       return wake(life, ev.why, now, p);
     case "drain": {
       if (ph.name === "terminating" || ph.name === "gone" || ph.name === "draining") return same;
-      if (ph.name !== "ready") return stop(life, "drained before it was ready", undefined, true, now, p);
+      if (ph.name !== "ready") return stop(life, "drained before it was ready", undefined, now, p);
       const reason = `draining, deadline ${seconds(ev.deadlineMs)}`;
       return beginDraining(life, reason, now + ev.deadlineMs, now + p.drainSettleMs, now, p);
     }
     case "stop":
-      return stop(life, ev.reason, ev.graceMs, ev.report ?? true, now, p);
+      return stop(life, ev.reason, ev.graceMs, now, p);
     case "claim":
       if (ph.name === "gone") return same;
       return { life: { ...life, claimed: true }, effects: ev.report ? [{ kind: "report" }] : [] };
@@ -277,7 +274,6 @@ export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePo
         life,
         `orphan: not claimed by the control plane within ${seconds(ev.graceMs)}`,
         undefined,
-        true,
         now,
         p,
       );
@@ -315,7 +311,7 @@ function wake(life: ShardLife, why: Wake, now: number, p: LifecyclePolicy): Step
       return { life: { ...life, failures: 0 }, effects: [{ kind: "persist" }] };
     case "drain-check":
       if (ph.name !== "draining") return same;
-      if (now >= ph.deadlineAt) return stop(life, "drain deadline passed", undefined, true, now, p);
+      if (now >= ph.deadlineAt) return stop(life, "drain deadline passed", undefined, now, p);
       if (now >= ph.settleAt) return { life, effects: [{ kind: "count-in-flight" }] };
       return {
         life,
@@ -421,7 +417,6 @@ function stop(
   life: ShardLife,
   reason: string,
   graceMs: number | undefined,
-  report: boolean,
   now: number,
   p: LifecyclePolicy,
 ): Step {
@@ -431,24 +426,21 @@ function stop(
     // Already on its way out; a stop asked for meanwhile wins over a failure's restart.
     if (ph.ending.kind === "stop") return { life, effects: [] };
     return {
-      life: { ...life, phase: { name: "terminating", ending: { kind: "stop", reason, report } } },
+      life: { ...life, phase: { name: "terminating", ending: { kind: "stop", reason } } },
       effects: [],
     };
   }
-  if (life.pid === null) return end(life, reason, report, now);
-  return terminate(life, { kind: "stop", reason, report }, p, graceMs);
+  if (life.pid === null) return end(life, reason, now);
+  return terminate(life, { kind: "stop", reason }, p, graceMs);
 }
 
 /**
  * Stopped, and forgotten: a deliberate stop leaves the state file, so the
- * next agent has nothing to adopt or count. `report` false for a
- * replacement, whose new generation reports instead.
+ * next agent has nothing to adopt or count.
  */
-function end(life: ShardLife, reason: string, report: boolean, now: number): Step {
+function end(life: ShardLife, reason: string, now: number): Step {
   const next = enter({ ...life, pid: null }, "stopped", reason, { name: "gone" }, now);
-  const effects: Effect[] = report ? [{ kind: "report" }] : [];
-  effects.push({ kind: "forget" }, { kind: "persist" });
-  return { life: next, effects };
+  return { life: next, effects: [{ kind: "report" }, { kind: "forget" }, { kind: "persist" }] };
 }
 
 /**
@@ -464,7 +456,7 @@ function fail(
   retry = true,
 ): Step {
   // It was on its way out anyway: done, not failed, and not restarted.
-  if (life.state === "draining") return end(life, `${reason} while draining`, true, now);
+  if (life.state === "draining") return end(life, `${reason} while draining`, now);
   const dead = { ...life, pid: null };
   let next: string;
   if (!retry) next = "; not restarting: the spec cannot run on this node";
@@ -502,7 +494,7 @@ function adopt(
   }
   if (ev.kind === "not-found") {
     if (was === "draining") {
-      return end({ ...life, tail: ev.tail }, "exited while the agent was down (was draining)", true, now);
+      return end({ ...life, tail: ev.tail }, "exited while the agent was down (was draining)", now);
     }
     return fail(
       { ...life, tail: ev.tail },
