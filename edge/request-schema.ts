@@ -126,10 +126,22 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
     if (n > limit) throw errors.tooLarge(limit);
   }
   if (!req.body) return new Uint8Array(0);
-  // A declared length the runtime enforces (a body cannot run past its
-  // Content-Length), so one native read replaces the chunk loop.
-  const raw =
-    declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+  let raw: Uint8Array;
+  try {
+    // A declared length the runtime enforces (a body cannot run past its
+    // Content-Length), so one native read replaces the chunk loop.
+    raw =
+      declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // The only stream here is the client's: if it breaks, the client
+    // stopped sending. Its request is bad, never the server's fault.
+    throw errors.invalid(
+      `The request body ended before ${declared !== null ? `the ${declared} bytes its Content-Length declares` : "its last chunk"}: the connection closed while it was being sent.`,
+      null,
+      "incomplete_body",
+    );
+  }
   if (format === null) return raw;
   const decoded = new Response(raw).body!.pipeThrough(new DecompressionStream(format));
   try {
