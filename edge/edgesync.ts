@@ -13,9 +13,10 @@ import type { Env } from "./env.ts";
 /**
  * EdgeSync: the control plane's (and the CLI's) way in. Hosted at the
  * Connect paths `/edge.v1.EdgeSyncService/<Method>`, unary only, behind a
- * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time. The calls
- * live by what they touch: configuration (edgesync-config.ts), keys
- * (edgesync-keys.ts), the models' pools (edgesync-pools.ts).
+ * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time; during a
+ * rotation `EDGE_SYNC_TOKEN_NEXT` is accepted too (docs/edge.md#rotating-the-token).
+ * The calls live by what they touch: configuration (edgesync-config.ts),
+ * keys (edgesync-keys.ts), the models' pools (edgesync-pools.ts).
  */
 export const EDGESYNC_PREFIX = `/${EdgeSyncService.typeName}/`;
 
@@ -28,11 +29,11 @@ function connectError(status: number, code: string, message: string): Response {
 
 /** Serves one EdgeSync call, or refuses it without revealing anything. */
 export async function handleEdgeSync(req: Request, env: Env): Promise<Response> {
-  const expected = env.EDGE_SYNC_TOKEN;
-  if (!expected) return connectError(503, "unavailable", "EdgeSync is disabled: EDGE_SYNC_TOKEN is not set");
-  const auth = req.headers.get("authorization") ?? "";
-  const m = /^Bearer (\S+)$/.exec(auth);
-  if (!m || !(await secretsEqual(m[1]!, expected))) {
+  // NEXT alone opens nothing: it is the second token of a rotation, never the only one.
+  const current = env.EDGE_SYNC_TOKEN;
+  if (!current) return connectError(503, "unavailable", "EdgeSync is disabled: EDGE_SYNC_TOKEN is not set");
+  const m = /^Bearer (\S+)$/.exec(req.headers.get("authorization") ?? "");
+  if (!m || !(await tokenAccepted(m[1]!, current, env.EDGE_SYNC_TOKEN_NEXT))) {
     return connectError(401, "unauthenticated", "missing or wrong EdgeSync bearer token");
   }
   const router = createConnectRouter({ connect: true, grpc: false, grpcWeb: false });
@@ -42,4 +43,13 @@ export async function handleEdgeSync(req: Request, env: Env): Promise<Response> 
   if (!handler) return connectError(404, "unimplemented", `no such method: ${path}`);
   const res = await handler(universalServerRequestFromFetch(req, {}));
   return universalServerResponseToFetch(res);
+}
+
+/** Both tokens are always compared, so the time taken says nothing of which one matched. */
+async function tokenAccepted(presented: string, current: string, next: string | undefined): Promise<boolean> {
+  const [a, b] = await Promise.all([
+    secretsEqual(presented, current),
+    secretsEqual(presented, next || current),
+  ]);
+  return a || b;
 }
