@@ -142,7 +142,9 @@ export class EdgePublisher {
       const endpoints = endpointSet(facts);
       const fp = fingerprint(endpoints);
       if (fp !== this.published) {
-        const { version } = await client.putEndpointSets({ endpoints });
+        // The edge refuses an empty set without allow_empty; an empty one computed here is the
+        // control plane's own view of its fleet, so it says that it means it.
+        const { version } = await client.putEndpointSets({ endpoints, allowEmpty: endpoints.length === 0 });
         this.published = fp;
         this.endpointWrites++;
         log.info("endpoint set published to the edge", {

@@ -82,6 +82,7 @@ describe("an edge without EDGE_SYNC_TOKEN", () => {
 
 describe("rotating the EdgeSync token", () => {
   const state = tempDir("edge-rotation");
+  const cpDir = tempDir("cp-rotation");
   let edge: Edge | undefined;
   let cp: ControlPlaneHandle | undefined;
 
@@ -89,6 +90,7 @@ describe("rotating the EdgeSync token", () => {
     await cp?.proc.kill();
     await stopStarted();
     rmSync(state, { recursive: true, force: true });
+    rmSync(cpDir, { recursive: true, force: true });
   });
 
   it("NEXT at the edge, switch the control plane, promote, remove: the control plane publishes at every step and nothing is lost", async () => {
@@ -110,14 +112,13 @@ describe("rotating the EdgeSync token", () => {
         throw err;
       }
     };
-    const cpDir = tempDir("cp-rotation");
     const config = (n: number) =>
       [
         "edge:",
         `  url: http://127.0.0.1:${port}`,
         "  token_env: LLMGW_TEST_EDGE_TOKEN",
         "models: [{ name: rot }]",
-        "endpoints:",
+        n === 0 ? "endpoints: []" : "endpoints:",
         ...Array.from({ length: n }, (_, i) => `  - { id: e${i + 1}, url: "${sim.url}", models: [rot] }`),
       ].join("\n");
     const startCp = (n: number, token: string) =>
@@ -181,6 +182,10 @@ describe("rotating the EdgeSync token", () => {
     await published(4, newToken);
     // The key made before the rotation, and its usage (counted by chat), came through it.
     expect(await chat(newToken)).toBe(2);
-    rmSync(cpDir, { recursive: true, force: true });
+
+    // And an empty set the control plane means (its config lists no endpoint any more) is
+    // taken: the publisher says allow_empty, without which the edge refuses to be emptied.
+    reload(0);
+    await published(0, newToken);
   }, 240_000);
 });
