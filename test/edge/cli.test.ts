@@ -91,9 +91,10 @@ describe("keys and endpoints CLI", () => {
   it("empties the edge's endpoint set only with --allow-empty", async () => {
     const empty = join(tmpdir(), `no-endpoints-${process.pid}.yaml`);
     writeFileSync(empty, "[]\n");
+    // Every model's pool: once no endpoint names it, the edge no longer knows "hand".
     const endpointsAtEdge = async () => {
-      const { pools } = await edge.sync.getPoolStatus({ model: "hand" });
-      return { version: pools[0]!.endpointsVersion, ids: pools[0]!.endpoints.map((e) => e.id) };
+      const pool = (await edge.sync.getPoolStatus({})).pools.find((p) => p.model === "hand");
+      return { version: pool?.endpointsVersion, ids: pool?.endpoints.map((e) => e.id) ?? [] };
     };
     const before = await endpointsAtEdge();
     expect(before.ids).toEqual(["hand-1"]);
