@@ -421,7 +421,7 @@ describe("EdgeSync under fuzzing, in workerd", () => {
           const res = await fetch(`${edge.url}/${EdgeSyncService.typeName}/${call.method}`, {
             method: call.httpMethod,
             headers,
-            body: call.httpMethod === "GET" ? undefined : call.body,
+            body: call.httpMethod === "GET" ? undefined : (call.body as BodyInit),
             signal: AbortSignal.timeout(15_000),
           });
           const bytes = new Uint8Array(await res.arrayBuffer());
