@@ -57,17 +57,20 @@ export const chatRequest = z.looseObject({
   ...sampling,
 });
 
-const tokenIds = z.array(z.number().int().min(0));
+// No empty token list, alone or in a batch: an engine refuses it, and an
+// engine must not be asked what the edge can refuse itself.
+const tokenIds = z.array(z.number().int().min(0)).min(1);
+const textOrTokens = z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]);
 export const completionRequest = z.looseObject({
   model: modelName,
-  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  prompt: textOrTokens,
   echo: z.boolean().nullish(),
   ...sampling,
 });
 
 export const embeddingRequest = z.looseObject({
   model: modelName,
-  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  input: textOrTokens,
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.number().int().min(1).nullish(),
 });
@@ -98,13 +101,18 @@ export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
  * The body encodings the edge decodes: those workerd's DecompressionStream
  * supports (`br` and `zstd` it does not). `x-gzip` is gzip's old name.
  */
-const DECODABLE: Record<string, "gzip" | "deflate"> = { gzip: "gzip", "x-gzip": "gzip", deflate: "deflate" };
+const DECODABLE = new Map<string, "gzip" | "deflate">([
+  ["gzip", "gzip"],
+  ["x-gzip", "gzip"],
+  ["deflate", "deflate"],
+]);
 
 /** The decompression a Content-Encoding calls for, null for none; anything else is a 415. */
 function decodingOf(header: string | null): "gzip" | "deflate" | null {
   const encoding = header?.trim().toLowerCase() ?? "";
   if (encoding === "" || encoding === "identity") return null;
-  const format = DECODABLE[encoding];
+  // A Map, not an object: `constructor` or `__proto__` must be an unknown encoding, not a prototype's property.
+  const format = DECODABLE.get(encoding);
   if (!format) throw errors.unsupportedEncoding(header!.trim());
   return format;
 }

@@ -81,6 +81,10 @@ const WORDS = [
   "a".repeat(600),
   "\u0000",
   "é🙂",
+  // Names an object lookup finds on Object.prototype.
+  "constructor",
+  "__proto__",
+  "toString",
 ];
 const hex64 = fc.stringMatching(/^[0-9a-f]{64}$/);
 const routerJson = fc
@@ -122,7 +126,7 @@ const text = fc.oneof(
 );
 
 const ids = fc.oneof(fc.constantFrom("fz-key", "fz-1", "fz-2"), fc.stringMatching(/^[A-Za-z0-9_-]{1,64}$/));
-const models = fc.constantFrom("fz-model", "fz-alias", "fz-other");
+const models = fc.constantFrom("fz-model", "fz-alias", "fz-other", "constructor", "__proto__");
 /** What each string field holds when it is right, by field name; anything else for the rest. */
 const PLAUSIBLE: Record<string, fc.Arbitrary<string>> = {
   id: ids,
