@@ -188,97 +188,76 @@ describe("reliability under load", () => {
   const breakerOpen = (model: string, id: string) =>
     waitUntil(`${id}'s breaker open`, async () => (await endpointOf(model, id)).breaker === "open", 20_000);
 
-  /** Waits until `n` more streams have ended, all of them started after `since`. */
-  const endedAfter = (results: Result[], since: number, n: number) =>
-    waitUntil(
-      `${n} streams started after the breaker opened`,
-      () => results.filter((r) => r.start > since).length >= n,
+  /**
+   * Streams through the edge while `fault` hits engine 0 of `model` mid-stream; goes on until
+   * its breaker is open and 60 more streams, started after that, have ended.
+   */
+  async function faultUnderLoad(model: string, name: string, fault: NodeJS.Signals) {
+    const victim = `${model}-0`;
+    const run = load(client, model);
+    await run.midStream(victim, 3);
+    const faultAt = Date.now();
+    sims[model]![0]!.proc.child.kill(fault);
+    await breakerOpen(model, victim);
+    const openedAt = Date.now();
+    await waitUntil(
+      "60 streams started after the breaker opened",
+      () => run.results.filter((r) => r.start > openedAt).length >= 60,
       60_000,
     );
-
-  it("kill -9 of one engine: every stream is served or ends with an SSE error, none hangs, and its breaker opens", async () => {
-    const victim = "killed-0";
-    const run = load(client, "killed");
-    await run.midStream(victim, 3);
-    const killedAt = Date.now();
-    sims.killed![0]!.proc.child.kill("SIGKILL");
-    await breakerOpen("killed", victim);
-    const openedAt = Date.now();
-    await endedAfter(run.results, openedAt, 60);
     const results = await run.stop();
-    summary("kill -9", results, killedAt);
+    summary(name, results, faultAt);
+    const sseErrors = results.filter((r) => r.outcome === "sse-error");
+    const retried = results.filter((r) => r.outcome === "served" && r.attempts > 1);
 
+    // Every stream served or ended with an SSE error event: no HTTP error, none hung.
     const bad = results.filter((r) => r.outcome !== "served" && r.outcome !== "sse-error");
     expect(bad, JSON.stringify(bad.slice(0, 3))).toEqual([]);
-    // An SSE error only where bytes had gone out: the streams the engine was writing when it died.
-    expect(results.filter((r) => r.outcome === "sse-error").length).toBeGreaterThanOrEqual(3);
-    for (const r of results.filter((x) => x.outcome === "sse-error")) {
+    // An SSE error only where bytes had gone out: the streams the engine was writing.
+    expect(sseErrors.length).toBeGreaterThanOrEqual(3);
+    for (const r of sseErrors) {
       expect(r.chunks, r.detail).toBeGreaterThan(0);
       expect(r.endpoint).toBe(victim);
-      expect(r.start).toBeLessThan(killedAt);
-      expect(r.detail).toMatch(/closed the stream|failed mid-stream/);
+      expect(r.start).toBeLessThan(faultAt);
     }
-    // Requests that reached the dead engine before their first byte were retried and served;
-    // with the streams it was writing, they are the consecutive failures that opened its breaker.
-    const afterKill = results.filter((r) => r.start > killedAt);
-    expect(afterKill.every((r) => r.outcome === "served")).toBe(true);
-    const retried = results.filter((r) => r.outcome === "served" && r.attempts > 1);
+    // Requests sent to it before their first byte were served elsewhere; with its broken
+    // streams they are the consecutive failures that opened its breaker.
     for (const r of retried) expect(r.endpoint).not.toBe(victim);
-    expect(retried.length + results.filter((r) => r.outcome === "sse-error").length).toBeGreaterThanOrEqual(
-      FAILURE_THRESHOLD,
-    );
+    expect(retried.length + sseErrors.length).toBeGreaterThanOrEqual(FAILURE_THRESHOLD);
     // Once its breaker is open, nothing is sent to it, not even as a first attempt.
     const afterOpen = results.filter((r) => r.start > openedAt);
-    expect(afterOpen.length).toBeGreaterThanOrEqual(60);
     expect(afterOpen.filter((r) => r.attempts !== 1 || r.endpoint === victim)).toEqual([]);
     // Every lease on it released (in the Worker's waitUntil, after each response).
     await waitUntil(
       `no lease left on ${victim}`,
-      async () => (await endpointOf("killed", victim)).inflight === 0,
+      async () => (await endpointOf(model, victim)).inflight === 0,
     );
+    return { faultAt, sseErrors, retried, results };
+  }
+
+  it("kill -9 of one engine: every stream is served or ends with an SSE error, none hangs, and its breaker opens", async () => {
+    const { faultAt, sseErrors, results } = await faultUnderLoad("killed", "kill -9", "SIGKILL");
+    for (const r of sseErrors) expect(r.detail).toMatch(/closed the stream|failed mid-stream/);
+    // A dead engine refuses at once: whatever started after the kill was served.
+    expect(results.filter((r) => r.start > faultAt && r.outcome !== "served")).toEqual([]);
   }, 180_000);
 
   it("SIGSTOP of one engine: its streams are retried elsewhere or end within first_token, its breaker opens, traffic moves", async () => {
-    const victim = "frozen-0";
-    const run = load(client, "frozen");
-    await run.midStream(victim, 3);
-    const frozenAt = Date.now();
-    sims.frozen![0]!.proc.child.kill("SIGSTOP");
-    await breakerOpen("frozen", victim);
-    const openedAt = Date.now();
-    await endedAfter(run.results, openedAt, 60);
-    const results = await run.stop();
-    sims.frozen![0]!.proc.child.kill("SIGCONT");
-    summary("SIGSTOP", results, frozenAt);
-
-    const bad = results.filter((r) => r.outcome !== "served" && r.outcome !== "sse-error");
-    expect(bad, JSON.stringify(bad.slice(0, 3))).toEqual([]);
-    // Streams the frozen engine had begun: cut off after idle with an SSE error event.
-    expect(results.filter((r) => r.outcome === "sse-error").length).toBeGreaterThanOrEqual(3);
-    for (const r of results.filter((x) => x.outcome === "sse-error")) {
-      expect(r.chunks, r.detail).toBeGreaterThan(0);
-      expect(r.endpoint).toBe(victim);
-      expect(r.detail).toMatch(/idle/);
-      expect(r.end - frozenAt).toBeLessThan(IDLE_MS + 3000);
+    try {
+      const { faultAt, sseErrors, retried } = await faultUnderLoad("frozen", "SIGSTOP", "SIGSTOP");
+      // The streams it had begun: cut off after idle.
+      for (const r of sseErrors) {
+        expect(r.detail).toMatch(/idle/);
+        expect(r.end - faultAt).toBeLessThan(IDLE_MS + 3000);
+      }
+      // The requests sent to it after the freeze: left after first_token (never held until
+      // response_header, 60 s by default) and served by another engine.
+      for (const r of retried) {
+        expect(r.ttfb!).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+        expect(r.ttfb!).toBeLessThan(FIRST_TOKEN_MS + 5000);
+      }
+    } finally {
+      sims.frozen![0]!.proc.child.kill("SIGCONT");
     }
-    // Streams sent to it after the freeze: left after first_token and served elsewhere — never
-    // held until response_header (60 s by default).
-    const retried = results.filter((r) => r.outcome === "served" && r.attempts > 1);
-    expect(retried.length + results.filter((r) => r.outcome === "sse-error").length).toBeGreaterThanOrEqual(
-      FAILURE_THRESHOLD,
-    );
-    for (const r of retried) {
-      expect(r.endpoint).not.toBe(victim);
-      expect(r.ttfb!).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
-      expect(r.ttfb!).toBeLessThan(FIRST_TOKEN_MS + 5000);
-    }
-    const afterOpen = results.filter((r) => r.start > openedAt);
-    expect(afterOpen.length).toBeGreaterThanOrEqual(60);
-    expect(afterOpen.filter((r) => r.attempts !== 1 || r.endpoint === victim)).toEqual([]);
-    // Every lease on it released (in the Worker's waitUntil, after each response).
-    await waitUntil(
-      `no lease left on ${victim}`,
-      async () => (await endpointOf("frozen", victim)).inflight === 0,
-    );
   }, 180_000);
 });
