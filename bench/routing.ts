@@ -16,12 +16,13 @@
  *    Knee: the highest offered rate with every measured request served and
  *    TTFT p90 ≤ 2 s. Warm-up (the first 30 s) is not measured.
  * 2. One pick: PoolCore.admit + release at 64 endpoints with a full prefix
- *    index, as the ModelPool runs it for every request.
+ *    index, as the ModelPool runs it for every request; and a request's
+ *    two calls to a real ModelPool in workerd (bench/routing/pool-rtt.ts).
  * 3. Real processes: the shared-prefix workload scaled down, through
  *    `wrangler dev` onto 4 sim engines, `llmgw bench` against `chat` and
  *    `round-robin` (bench/routing/real.ts).
  *
- * Env: PARTS (sim,pick,real), QUICK=1 (shorter windows, fewer levels),
+ * Env: PARTS (sim,pick,rtt,real), QUICK=1 (shorter windows, fewer levels),
  * MEASURE_S (120), SEED (1). Plots go to bench/out/.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -35,10 +36,11 @@ import { bandMix, DEFAULT_BANDS, randomPrompts, sharedPrefix, type Workload } fr
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { knee, type Level, runLevel } from "./routing/levels.ts";
 import { pickBenchmark } from "./routing/pick.ts";
+import { poolRoundTrip } from "./routing/pool-rtt.ts";
 import { realConfirmation } from "./routing/real.ts";
 
 const QUICK = process.env.QUICK === "1";
-const PARTS = new Set((process.env.PARTS ?? "sim,pick,real").split(","));
+const PARTS = new Set((process.env.PARTS ?? "sim,pick,rtt,real").split(","));
 const MEASURE_S = Number(process.env.MEASURE_S ?? (QUICK ? 60 : 120));
 const WARMUP_S = 30;
 const SEED = Number(process.env.SEED ?? 1);
@@ -248,4 +250,5 @@ function simulation(): void {
 
 if (PARTS.has("sim")) simulation();
 if (PARTS.has("pick")) pickBenchmark();
+if (PARTS.has("rtt")) await poolRoundTrip();
 if (PARTS.has("real")) await realConfirmation({ quick: QUICK });

@@ -223,7 +223,10 @@ export class EdgePublisher {
       const endpoints = this.toPublish(facts);
       const fp = endpoints && fingerprint(endpoints);
       if (endpoints && fp !== this.published) {
-        const { version } = await client.putEndpointSets({ endpoints });
+        // The edge refuses an empty set without allow_empty. One computed
+        // here after the startup hold is this control plane's own view of
+        // its fleet, so it says that it means it.
+        const { version } = await client.putEndpointSets({ endpoints, allowEmpty: endpoints.length === 0 });
         this.published = fp!;
         this.last = endpoints;
         this.opts.store?.save(endpoints, facts.now);

@@ -1,4 +1,4 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { formatPath } from "../common/zod-issues.ts";
 import type { EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import {
@@ -22,7 +22,10 @@ import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } f
  * EdgeSync's configuration calls: the catalog, the endpoint set and the
  * router settings, each a versioned document in KV. A new endpoint set is
  * also handed to the pool of every model it touches, so routing follows at
- * once rather than after the pools' KV caches expire.
+ * once rather than after the pools' KV caches expire. An empty endpoint set
+ * replaces a non-empty one only when the request says so (`allow_empty`):
+ * a publisher that lost its view, e.g. a control plane just restarted,
+ * must not be able to stop every request by accident.
  */
 type ConfigCalls = Pick<
   ServiceImpl<typeof EdgeSyncService>,
@@ -101,6 +104,12 @@ export function configCalls(env: Env): ConfigCalls {
       ]);
       const old = endpointsDocSchema.safeParse(rawOld).data ?? EMPTY_ENDPOINTS;
       const catalog = catalogDocSchema.safeParse(rawCatalog).data ?? EMPTY_CATALOG;
+      if (endpoints.length === 0 && old.endpoints.length > 0 && !req.allowEmpty) {
+        throw new ConnectError(
+          `endpoints: empty, and would remove all ${old.endpoints.length} endpoints of version ${old.version}; set allow_empty (llmgw ctl endpoints set --allow-empty) if that is meant`,
+          Code.FailedPrecondition,
+        );
+      }
       const version = nextVersion(old.version, req.version);
       await kv.put(ENDPOINTS_KEY, JSON.stringify({ version, endpoints }));
       invalidateEdgeConfig();

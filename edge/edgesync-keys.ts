@@ -1,5 +1,6 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { parseDuration } from "../common/duration.ts";
+import { formatPath } from "../common/zod-issues.ts";
 import type { ApiKey, EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { apiKeyOf, recordFields } from "./api-key.ts";
 import { keyCache, keyKvName } from "./auth.ts";
@@ -35,6 +36,14 @@ async function allKeys(kv: KVNamespace): Promise<KeyRecord[]> {
   return out.sort((a, b) => a.created_at_unix_ms - b.created_at_unix_ms || a.id.localeCompare(b.id));
 }
 
+const KEY_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** An id as PutKey accepts it, checked before it becomes part of a KV key name (at most 512 bytes). */
+function keyId(id: string, field: string): string {
+  if (!KEY_ID.test(id)) throw invalid(`${field}: must be 1-64 letters, digits, - or _`);
+  return id;
+}
+
 async function keyById(kv: KVNamespace, id: string): Promise<KeyRecord | undefined> {
   const hash = await kv.get(KEY_ID_KV(id));
   if (!hash) return undefined;
@@ -45,7 +54,7 @@ async function keyById(kv: KVNamespace, id: string): Promise<KeyRecord | undefin
 function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecord {
   if (!k) throw invalid("key: required");
   const bands = new Set(settings.admission.bands.map((b) => b.name));
-  if (!/^[A-Za-z0-9_-]{1,64}$/.test(k.id)) throw invalid("key.id: must be 1-64 letters, digits, - or _");
+  keyId(k.id, "key.id");
   if (!/^[0-9a-f]{64}$/.test(k.hash)) throw invalid("key.hash: must be a lower-case hex SHA-256");
   if (!bands.has(k.maxBand)) throw invalid(`key.max_band: must be one of ${[...bands].join(", ")}`);
   if (k.defaultBand && !bands.has(k.defaultBand)) {
@@ -62,7 +71,7 @@ function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecor
     }
     if (periodMs <= 0) throw invalid("key.budget.period: must be positive");
   }
-  return keyRecordSchema.parse({
+  const r = keyRecordSchema.safeParse({
     ...recordFields(k),
     hash: k.hash,
     budget_tokens: tokens,
@@ -70,6 +79,10 @@ function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecor
     created_at_unix_ms: Number(k.createdAtUnixMs) || Date.now(),
     revoked: false,
   });
+  if (r.success) return r.data;
+  // What the checks above leave: numbers past 2^53 (a uint64 budget, a created_at in the far future).
+  const issue = r.error.issues[0]!;
+  throw invalid(`key.${formatPath(issue.path)}: ${issue.message}`);
 }
 
 type KeyCalls = Pick<ServiceImpl<typeof EdgeSyncService>, "putKey" | "revokeKey" | "listKeys" | "getUsage">;
@@ -90,7 +103,7 @@ export function keyCalls(env: Env): KeyCalls {
     },
 
     async revokeKey(req) {
-      const key = await keyById(kv, req.id);
+      const key = await keyById(kv, keyId(req.id, "id"));
       if (!key) throw new ConnectError(`no key with id ${req.id}`, Code.NotFound);
       // The ledger first: it is what every admission consults, so the key
       // stops working everywhere the moment this call returns. KV follows
@@ -109,7 +122,7 @@ export function keyCalls(env: Env): KeyCalls {
     async getUsage(req) {
       let keys: KeyRecord[];
       if (req.keyId) {
-        const k = await keyById(kv, req.keyId);
+        const k = await keyById(kv, keyId(req.keyId, "key_id"));
         if (!k) throw new ConnectError(`no key with id ${req.keyId}`, Code.NotFound);
         keys = [k];
       } else keys = await allKeys(kv);

@@ -1,5 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { EdgeSyncService, PoolStatusSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { edgeConfig } from "./config-store.ts";
 import type { Env } from "./env.ts";
@@ -51,7 +51,11 @@ export function poolCalls(env: Env): PoolCalls {
 
     async getPoolStatus(req) {
       const { table } = await edgeConfig(env);
-      const models = req.model ? [table.resolve(req.model) ?? req.model] : table.modelNames();
+      const named = req.model ? table.resolve(req.model) : undefined;
+      // Asking a pool is what creates it: none for a name the edge does not know.
+      if (req.model && !named)
+        throw new ConnectError(`model: no model "${req.model.slice(0, 256)}" at the edge`, Code.NotFound);
+      const models = named ? [named] : table.modelNames();
       const pools = await Promise.all(
         models.map(async (m): Promise<PoolStatusInit> => {
           try {

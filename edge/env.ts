@@ -8,8 +8,10 @@ export interface Env {
   KEY_LEDGER: DurableObjectNamespace<KeyLedger>;
   REVOCATIONS: DurableObjectNamespace<RevocationLog>;
   MODEL_POOL: DurableObjectNamespace<ModelPool>;
-  /** Bearer secret for EdgeSync (a Worker secret; locally `--var`). */
+  /** Bearer secret for EdgeSync (a Worker secret; locally `--var`). Unset: EdgeSync refuses every call. */
   EDGE_SYNC_TOKEN?: string;
+  /** A second EdgeSync secret, accepted as well while the token is rotated; never on its own. */
+  EDGE_SYNC_TOKEN_NEXT?: string;
   /** JSON laid over the router settings stored by EdgeSync (local override; see settings.ts). */
   LLMGW_ROUTER?: string;
   /** Where new ModelPool objects are created: a locationHint (`enam`, `weur`, …) near the GPUs. */

@@ -19,6 +19,10 @@ describe("key rules", () => {
     // A router default above a bronze key is clamped, not refused.
     expect(resolveBand(key({ max_band: "bronze" }), null, bands, "gold").name).toBe("bronze");
     expect(resolveBand(key({ default_band: "silver" }), null, bands, "gold").name).toBe("silver");
+    // Settings that dropped the key's band: a 403 that says so, not a 500.
+    expect(() => resolveBand(key({ max_band: "diamond" }), null, bands, "gold")).toThrow(
+      expect.objectContaining({ status: 403, code: "band_not_configured" }),
+    );
   });
   it("limits models by canonical name or alias", () => {
     expect(modelAllowed(key(), "a", "a")).toBe(true);

@@ -59,7 +59,14 @@ export function resolveBand(
 ): Band {
   const byName = new Map(bands.map((b) => [b.name, b]));
   const ceiling = byName.get(key.max_band);
-  if (!ceiling) throw errors.internal(`key ${key.id} names unknown band "${key.max_band}"`);
+  if (!ceiling) {
+    // Router settings changed under the key: the operator's to fix, and the
+    // caller's to be told plainly rather than with a 500.
+    throw errors.forbidden(
+      `This key's highest band "${key.max_band}" is not one of this gateway's bands (${bands.map((b) => b.name).join(", ")}); ask its operator to update the key.`,
+      "band_not_configured",
+    );
+  }
   if (requested !== null) {
     const wanted = byName.get(requested.trim().toLowerCase());
     if (!wanted) {

@@ -240,4 +240,70 @@ describe("proxy", () => {
     expect(await r.response.text()).toContain('"code":"idle_timeout"');
     expect(verdicts).toEqual([["a", "fail"]]);
   });
+
+  /** An engine that takes the request and never answers, as a frozen (SIGSTOP) one does: fetch settles only on abort. */
+  const frozen = (init: RequestInit) =>
+    new Promise<Response>((_, reject) =>
+      init.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))),
+    );
+
+  const streamedTo = (timeouts: Record<string, string>, ids: string[], extra: Partial<ProxyInput> = {}) =>
+    run({ a: frozen, b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]) }, ids, {
+      stream: true,
+      settings: routerSchema.parse({ retries: 2, timeouts: { total: "5s", ...timeouts } }),
+      ...extra,
+    });
+
+  it("leaves an engine that sends no headers within first_token when response_header is longer", async () => {
+    const t0 = Date.now();
+    const { result, verdicts } = streamedTo({ response_header: "60s", first_token: "150ms" }, ["a"]);
+    const r = await result;
+    const took = Date.now() - t0;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
+    expect(took).toBeGreaterThanOrEqual(140);
+    expect(took).toBeLessThan(2_000);
+    expect(verdicts).toEqual([["a", "fail"]]);
+  });
+
+  it("names response_header when it is the tighter of the two", async () => {
+    const { result } = streamedTo({ response_header: "100ms", first_token: "60s" }, ["a"]);
+    const r = await result;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe(
+      "response_header_timeout",
+    );
+  });
+
+  it("retries a stream whose engine sent no headers within first_token on the next endpoint", async () => {
+    const { result, verdicts } = streamedTo({ response_header: "60s", first_token: "150ms" }, ["a", "b"]);
+    const r = await result;
+    expect(r.response.status).toBe(200);
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("2");
+    expect(await r.response.text()).toContain('"content":"ok"');
+    await r.outcome;
+    expect(verdicts).toEqual([
+      ["a", "fail"],
+      ["b", "ok"],
+    ]);
+  });
+
+  it("counts first_token from the attempt's start: headers late within it leave only the rest", async () => {
+    const late = (init: RequestInit) =>
+      new Promise<Response>((resolve) =>
+        setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
+      );
+    const t0 = Date.now();
+    const { result } = run({ a: late }, ["a"], {
+      stream: true,
+      settings: routerSchema.parse({
+        timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
+      }),
+    });
+    const r = await result;
+    const took = Date.now() - t0;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
+    expect(took).toBeLessThan(400);
+  });
 });

@@ -11,7 +11,7 @@ import type { RouterConfig } from "./router-config.ts";
 import type { Verdict } from "./routing/pool-core.ts";
 import type { EndpointSpec } from "./routing/types.ts";
 import { readUsage, SseSplitter, StreamUsage, type Usage } from "./sse-usage.ts";
-import { PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
+import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl, type UpstreamFetch } from "./upstream.ts";
 
 /**
@@ -225,8 +225,9 @@ async function attempt(
   try {
     // Non-streamed answers come back whole, headers and all, so the header
     // wait of a non-streamed request is the generation itself: bounded by
-    // `total` only. Streams get headers as soon as the engine accepts.
-    watchdog?.arm("response_header", t.response_header);
+    // `total` only. Streams get headers as soon as the engine accepts, and
+    // their first token is due within `first_token` of now in any case.
+    watchdog?.arm(...headerWait(t.response_header, t.first_token));
     const sent = fetchUp(engineUrl(ep.url, input.apiPath), {
       method: "POST",
       headers: {

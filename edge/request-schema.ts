@@ -57,17 +57,20 @@ export const chatRequest = z.looseObject({
   ...sampling,
 });
 
-const tokenIds = z.array(z.number().int().min(0));
+// No empty token list, alone or in a batch: an engine refuses it, and an
+// engine must not be asked what the edge can refuse itself.
+const tokenIds = z.array(z.number().int().min(0)).min(1);
+const textOrTokens = z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]);
 export const completionRequest = z.looseObject({
   model: modelName,
-  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  prompt: textOrTokens,
   echo: z.boolean().nullish(),
   ...sampling,
 });
 
 export const embeddingRequest = z.looseObject({
   model: modelName,
-  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds).min(1)]),
+  input: textOrTokens,
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.number().int().min(1).nullish(),
 });
@@ -98,13 +101,18 @@ export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
  * The body encodings the edge decodes: those workerd's DecompressionStream
  * supports (`br` and `zstd` it does not). `x-gzip` is gzip's old name.
  */
-const DECODABLE: Record<string, "gzip" | "deflate"> = { gzip: "gzip", "x-gzip": "gzip", deflate: "deflate" };
+const DECODABLE = new Map<string, "gzip" | "deflate">([
+  ["gzip", "gzip"],
+  ["x-gzip", "gzip"],
+  ["deflate", "deflate"],
+]);
 
 /** The decompression a Content-Encoding calls for, null for none; anything else is a 415. */
 function decodingOf(header: string | null): "gzip" | "deflate" | null {
   const encoding = header?.trim().toLowerCase() ?? "";
   if (encoding === "" || encoding === "identity") return null;
-  const format = DECODABLE[encoding];
+  // A Map, not an object: `constructor` or `__proto__` must be an unknown encoding, not a prototype's property.
+  const format = DECODABLE.get(encoding);
   if (!format) throw errors.unsupportedEncoding(header!.trim());
   return format;
 }
@@ -126,10 +134,22 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
     if (n > limit) throw errors.tooLarge(limit);
   }
   if (!req.body) return new Uint8Array(0);
-  // A declared length the runtime enforces (a body cannot run past its
-  // Content-Length), so one native read replaces the chunk loop.
-  const raw =
-    declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+  let raw: Uint8Array;
+  try {
+    // A declared length the runtime enforces (a body cannot run past its
+    // Content-Length), so one native read replaces the chunk loop.
+    raw =
+      declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // The only stream here is the client's: if it breaks, the client
+    // stopped sending. Its request is bad, never the server's fault.
+    throw errors.invalid(
+      `The request body ended before ${declared !== null ? `the ${declared} bytes its Content-Length declares` : "its last chunk"}: the connection closed while it was being sent.`,
+      null,
+      "incomplete_body",
+    );
+  }
   if (format === null) return raw;
   const decoded = new Response(raw).body!.pipeThrough(new DecompressionStream(format));
   try {

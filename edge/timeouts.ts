@@ -49,6 +49,19 @@ export function tighter(phase: Phase, phaseMs: number, totalDeadline: number, no
 }
 
 /**
+ * How long a stream waits for the engine's response headers, and the phase
+ * to blame when they do not come. `first_token` runs from the attempt's
+ * start, headers or not: a frozen engine (its kernel still accepts the
+ * connection and the request) sends no headers either, and must be left
+ * within `first_token` even when `response_header` is longer.
+ */
+export function headerWait(responseHeaderMs: number, firstTokenMs: number): [Phase, number] {
+  return firstTokenMs < responseHeaderMs
+    ? ["first_token", firstTokenMs]
+    : ["response_header", responseHeaderMs];
+}
+
+/**
  * One timer per stream instead of one per read or per phase: `touch()` on
  * activity only records the time, `arm()` to a later deadline than the
  * pending check leaves that check be, and a check that finds time left

@@ -49,18 +49,24 @@ export function parseEndpointsFile(text: string, source: string): EndpointsFile 
   return r.data;
 }
 
-const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N]
+const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--allow-empty]
        llmgw ctl endpoints check FILE
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
 FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via.
+An empty list replaces the edge's endpoints only with --allow-empty: it stops
+every request to them.
 status shows what each model's pool at the edge holds now: saturation, the
 band queues, and per endpoint its load, requests in flight and breaker.
 --edge defaults to ${DEFAULT_EDGE}; the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
 `;
 
 export async function main(argv: string[]): Promise<number | undefined> {
-  const opened = openCommand(argv, HELP, { ...EDGE_FLAGS, version: { type: "string" } });
+  const opened = openCommand(argv, HELP, {
+    ...EDGE_FLAGS,
+    version: { type: "string" },
+    "allow-empty": { type: "boolean" },
+  });
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
   const edge = edgeUrl(values.edge);
@@ -85,6 +91,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     const res = await edgeSyncClient(edge).putEndpointSets({
       endpoints,
       version: values.version ? BigInt(values.version) : 0n,
+      allowEmpty: values["allow-empty"] === true,
     });
     process.stdout.write(`wrote ${endpoints.length} endpoints to ${edge} (version ${res.version})\n`);
     return 0;

@@ -106,6 +106,15 @@ describe("PoolCore admission by band", () => {
     expect(admit(p, req(), 10_002).a).toMatchObject({ code: "no_capacity" });
   });
 
+  it("a breaker's probe whose lease is never released frees the probe slot when the lease expires", () => {
+    const p = pool(1, { failure_threshold: 1, cooldown: "10s", timeouts: { total: "1m" } });
+    p.release(leaseOf(admit(p, req(), 0)).id, { attempts: [{ endpoint: "e0", verdict: "fail" }] }, 1);
+    expect(admit(p, req(), 10_001).a?.ok).toBe(true); // the probe, never released
+    expect(admit(p, req(), 10_002).a).toMatchObject({ code: "no_capacity" });
+    p.tick(10_001 + 120_000);
+    expect(admit(p, req(), 10_001 + 120_001).a?.ok).toBe(true);
+  });
+
   it("an unreleased lease expires after the longest a request may run", () => {
     const p = pool(2, { timeouts: { total: "1m" } });
     leaseOf(admit(p, req(), 0));

@@ -316,6 +316,8 @@ export class PoolCore {
       this.held.delete(id);
       const e = this.endpoints.get(lease.endpoint);
       if (e) e.inflight = Math.max(0, e.inflight - 1);
+      // No verdict will come: a breaker's probe must not stay out forever.
+      this.breakers.onAbandon(lease.endpoint);
     }
     for (const [id, until] of this.tombstones) if (until <= now) this.tombstones.delete(id);
     this.drain();

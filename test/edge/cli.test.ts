@@ -88,6 +88,40 @@ describe("keys and endpoints CLI", () => {
     ).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
   }, 60_000);
 
+  it("empties the edge's endpoint set only with --allow-empty", async () => {
+    const empty = join(tmpdir(), `no-endpoints-${process.pid}.yaml`);
+    writeFileSync(empty, "[]\n");
+    // Every model's pool: once no endpoint names it, the edge no longer knows "hand".
+    const endpointsAtEdge = async () => {
+      const pool = (await edge.sync.getPoolStatus({})).pools.find((p) => p.model === "hand");
+      return { version: pool?.endpointsVersion, ids: pool?.endpoints.map((e) => e.id) ?? [] };
+    };
+    const before = await endpointsAtEdge();
+    expect(before.ids).toEqual(["hand-1"]);
+
+    const refused = await runLlmgw(["ctl", "endpoints", "set", empty, "--edge", edge.url], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /endpoints: empty, and would remove all 1 endpoints of version \d+; .*--allow-empty/,
+    );
+    expect(await endpointsAtEdge()).toEqual(before);
+
+    const meant = await runLlmgw(
+      ["ctl", "endpoints", "set", empty, "--allow-empty", "--edge", edge.url],
+      env,
+    );
+    expect(meant.stderr).toBe("");
+    expect(meant.stdout).toMatch(/wrote 0 endpoints/);
+    expect((await endpointsAtEdge()).ids).toEqual([]);
+    // Nothing left to remove: an empty set over an empty one needs no flag.
+    const again = await runLlmgw(["ctl", "endpoints", "set", empty, "--edge", edge.url], env);
+    expect(again.code).toBe(0);
+
+    const file = join(tmpdir(), `endpoints-${process.pid}.yaml`);
+    expect((await runLlmgw(["ctl", "endpoints", "set", file, "--edge", edge.url], env)).code).toBe(0);
+    expect((await endpointsAtEdge()).ids).toEqual(["hand-1"]);
+  });
+
   it("refuses a bad endpoints file with path-named errors, before contacting the edge", async () => {
     const file = join(tmpdir(), `bad-endpoints-${process.pid}.yaml`);
     writeFileSync(

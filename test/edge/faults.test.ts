@@ -19,10 +19,12 @@ import {
  * Engines that fail on purpose (sim engine fault flags) behind the real
  * edge: refused connections, a crash after the first token, hangs before
  * the first token and mid-stream, an engine that accepts the connection and
- * never answers, and the breaker's open/half-open/closed cycle. Timeouts
- * are shortened through LLMGW_ROUTER.
+ * never answers, a frozen (SIGSTOP) engine, and the breaker's
+ * open/half-open/closed cycle. Timeouts are shortened through LLMGW_ROUTER,
+ * all but response_header, which keeps its default: the first token is due
+ * within first_token of the attempt's start, headers or not.
  */
-const RESPONSE_HEADER_MS = 1000;
+const RESPONSE_HEADER_MS = 60_000;
 const FIRST_TOKEN_MS = 1500;
 const IDLE_MS = 1000;
 const COOLDOWN_MS = 2000;
@@ -33,6 +35,7 @@ describe("edge under engine faults", () => {
   let crash: Sim;
   let hangFirst: Sim;
   let hangMid: Sim;
+  let frozen: Sim;
   let deadPort: number;
   let breakerPort: number;
   // Accepts connections and never writes a byte: no response headers.
@@ -47,7 +50,7 @@ describe("edge under engine faults", () => {
     await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
     const silentPort = (silent.address() as { port: number }).port;
     let crash2: Sim;
-    [edge, good, crash, crash2, hangFirst, hangMid] = await Promise.all([
+    [edge, good, crash, crash2, hangFirst, hangMid, frozen] = await Promise.all([
       startEdge({
         retries: 2,
         failure_threshold: 3,
@@ -63,6 +66,7 @@ describe("edge under engine faults", () => {
       startSim("crash2", ["--sim-crash-after", "0", "--sim-speed", "20"]),
       startSim("hangfirst", ["--sim-hang-after", "0", "--sim-hang-phase", "first-token"]),
       startSim("hangmid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream"]),
+      startSim("frozen"),
     ]);
     await setEndpoints(edge, [
       // priority 0 is tried first, so the dead endpoint is always attempt 1.
@@ -74,12 +78,14 @@ describe("edge under engine faults", () => {
       { id: "hangmid-1", url: hangMid.url, models: ["hangmid"] },
       { id: "breaker-1", url: `http://127.0.0.1:${breakerPort}`, models: ["brk"] },
       { id: "silent-1", url: `http://127.0.0.1:${silentPort}`, models: ["silent"] },
+      { id: "frozen-1", url: frozen.url, models: ["frozen"] },
     ]);
     key = await createKey(edge);
     client = clientFor(edge, key.secret);
   }, 90_000);
 
   afterAll(async () => {
+    frozen?.proc.child.kill("SIGCONT");
     for (const socket of held) socket.destroy();
     silent?.close();
     await stopStarted();
@@ -154,14 +160,36 @@ describe("edge under engine faults", () => {
     expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
   });
 
-  it("answers 504 when an engine accepts the connection but sends no headers within response_header", async () => {
+  it("answers 504 within first_token when an engine accepts the connection but sends no headers", async () => {
     const { err, took } = await failedStream("silent");
     expect(err).toBeInstanceOf(OpenAI.InternalServerError);
     expect(err.status).toBe(504);
-    expect(err.code).toBe("response_header_timeout");
-    expect(err.message).toMatch(/silent-1.*response_header after 1000 ms/);
-    expect(took).toBeGreaterThanOrEqual(RESPONSE_HEADER_MS - 50);
+    expect(err.code).toBe("first_token_timeout");
+    expect(err.message).toMatch(/silent-1.*within 1500 ms/);
+    expect(took).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
     expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
+  });
+
+  it("leaves a frozen (SIGSTOP) engine within first_token, not after response_header", async () => {
+    // Answers first, so the edge has a connection to it; then freeze it.
+    const warm = await client.chat.completions.create({
+      model: "frozen",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 2,
+    });
+    expect(warm.choices).toHaveLength(1);
+    frozen.proc.child.kill("SIGSTOP");
+    try {
+      const { err, took } = await failedStream("frozen");
+      expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+      expect(err.status).toBe(504);
+      expect(err.code).toBe("first_token_timeout");
+      expect(err.message).toMatch(/frozen-1/);
+      expect(took).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+      expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
+    } finally {
+      frozen.proc.child.kill("SIGCONT");
+    }
   });
 
   it("ends a stream that stalls mid-way with an error event after idle", async () => {

@@ -24,15 +24,23 @@ export interface Edge {
   stop(): Promise<void>;
 }
 
+/** Where a `wrangler dev` listens and keeps its state; by default a free port and a directory of its own. */
+export interface WranglerPlace {
+  port?: number;
+  /** A state directory the caller owns: kept on stop, so a restart finds KV and Durable Objects as they were. */
+  persistTo?: string;
+}
+
 /** `wrangler dev` for a config, on a free port with its own state directory. */
 export async function startWrangler(
   config: string,
   vars: Record<string, string>,
   name: string,
+  place: WranglerPlace = {},
 ): Promise<{ url: string; proc: Proc; stop(): Promise<void> }> {
-  const port = await freePort();
+  const port = place.port ?? (await freePort());
   const inspector = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-wrangler-"));
+  const dir = place.persistTo ?? mkdtempSync(join(tmpdir(), "llmgw-wrangler-"));
   const proc = startProcess(name, process.execPath, [
     WRANGLER,
     "dev",
@@ -55,17 +63,29 @@ export async function startWrangler(
     proc,
     async stop() {
       await proc.kill();
-      rmSync(dir, { recursive: true, force: true });
+      if (!place.persistTo) rmSync(dir, { recursive: true, force: true });
     },
   };
 }
 
-export async function startEdge(router: Record<string, unknown> = {}, name = "edge"): Promise<Edge> {
-  const token = `edge-test-${Math.random().toString(36).slice(2)}`;
+export interface EdgeOptions extends WranglerPlace {
+  /** The EdgeSync secret; default a fresh one. */
+  token?: string;
+  /** More Worker vars (EDGE_SYNC_TOKEN_NEXT, …); an empty EDGE_SYNC_TOKEN here unsets it. */
+  vars?: Record<string, string>;
+}
+
+export async function startEdge(
+  router: Record<string, unknown> = {},
+  name = "edge",
+  opts: EdgeOptions = {},
+): Promise<Edge> {
+  const token = opts.token ?? `edge-test-${Math.random().toString(36).slice(2)}`;
   const w = await startWrangler(
     join(REPO, "wrangler.toml"),
-    { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
+    { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...opts.vars },
     name,
+    opts,
   );
   return track({ url: w.url, token, proc: w.proc, sync: edgeSyncClient(w.url, token), stop: w.stop });
 }
@@ -125,7 +145,11 @@ export async function directSocket(): Promise<{
  * req/s on these machines and now and then does not pass a client's hang-up
  * on. For benchmarks and load tests.
  */
-export async function startEdgeMiniflare(router: Record<string, unknown> = {}): Promise<FastEdge> {
+export async function startEdgeMiniflare(
+  router: Record<string, unknown> = {},
+  /** More bindings (EDGE_SYNC_TOKEN_NEXT, …); `EDGE_SYNC_TOKEN: undefined` leaves it unset. */
+  vars: Record<string, string | undefined> = {},
+): Promise<FastEdge> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-mf-"));
   const config = join(REPO, "wrangler.toml");
   const script = bundleWorker(config, dir, "worker.js");
@@ -145,7 +169,7 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
       REVOCATIONS: { className: "RevocationLog", useSQLite: true },
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
-    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) },
+    bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
     ...direct.options,
   });
   await mf.ready;
@@ -160,6 +184,10 @@ export async function startEdgeMiniflare(router: Record<string, unknown> = {}): 
       rmSync(dir, { recursive: true, force: true });
     },
   });
+}
+
+function definedOnly(vars: Record<string, string | undefined>): Record<string, string> {
+  return Object.fromEntries(Object.entries(vars).filter((e): e is [string, string] => e[1] !== undefined));
 }
 
 /** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
