@@ -34,8 +34,11 @@ export class ModelPool extends DurableObject<ConfigEnv> {
   private async ready(model: string, endpointsVersion = 0): Promise<PoolCore> {
     const c = edgeConfig(this.env);
     let config = c instanceof Promise ? await c : c;
-    if (config.table.endpoints.version < endpointsVersion) {
-      // A Worker has seen a newer endpoint set than this isolate's copy.
+    const held = Math.max(config.table.endpoints.version, this.core?.version ?? 0);
+    if (held < endpointsVersion) {
+      // A Worker has seen a newer endpoint set than this pool holds, pushed
+      // or read. Checked against the pushed set too: otherwise, while KV
+      // still serves this isolate the old set, every admit would read KV.
       invalidateEdgeConfig();
       config = await edgeConfig(this.env);
     }

@@ -27,13 +27,16 @@ export default {
         via: "direct" as const,
       })),
     );
+    // The version a Worker passes is the one its KV copy holds; here KV has
+    // none, and the pool holds the set pushed above.
+    const seen = 0;
     const prefix = Array.from({ length: 64 }, (_, i) => 1_000_000 + i);
     const t0 = Date.now();
     for (let i = 0; i < n; i++) {
       const a = await stub.admit(
         "m",
         { id: `r${i}`, band: "platinum", key: "k", policy: "chat", session: `s${i % 50}`, prefix },
-        1,
+        seen,
       );
       if (!a.ok) return Response.json({ error: a.message }, { status: 500 });
       await stub.release("m", a.lease.id, { attempts: [{ endpoint: a.lease.endpoint.id, verdict: "ok" }] });
