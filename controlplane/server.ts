@@ -13,7 +13,7 @@ import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import { edgeSyncClient } from "./edgesync-client.ts";
+import { type EdgeSyncClient, edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { parseListen } from "./listen.ts";
 import { LoadBoard } from "./load-board.ts";
@@ -96,6 +96,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       now,
       ...(tls ? { joinTokens: tls.enrollment } : {}),
       ...(revocation ? { revocation } : {}),
+      edgeSync: () => edge?.client,
     },
     auth: adminAuth,
     metrics,
@@ -281,7 +282,7 @@ function startEdgeLink(
   registry: Registry,
   reconciler: Reconciler,
   loads: LoadBoard,
-): { publisher: EdgePublisher; published: PublishedEndpoints } | undefined {
+): { publisher: EdgePublisher; published: PublishedEndpoints; client: EdgeSyncClient } | undefined {
   const { config } = loaded;
   const url = config.edge.url;
   const token = process.env[config.edge.token_env];
@@ -296,8 +297,9 @@ function startEdgeLink(
     return undefined;
   }
   const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
+  const client = edgeSyncClient(url, token);
   const publisher = new EdgePublisher({
-    client: edgeSyncClient(url, token),
+    client,
     log: log.child({ component: "edge-publisher", edge: url }),
     loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
     graceUntil: startedAt + startupGraceMs(config),
@@ -313,7 +315,7 @@ function startEdgeLink(
     }),
   });
   publisher.start(catalog, loaded.routerSection);
-  return { publisher, published };
+  return { publisher, published, client };
 }
 
 /**

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
+import type { EdgeSyncClient } from "../edgesync-client.ts";
 import type { IntentStore } from "../intent-store.ts";
 import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
@@ -31,6 +32,8 @@ export interface ControlServiceDeps {
     /** Nodes revoked and not enrolled again, with when. */
     revokedNodes(): Map<string, number>;
   };
+  /** The edge link's EdgeSync client (server.ts), when `edge` is configured. */
+  edgeSync?: () => EdgeSyncClient | undefined;
 }
 
 /** Operators get a drain deadline unless they name one. */
@@ -129,6 +132,21 @@ export function controlRoutes(deps: ControlServiceDeps) {
           );
         }
         return deps.revocation.revoke(req.node);
+      },
+      getKeyUsage: async () => {
+        const edge = deps.edgeSync?.();
+        if (!edge) {
+          throw new ConnectError(
+            "this control plane has no edge link (edge.url and the EdgeSync secret), and key usage is kept at the edge",
+            Code.FailedPrecondition,
+          );
+        }
+        try {
+          return { usage: (await edge.getUsage({})).usage };
+        } catch (err) {
+          const e = ConnectError.from(err);
+          throw new ConnectError(`the edge did not answer GetUsage: ${e.rawMessage}`, Code.Unavailable);
+        }
       },
     });
   };
