@@ -2,8 +2,8 @@ import type { Gpu } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { Node, Replica } from "../proto/gen/control/v1/control_pb.ts";
 import { NodeActions } from "./actions.tsx";
 import type { Control } from "./client.ts";
-import { gib, since } from "./format.ts";
-import { nodeWord } from "./node-state.ts";
+import { duration, gib, since } from "./format.ts";
+import { nodeStateName, nodeWord } from "./node-state.ts";
 
 /** Which replica holds each GPU, as `node/index` → replica. */
 function gpuHolders(replicas: readonly Replica[]): Map<string, Replica> {
@@ -73,7 +73,11 @@ export function Fleet(props: {
                   </td>
                   <td>
                     <span class={`state state-${word}`}>{word}</span>
-                    <div class="sub">for {since(n.stateSinceUnixMs, props.now)}</div>
+                    <div class="sub">
+                      {n.draining && n.drainDeadlineUnixMs > 0n
+                        ? `deadline in ${duration(Number(n.drainDeadlineUnixMs) - props.now)}`
+                        : `${nodeStateName(n)} for ${since(n.stateSinceUnixMs, props.now)}`}
+                    </div>
                   </td>
                   <td>{n.lastSeenUnixMs > 0n ? `${since(n.lastSeenUnixMs, props.now)} ago` : "-"}</td>
                   <td>

@@ -6,6 +6,15 @@ import { type Node, NodeState } from "../proto/gen/control/v1/control_pb.ts";
  */
 export type NodeWord = "revoked" | "lost" | "unreachable" | "draining" | "cordoned" | "ready" | "unknown";
 
+const STATE_NAME: Partial<Record<NodeState, string>> = {
+  [NodeState.READY]: "ready",
+  [NodeState.UNREACHABLE]: "unreachable",
+  [NodeState.LOST]: "lost",
+};
+
+/** The lifecycle state alone (ready, unreachable, lost), which `state_since` dates. */
+export const nodeStateName = (n: Node): string => STATE_NAME[n.state] ?? "unknown";
+
 export function nodeWord(n: Node): NodeWord {
   if (n.revokedAtUnixMs > 0n) return "revoked";
   if (n.state === NodeState.LOST) return "lost";

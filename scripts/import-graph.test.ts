@@ -51,8 +51,16 @@ describe("the checker", () => {
     ]);
     expect(violations(files)).toEqual([
       { file: "agent/a.ts", imports: "controlplane/b.ts", rule: "agent/ must not import controlplane/" },
-      { file: "dashboard/bad.tsx", imports: "controlplane/r.ts", rule: "dashboard/ must not import controlplane/" },
-      { file: "controlplane/d.ts", imports: "dashboard/p.tsx", rule: "controlplane/ must not import dashboard/" },
+      {
+        file: "dashboard/bad.tsx",
+        imports: "controlplane/r.ts",
+        rule: "dashboard/ must not import controlplane/",
+      },
+      {
+        file: "controlplane/d.ts",
+        imports: "dashboard/p.tsx",
+        rule: "controlplane/ must not import dashboard/",
+      },
     ]);
     expect(cycles(files)).toEqual([["controlplane/b.ts", "controlplane/c.ts", "controlplane/b.ts"]]);
   });

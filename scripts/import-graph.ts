@@ -69,10 +69,12 @@ const FORBIDDEN: { from: string; to: string; rule: string }[] = [
   // The sim engine is its own program: it shares only common/.
   ...["agent/", "controlplane/", "edge/", "loadgen/", "bench/", "test/"].map((to) => rule("sim-engine/", to)),
   // The dashboard runs in a browser: only pure shared code and the protocol.
-  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "bench/", "test/", "scripts/"].map((to) =>
-    rule("dashboard/", to),
+  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "bench/", "test/", "scripts/"].map(
+    (to) => rule("dashboard/", to),
   ),
-  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "cli/"].map((from) => rule(from, "dashboard/")),
+  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "cli/"].map((from) =>
+    rule(from, "dashboard/"),
+  ),
 ];
 
 export function violations(sources: ReadonlyMap<string, string>): Violation[] {
