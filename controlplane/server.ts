@@ -13,7 +13,8 @@ import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import { type EdgeSyncClient, edgeSyncClient } from "./edgesync-client.ts";
+import { EdgeStatusPoller } from "./edge-status.ts";
+import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { parseListen } from "./listen.ts";
 import { LoadBoard } from "./load-board.ts";
@@ -85,6 +86,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
+  const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   const agents = agentListener(streams, tls, c.max_message_bytes, log);
   const admin = adminListener({
@@ -94,9 +96,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       reconciler,
       loads,
       now,
+      ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
       ...(tls ? { joinTokens: tls.enrollment } : {}),
       ...(revocation ? { revocation } : {}),
-      edgeSync: () => edge?.client,
     },
     auth: adminAuth,
     metrics,
@@ -118,7 +120,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     });
   }
   reconciler.start();
-  const edge = startEdgeLink(opts.loaded, log, catalog, startedAt, now, registry, reconciler, loads);
+  edge?.start(catalog);
   log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
 
   return {
@@ -144,6 +146,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       agents.stop();
       reconciler.stop();
       edge?.publisher.stop();
+      edge?.status.stop();
       edge?.published.close();
       intents.close();
       tls?.tokens.close();
@@ -272,17 +275,21 @@ function controlPlaneMetrics(
   return metrics;
 }
 
-/** The edge link (config `edge`): catalog, endpoints and load to the Worker, when it has a URL and a secret. */
-function startEdgeLink(
+/**
+ * The edge link (config `edge`), when it has a URL and a secret: catalog,
+ * endpoints and load to the Worker, and its pools' status back. Built
+ * before the admin API that reads the status; `start` once the reconciler
+ * runs.
+ */
+function edgeLink(
   loaded: LoadedConfig,
   log: Logger,
-  catalog: Catalog,
   startedAt: number,
   now: () => number,
   registry: Registry,
   reconciler: Reconciler,
   loads: LoadBoard,
-): { publisher: EdgePublisher; published: PublishedEndpoints; client: EdgeSyncClient } | undefined {
+) {
   const { config } = loaded;
   const url = config.edge.url;
   const token = process.env[config.edge.token_env];
@@ -296,8 +303,8 @@ function startEdgeLink(
     });
     return undefined;
   }
-  const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
   const client = edgeSyncClient(url, token);
+  const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
   const publisher = new EdgePublisher({
     client,
     log: log.child({ component: "edge-publisher", edge: url }),
@@ -314,8 +321,33 @@ function startEdgeLink(
       now: now(),
     }),
   });
-  publisher.start(catalog, loaded.routerSection);
-  return { publisher, published, client };
+  const status = new EdgeStatusPoller({
+    client,
+    url,
+    intervalMs: config.edge.status_interval,
+    log: log.child({ component: "edge-status", edge: url }),
+    counters: () => tokenCounters(reconciler, loads),
+    now,
+  });
+  return {
+    publisher,
+    published,
+    status,
+    client,
+    start(catalog: Catalog) {
+      publisher.start(catalog, loaded.routerSection);
+      status.start();
+    },
+  };
+}
+
+/** Each replica's generated tokens, from its rank 0 (the rank that serves and is scraped). */
+function tokenCounters(reconciler: Reconciler, loads: LoadBoard) {
+  return reconciler.table.list().flatMap((r) => {
+    const head = r.shards.find((s) => s.rank === 0);
+    const load = head && loads.get({ replicaId: r.id, rank: 0, node: head.node });
+    return load ? [{ model: r.model, replica: r.id, tokens: load.generationTokens }] : [];
+  });
 }
 
 /**

@@ -247,8 +247,14 @@ export const configSchema = z.strictObject({
       via: viaSchema
         .default("direct")
         .describe("How the edge reaches the engines this control plane places: direct, vpc or tunnel"),
+      status_interval: duration
+        .prefault("5s")
+        .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
+        .describe(
+          "How often the control plane asks the edge for its pools' status (ctl status, the dashboard, llmgw_edge_* metrics)",
+        ),
     })
-    .default({ token_env: "LLMGW_EDGE_TOKEN", via: "direct" }),
+    .prefault({}),
   control: controlSchema.prefault({}),
   router: routerSchema.prefault({}),
   models: z.array(modelSchema).default([]),
