@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { ActionLog } from "./actions.tsx";
 import { type Control, controlClient, errorText, isUnauthenticated } from "./client.ts";
+import { Edge } from "./edge.tsx";
 import { Fleet } from "./fleet.tsx";
 import { duration } from "./format.ts";
 import { Keys } from "./keys.tsx";
@@ -66,6 +67,7 @@ export function Dashboard(props: { token: string; onSignOut: (why: string | null
           <Models models={data.models} explanations={data.explanations} />
         </>
       ) : null}
+      <Edge client={client} />
       <Keys client={client} />
       <ActionLog lines={actions} />
     </main>

@@ -1,5 +1,6 @@
 import { render } from "preact";
 import { useCallback, useState } from "preact/hooks";
+import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { Dashboard } from "./dashboard.tsx";
 import { SignIn } from "./sign-in.tsx";

@@ -125,6 +125,7 @@ describe("the dashboard in headless Chromium, against a real control plane and a
     await onPage(() => page.locator("#keys .error").textContent()).toContain(
       "this control plane has no edge link",
     );
+    expect(await page.locator("#edge").textContent()).toContain("This control plane has no edge link");
     await screenshot(page, "dashboard", "signed-in");
   });
 
