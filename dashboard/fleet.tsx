@@ -76,7 +76,7 @@ export function Fleet(props: {
                     <div class="sub">
                       {n.draining && n.drainDeadlineUnixMs > 0n
                         ? `deadline in ${duration(Number(n.drainDeadlineUnixMs) - props.now)}`
-                        : `${nodeStateName(n)} for ${since(n.stateSinceUnixMs, props.now)}`}
+                        : `${word === nodeStateName(n) ? "" : `${nodeStateName(n)} `}for ${since(n.stateSinceUnixMs, props.now)}`}
                     </div>
                   </td>
                   <td>{n.lastSeenUnixMs > 0n ? `${since(n.lastSeenUnixMs, props.now)} ago` : "-"}</td>
