@@ -59,7 +59,8 @@ function Pool({ m }: { m: EdgeModel }) {
           ))}
         </tbody>
       </table>
-      <table>
+      {p.endpoints.length === 0 ? <p class="empty">No endpoint is published for this model.</p> : null}
+      <table hidden={p.endpoints.length === 0}>
         <thead>
           <tr>
             <th>Endpoint</th>

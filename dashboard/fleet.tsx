@@ -29,7 +29,7 @@ function GpuCell({ node, gpu, holder }: { node: string; gpu: Gpu; holder: Replic
         {gib(gpu.memoryUsedMib)}/{gib(total)} GiB
       </span>
       <span class="gpu-holder">
-        {holder ? `${holder.model} ${holder.id}` : "free"}
+        {holder ? holder.id : "free"}
         {foreign > 0 ? ` + ${gib(foreign)} GiB not llmgw's` : ""}
       </span>
     </div>

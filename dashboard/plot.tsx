@@ -5,6 +5,9 @@ import type { Aligned } from "./edge-series.ts";
 // Distinct enough side by side; models beyond eight reuse them.
 const COLORS = ["#3b6fd8", "#d8663b", "#1a7f37", "#9b3bd8", "#c62828", "#0f8a8a", "#b35900", "#5d6879"];
 
+/** What GetEdgeStatus keeps: 15 minutes of samples. */
+const WINDOW_S = 15 * 60;
+
 /** A uPlot line chart, one series per name; data replaced in place on each poll. */
 export function Plot(props: {
   title: string;
@@ -24,7 +27,11 @@ export function Plot(props: {
         title: props.title,
         width: Math.max(300, el.current.clientWidth),
         height: 180,
-        scales: { x: { time: true }, y: range ? { range: () => range } : {} },
+        // The x axis is always the last 15 minutes, however few samples there are yet.
+        scales: {
+          x: { time: true, range: () => [Date.now() / 1000 - WINDOW_S, Date.now() / 1000] },
+          y: range ? { range: () => range } : {},
+        },
         series: [
           {},
           ...props.names.map((name, i) => ({ label: name, stroke: COLORS[i % COLORS.length]!, width: 2 })),
