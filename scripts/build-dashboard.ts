@@ -5,16 +5,21 @@
  * globalSetup), `npm run build` into dist/dashboard/build/ for the package;
  * the control plane serves it from there (controlplane/admin/dashboard.ts).
  */
-import { copyFileSync, mkdirSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { build } from "esbuild";
+import { writeFileAtomic } from "../common/atomic-write.ts";
 
 const repo = join(import.meta.dirname, "..");
 export const CHECKOUT_DASHBOARD_BUILD = join(repo, "dashboard", "build");
 
+/**
+ * Each file is replaced whole (written beside, then renamed): a control
+ * plane serving the page while `npm start` or a test run rebuilds it never
+ * sends half a script.
+ */
 export async function buildDashboard(outDir = CHECKOUT_DASHBOARD_BUILD): Promise<void> {
-  mkdirSync(outDir, { recursive: true });
-  await build({
+  const { outputFiles } = await build({
     entryPoints: { app: join(repo, "dashboard", "main.tsx") },
     outdir: outDir,
     bundle: true,
@@ -27,8 +32,10 @@ export async function buildDashboard(outDir = CHECKOUT_DASHBOARD_BUILD): Promise
     jsxImportSource: "preact",
     tsconfig: join(repo, "dashboard", "tsconfig.json"),
     logLevel: "warning",
+    write: false,
   });
-  copyFileSync(join(repo, "dashboard", "index.html"), join(outDir, "index.html"));
+  for (const f of outputFiles) writeFileAtomic(f.path, f.text);
+  writeFileAtomic(join(outDir, "index.html"), readFileSync(join(repo, "dashboard", "index.html"), "utf8"));
 }
 
 if (import.meta.main) {
