@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ControlPlaneHandle, startControlPlane } from "../harness/fleet.ts";
 import { waitUntil } from "../harness/process.ts";
-import { parseExposition } from "../harness/prometheus.ts";
+import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 import {
   clientFor,
   createKey,
@@ -121,9 +121,7 @@ describe("llmgw_edge_* counters under a band-mix overload", () => {
     expect(await exported()).toEqual(want);
 
     const families = parseExposition(await cp.metrics());
-    const value = (name: string, labels: Record<string, string>) =>
-      families.get(name)?.samples.find((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-        ?.value;
+    const value = (name: string, labels: Record<string, string> = {}) => sampleValue(families, name, labels);
     // Every expired request had waited in its queue, and the queues are empty now.
     for (const band of Object.keys(BANDS)) {
       expect(value("llmgw_edge_queued_total", { model: "mix", band })).toBeGreaterThanOrEqual(

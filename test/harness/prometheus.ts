@@ -51,6 +51,16 @@ export function parseExposition(text: string): Map<string, Family> {
   return families;
 }
 
+/** The value of the first sample of `name` whose labels include `labels`; undefined when none. */
+export function sampleValue(
+  families: Map<string, Family>,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
+  return families.get(name)?.samples.find((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))
+    ?.value;
+}
+
 export interface DocumentedMetric {
   name: string;
   type: string;

@@ -10,6 +10,7 @@ import {
   documentedMetrics,
   type Family,
   parseExposition,
+  sampleValue,
 } from "../harness/prometheus.ts";
 
 /**
@@ -197,9 +198,7 @@ models:
     const families = parseExposition(await cp.metrics());
     matchesDocs(families, documented);
     // The edge's part has the model's figures: its bands and its one endpoint.
-    const sample = (name: string, labels: Record<string, string>) =>
-      families.get(name)?.samples.find((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-        ?.value;
+    const sample = (name: string, labels: Record<string, string> = {}) => sampleValue(families, name, labels);
     expect(sample("llmgw_edge_pool_up", { model: MODEL })).toBe(1);
     expect(sample("llmgw_edge_endpoints", { model: MODEL })).toBe(1);
     expect(sample("llmgw_edge_breakers", { model: MODEL, state: "closed" })).toBe(1);
@@ -213,9 +212,7 @@ models:
   it("the agent's /metrics (--metrics-listen) is what docs/metrics.md lists", async () => {
     const families = parseExposition(await (await fetch(agentMetricsUrl)).text());
     matchesDocs(families, documentedMetrics("Agent"));
-    const value = (name: string, labels: Record<string, string> = {}) =>
-      families.get(name)?.samples.find((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-        ?.value;
+    const value = (name: string, labels: Record<string, string> = {}) => sampleValue(families, name, labels);
     expect(value("llmgw_agent_engines", { state: "ready" })).toBe(1);
     expect(value("llmgw_agent_stream_connected")).toBe(1);
     expect(value("llmgw_agent_stream_messages_total", { direction: "sent", type: "register" })).toBe(1);
