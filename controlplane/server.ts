@@ -4,6 +4,7 @@ import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
@@ -12,11 +13,11 @@ import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
-import { parseListen } from "./listen.ts";
 import { LoadBoard } from "./load-board.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
@@ -88,6 +89,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
   const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
+  if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
   const agents = agentListener(streams, tls, c.max_message_bytes, log);
   const admin = adminListener({
     control: {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { viaSchema } from "../../edge/catalog.ts";
 import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
 
@@ -9,9 +10,7 @@ import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
  * Every object is strict: a misspelt key is an error, not a silently ignored
  * setting.
  */
-const listenAddress = z
-  .string()
-  .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]*):\d{1,5}$/, "must be HOST:PORT or :PORT");
+const listenAddress = z.string().regex(LISTEN_ADDRESS, "must be HOST:PORT or :PORT");
 
 export const controlSchema = z.strictObject({
   interval: duration.prefault("5s"),

@@ -1,5 +1,7 @@
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { unplaced } from "./status.ts";
+import { GetEdgeStatusResponseSchema } from "../../proto/gen/control/v1/control_pb.ts";
+import { formatStatus, unplaced } from "./status.ts";
 
 describe("unplaced", () => {
   it("keeps the explain blocks of replicas that are not placed, detail lines and all", () => {
@@ -14,5 +16,29 @@ describe("unplaced", () => {
     ];
     expect(unplaced(lines)).toEqual(lines.slice(2));
     expect(unplaced(lines.slice(0, 2))).toEqual([]);
+  });
+});
+
+describe("formatStatus", () => {
+  const empty = { nodes: [], replicas: [], models: [] };
+
+  it("says when the control plane has no edge to poll", () => {
+    const out = formatStatus({ ...empty, edge: create(GetEdgeStatusResponseSchema, { configured: false }) });
+    expect(out).toContain("EDGE not polled: the control plane has no edge.url or no EdgeSync secret");
+    expect(out).toContain("no nodes have registered");
+  });
+
+  it("says when the last poll failed, and how old the pools shown are", () => {
+    const edge = create(GetEdgeStatusResponseSchema, {
+      configured: true,
+      edgeUrl: "https://llm.example.com",
+      pollIntervalMs: 5_000,
+      lastSuccessAtUnixMs: 40_000n,
+      lastError: "[unavailable] connect ECONNREFUSED",
+      lastErrorAtUnixMs: 58_000n,
+    });
+    expect(formatStatus({ ...empty, edge }, 60_000)).toContain(
+      "EDGE https://llm.example.com: polled 20s ago, every 5s; last poll failed 2s ago: [unavailable] connect ECONNREFUSED",
+    );
   });
 });

@@ -4,7 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientFor, createKey, type Edge, startEdge } from "../edge/helpers.ts";
 import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
-import { LLMGW, type Proc, REPO, runLlmgw, waitUntil } from "../harness/process.ts";
+import { freePort, LLMGW, type Proc, REPO, runLlmgw, waitUntil } from "../harness/process.ts";
+import {
+  type DocumentedMetric,
+  documentedMetrics,
+  type Family,
+  parseExposition,
+  sampleValue,
+} from "../harness/prometheus.ts";
 
 /**
  * What an operator looks at, on the real stack: an edge in workerd, a
@@ -20,6 +27,7 @@ describe("operating the stack", () => {
   let edge: Edge;
   let cp: ControlPlaneHandle;
   let agent: Proc;
+  let agentMetricsUrl: string;
 
   beforeAll(async () => {
     edge = await startEdge({}, "edge-operating");
@@ -54,7 +62,12 @@ models:
 `,
       { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: ADMIN_TOKEN },
     );
-    agent = startAgent(cp, "op-1", { gpus: "2xH100-80GB", extra: ["--vllm-bin", "test/bin/vllm"] });
+    const metricsPort = await freePort();
+    agentMetricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    agent = startAgent(cp, "op-1", {
+      gpus: "2xH100-80GB",
+      extra: ["--vllm-bin", "test/bin/vllm", "--metrics-listen", `127.0.0.1:${metricsPort}`],
+    });
     await waitUntil(
       `${MODEL} ready and routed at the edge`,
       async () => {
@@ -162,4 +175,55 @@ models:
     expect(r.code).toBe(3);
     expect(r.stderr).toContain("llmgw ctl status: the admin token is not valid for this control plane");
   }, 30_000);
+
+  /** Every documented metric is exported with its type and exactly its labels; every llmgw_ one exported is documented. */
+  function matchesDocs(families: Map<string, Family>, documented: DocumentedMetric[]) {
+    for (const d of documented) {
+      const f = families.get(d.name);
+      if (!f) {
+        if (!d.conditional) expect.fail(`${d.name} is documented but not exported`);
+        continue;
+      }
+      expect(f.type, d.name).toBe(d.type);
+      for (const s of f.samples) expect(Object.keys(s.labels).sort(), d.name).toEqual([...d.labels].sort());
+    }
+    const listed = new Set(documented.map((d) => d.name));
+    for (const name of families.keys())
+      if (name.startsWith("llmgw_")) expect(listed, `${name} is not documented`).toContain(name);
+  }
+
+  it("the control plane's /metrics is what docs/metrics.md lists, the edge's part included", async () => {
+    const documented = [...documentedMetrics("Control plane")];
+    expect(documented.some((d) => d.name.startsWith("llmgw_edge_"))).toBe(true);
+    const families = parseExposition(await cp.metrics());
+    matchesDocs(families, documented);
+    // The edge's part has the model's figures: its bands and its one endpoint.
+    const sample = (name: string, labels: Record<string, string> = {}) => sampleValue(families, name, labels);
+    expect(sample("llmgw_edge_pool_up", { model: MODEL })).toBe(1);
+    expect(sample("llmgw_edge_endpoints", { model: MODEL })).toBe(1);
+    expect(sample("llmgw_edge_breakers", { model: MODEL, state: "closed" })).toBe(1);
+    expect(sample("llmgw_edge_queue_depth", { model: MODEL, band: "gold" })).toBe(0);
+    expect(
+      sample("llmgw_edge_requests_total", { model: MODEL, band: "gold", outcome: "admitted" }),
+    ).toBeGreaterThan(0);
+    expect(sample("llmgw_edge_status_age_seconds", {})).toBeLessThan(10);
+  });
+
+  it("the agent's /metrics (--metrics-listen) is what docs/metrics.md lists", async () => {
+    const families = parseExposition(await (await fetch(agentMetricsUrl)).text());
+    matchesDocs(families, documentedMetrics("Agent"));
+    const value = (name: string, labels: Record<string, string> = {}) => sampleValue(families, name, labels);
+    expect(value("llmgw_agent_engines", { state: "ready" })).toBe(1);
+    expect(value("llmgw_agent_stream_connected")).toBe(1);
+    expect(value("llmgw_agent_stream_messages_total", { direction: "sent", type: "register" })).toBe(1);
+    expect(value("llmgw_agent_stream_messages_total", { direction: "received", type: "registerAck" })).toBe(
+      1,
+    );
+    expect(value("llmgw_agent_stream_messages_total", { direction: "received", type: "startShard" })).toBe(1);
+    expect(
+      value("llmgw_agent_stream_messages_total", { direction: "sent", type: "shardLoad" }),
+    ).toBeGreaterThan(0);
+    expect(value("llmgw_agent_stream_reconnects_total")).toBe(0);
+    expect(value("llmgw_agent_engine_restarts_total")).toBe(0);
+  });
 });
