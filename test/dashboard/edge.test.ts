@@ -112,4 +112,16 @@ models:
     await onPage(() => row.locator("td:nth-child(2)").textContent()).toBe(String(await requests()));
     await screenshot(page, "dashboard", "edge-and-keys");
   });
+
+  it("when the edge stops answering, Keys and Edge say so and keep the last figures", async () => {
+    const requests = await page.locator(`#keys tr[data-key="${key.id}"] td:nth-child(2)`).textContent();
+    await edge.stop();
+    await onPage(() => page.locator("#keys .error").textContent()).toContain(
+      "Key usage: the edge did not answer GetUsage:",
+    );
+    await onPage(() => page.locator("#edge .error").first().textContent()).toContain("Last poll failed:");
+    expect(await page.locator(`#keys tr[data-key="${key.id}"] td:nth-child(2)`).textContent()).toBe(requests);
+    expect(await page.locator(`#edge [data-pool="${MODEL}"]`).count()).toBe(1);
+    await screenshot(page, "dashboard", "edge-down");
+  });
 });
