@@ -127,6 +127,28 @@ describe("the dashboard in headless Chromium, against a real control plane and a
     await screenshot(page, "dashboard", "signed-in");
   });
 
+  it("cordon and uncordon each ask first; Cancel changes nothing", async () => {
+    const [tiny] = (await cp.client.listReplicas({})).replicas.filter((r) => r.model === "tiny");
+    const node = tiny!.shards[0]!.nodeName === "dash-1" ? "dash-2" : "dash-1";
+    const cordoned = async () => (await cp.client.getNode({ name: node })).node!.cordoned;
+    const dialog = page.getByRole("dialog");
+
+    await row("node", node).locator('button[data-action="cordon"]').click();
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    expect(await dialog.count()).toBe(0);
+    expect(await cordoned()).toBe(false);
+
+    await row("node", node).locator('button[data-action="cordon"]').click();
+    await dialog.locator('button[data-confirm="cordon"]').click();
+    await onPage(() => row("node", node).getAttribute("data-state")).toBe("cordoned");
+    expect(await cordoned()).toBe(true);
+
+    await row("node", node).locator('button[data-action="uncordon"]').click();
+    await dialog.locator('button[data-confirm="uncordon"]').click();
+    await onPage(() => row("node", node).getAttribute("data-state")).toBe("ready");
+    expect(await cordoned()).toBe(false);
+  });
+
   it("a drain clicked on the page moves the replica to the other node", async () => {
     const [tiny] = (await cp.client.listReplicas({})).replicas.filter((r) => r.model === "tiny");
     const from = tiny!.shards[0]!.nodeName;
