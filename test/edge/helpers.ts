@@ -7,6 +7,7 @@ import { Miniflare } from "miniflare";
 import OpenAI from "openai";
 import { hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../../controlplane/edgesync-client.ts";
+import { ACCESS_LOG_TYPE } from "../../edge/access-log.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../harness/process.ts";
 
 /**
@@ -170,6 +171,13 @@ export async function startEdgeMiniflare(
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
     bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
+    // In this process the access log (a line per request, for operators)
+    // would bury the test report; the Worker's other lines still show.
+    structuredWorkerdLogs: true,
+    handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
+      if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+      (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
+    },
     ...direct.options,
   });
   await mf.ready;
