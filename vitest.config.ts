@@ -12,6 +12,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    globalSetup: ["./test/harness/global-setup.ts"],
     reporters: ["default", "./test/harness/summary-reporter.ts"],
   },
 });

@@ -2,6 +2,7 @@ import { hostname, networkInterfaces } from "node:os";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../common/duration.ts";
+import { LISTEN_ADDRESS } from "../common/listen.ts";
 
 export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [flags]
 
@@ -24,6 +25,9 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
   --stable-after DUR      a session this long resets the reconnect backoff (default 10s)
   --scrape-interval DUR   engine /metrics scrape interval until a control plane sets its
                           router.scrape_interval (default 2s)
+  --metrics-listen ADDR   serve the agent's Prometheus metrics at http://ADDR/metrics, e.g.
+                          10.0.0.5:9100 (HOST:PORT or :PORT; off by default; no auth: bind it to a
+                          management address)
   --stop-engines-on-exit  on SIGINT or SIGTERM, stop every engine (SIGTERM, then SIGKILL after its
                           stop grace) and forget it before exiting; by default engines keep serving
                           and the next agent on this state dir adopts them
@@ -47,6 +51,8 @@ export interface AgentFlags {
   pingTimeoutMs: number;
   stableAfterMs: number;
   scrapeIntervalMs: number;
+  /** `--metrics-listen`: where to serve /metrics; undefined: not served. */
+  metricsListen: string | undefined;
   /** Stop engines when the agent exits (the local stack), instead of leaving them for the next agent. */
   stopEnginesOnExit: boolean;
   /** Hidden (tests, local stack): the supervisor's restart backoff and orphan grace. */
@@ -110,6 +116,7 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
       "stable-after": { type: "string" },
       "scrape-interval": { type: "string" },
       "stop-engines-on-exit": { type: "boolean" },
+      "metrics-listen": { type: "string" },
       // Hidden: not in AGENT_HELP, for tests and the local stack.
       "restart-backoff": { type: "string" },
       "restart-max-backoff": { type: "string" },
@@ -137,9 +144,13 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
   const secure = controlPlane.startsWith("https://");
   if (!secure && (values["join-token"] !== undefined || values["ca-file"] !== undefined))
     throw new Error("--join-token and --ca-file need an https:// --control-plane (mTLS)");
+  const metricsListen = values["metrics-listen"];
+  if (metricsListen !== undefined && !LISTEN_ADDRESS.test(metricsListen))
+    throw new Error(`--metrics-listen: "${metricsListen}" is not HOST:PORT or :PORT`);
   return {
     controlPlane,
     node,
+    metricsListen,
     joinToken: values["join-token"] ?? process.env.LLMGW_JOIN_TOKEN,
     caFile: values["ca-file"] === undefined ? undefined : resolve(values["ca-file"]),
     simulateGpus: values["simulate-gpus"],

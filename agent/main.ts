@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
+import type { Server } from "node:http";
 import { create } from "@bufbuild/protobuf";
 import { createLogger, errorMessage } from "../common/log.ts";
 import pkg from "../package.json" with { type: "json" };
@@ -7,6 +8,7 @@ import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { ClientTls } from "./enroll.ts";
 import { AGENT_HELP, type AgentFlags, parseAgentFlags } from "./flags.ts";
 import { type InventorySource, nvidiaSmiInventory, simulatedInventory } from "./inventory.ts";
+import { agentMetrics, serveMetrics } from "./metrics.ts";
 import { lockStateDir } from "./state-lock.ts";
 import { StreamClient } from "./stream-client.ts";
 import { Supervisor } from "./supervisor.ts";
@@ -206,12 +208,29 @@ export async function main(argv: string[]): Promise<number> {
       }
     },
   });
+  let metricsServer: Server | undefined;
+  if (f.metricsListen) {
+    try {
+      const served = await serveMetrics(
+        agentMetrics(supervisor, () => client),
+        f.metricsListen,
+      );
+      metricsServer = served.server;
+      log.info("serving metrics", { url: `http://${f.metricsListen}/metrics`, port: served.port });
+    } catch (err) {
+      process.stderr.write(`llmgw agent: --metrics-listen ${f.metricsListen}: ${errorMessage(err)}\n`);
+      supervisor.close();
+      unlock();
+      return 1;
+    }
+  }
   log.info("agent starting", { controlPlane: f.controlPlane, instance, pid: process.pid, fabric: f.fabric });
   client.start();
   const code = await stopped;
   if (renewTimer) clearInterval(renewTimer);
   // The stream goes first, so no command can start an engine behind the stop.
   await client.stop();
+  metricsServer?.close();
   if (f.stopEnginesOnExit) {
     log.info("stopping engines before exiting (--stop-engines-on-exit)");
     await supervisor.shutdown("agent exiting (--stop-engines-on-exit)");

@@ -149,6 +149,8 @@ export interface LoadReading {
   running: number;
   kvUsage: number;
   prefixCacheHitRate: number;
+  /** The engine's lifetime generated tokens (0 when it exports none). */
+  generationTokens: number;
   /** Carried to the next reading, to turn counters into a rate. */
   counters?: PrefixCounters;
   /** Which expected metrics were absent (an engine of another kind, or one still starting). */
@@ -197,7 +199,8 @@ export function loadFromSamples(
       if (dq > 0) prefixCacheHitRate = clamp01(dh / dq);
     }
   }
-  return { waiting, running, kvUsage, prefixCacheHitRate, counters, missing };
+  const generationTokens = sum(samples, names.generationTokens) ?? 0;
+  return { waiting, running, kvUsage, prefixCacheHitRate, generationTokens, counters, missing };
 }
 
 export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number): ShardLoad {
@@ -206,6 +209,7 @@ export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number): ShardLoad 
     running: r.running,
     kvUsage: r.kvUsage,
     prefixCacheHitRate: r.prefixCacheHitRate,
+    generationTokens: r.generationTokens,
     scrapedAtUnixMs: BigInt(scrapedAtUnixMs),
   });
 }
@@ -244,7 +248,7 @@ export class LoadScraper {
   ) {
     this.url = engineUrl(host, port, path);
     const hr = names.prefixHitRate;
-    const base = [names.waiting, names.running, names.kvUsage];
+    const base = [names.waiting, names.running, names.kvUsage, names.generationTokens];
     base.push(...(hr.kind === "gauge" ? [hr.name] : [hr.queries, hr.hits]));
     this.wanted = new Set(base.flatMap((n) => [n, `${n}_total`]));
   }

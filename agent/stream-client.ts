@@ -59,6 +59,10 @@ export class StreamClient {
   private session: Http2SessionManager | undefined;
   /** Completed registrations over this client's life (1 + reconnects). */
   sessions = 0;
+  /** Connection attempts after the first: each follows a lost or refused stream. */
+  reconnects = 0;
+  /** Messages by direction and type (the oneof case: shardStatus, startShard, …), for /metrics. */
+  readonly messages = { sent: new Map<string, number>(), received: new Map<string, number>() };
   lastAckEpoch: bigint | undefined;
 
   constructor(private readonly opts: StreamClientOptions) {
@@ -94,7 +98,9 @@ export class StreamClient {
   /** Queues a message on the live stream; false (dropped) while disconnected. */
   send(msg: AgentMessage): boolean {
     if (this.state !== "connected") return false;
-    return this.outbox?.push(msg) ?? false;
+    const pushed = this.outbox?.push(msg) ?? false;
+    if (pushed) count(this.messages.sent, msg.msg.case);
+    return pushed;
   }
 
   private client(): Client<typeof AgentService> {
@@ -136,9 +142,11 @@ export class StreamClient {
         const register = await this.opts.register();
         const outbox = new AsyncQueue<AgentMessage>();
         outbox.push(create(AgentMessageSchema, { msg: { case: "register", value: register } }));
+        count(this.messages.sent, "register");
         this.outbox = outbox;
         this.abort = new AbortController();
         for await (const msg of client.connect(outbox, { signal: this.abort.signal })) {
+          count(this.messages.received, msg.msg.case);
           if (msg.msg.case === "registerAck") {
             acked = true;
             this.sessions++;
@@ -188,6 +196,7 @@ export class StreamClient {
       this.state = "backoff";
       log.info("reconnecting", { inMs: delay, attempt: this.backoff.attempts });
       await sleep(delay, this.stopCtl.signal);
+      if (!this.stopped) this.reconnects++;
     }
   }
 
@@ -232,4 +241,9 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
       { once: true },
     );
   });
+}
+
+function count(m: Map<string, number>, type: string | undefined): void {
+  const t = type ?? "unknown";
+  m.set(t, (m.get(t) ?? 0) + 1);
 }

@@ -16,7 +16,7 @@ import {
   type ShardReport,
 } from "./shard/lifecycle.ts";
 import type { ScrapeSettings } from "./shard/load-watch.ts";
-import { type RunnerContext, ShardRunner } from "./shard/runner.ts";
+import { type RunnerContext, ShardRunner, type SupervisorStats } from "./shard/runner.ts";
 import { readStateFile, STATE_FILE_NAME, writeStateFile } from "./state-file.ts";
 
 /**
@@ -72,6 +72,7 @@ export class Supervisor {
   private readonly runners = new Map<string, ShardRunner>();
   private readonly ops = new Map<string, Promise<unknown>>();
   private readonly ctx: RunnerContext;
+  readonly stats: SupervisorStats = { restarts: 0, scrapeErrors: 0 };
   private readonly scrape: ScrapeSettings;
   private readonly log: Logger;
   private readonly statePath: string;
@@ -118,6 +119,7 @@ export class Supervisor {
       load: (id, rank, load) => {
         if (!this.closed) o.onLoad?.(id, rank, load);
       },
+      stats: this.stats,
       persist: () => this.persist(),
       forget: (runner) => {
         if (this.runners.get(runner.id) === runner) this.runners.delete(runner.id);

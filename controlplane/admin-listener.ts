@@ -11,11 +11,13 @@ import {
   remoteAddressKey,
 } from "./admin/auth.ts";
 import { type ControlServiceDeps, controlRoutes } from "./admin/control-service.ts";
+import { serveDashboard } from "./admin/dashboard.ts";
 import type { LoadedConfig } from "./config/load.ts";
 
 /**
- * The operators' listener: ControlService behind the admin token, plus
- * /healthz and /metrics (which needs the token or a read-only network).
+ * The operators' listener: ControlService behind the admin token, the
+ * dashboard at / (whose page signs in with that token), plus /healthz and
+ * /metrics (which needs the token or a read-only network).
  */
 
 /**
@@ -100,8 +102,11 @@ export function adminListener(d: AdminListenerDeps): Server {
           res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
           res.end(metrics.render());
         } else {
-          res.writeHead(404, { "content-type": "text/plain" });
-          res.end("not found\n");
+          void serveDashboard(req, res).then((served) => {
+            if (served) return;
+            res.writeHead(404, { "content-type": "text/plain" });
+            res.end("not found\n");
+          });
         }
       },
     }),

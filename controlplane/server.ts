@@ -4,6 +4,7 @@ import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
@@ -12,10 +13,11 @@ import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
+import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
-import { parseListen } from "./listen.ts";
 import { LoadBoard } from "./load-board.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
@@ -85,7 +87,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
+  const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
+  if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
   const agents = agentListener(streams, tls, c.max_message_bytes, log);
   const admin = adminListener({
     control: {
@@ -94,6 +98,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       reconciler,
       loads,
       now,
+      ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
       ...(tls ? { joinTokens: tls.enrollment } : {}),
       ...(revocation ? { revocation } : {}),
     },
@@ -117,7 +122,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     });
   }
   reconciler.start();
-  const edge = startEdgeLink(opts.loaded, log, catalog, startedAt, now, registry, reconciler, loads);
+  edge?.start(catalog);
   log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
 
   return {
@@ -143,6 +148,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       agents.stop();
       reconciler.stop();
       edge?.publisher.stop();
+      edge?.status.stop();
       edge?.published.close();
       intents.close();
       tls?.tokens.close();
@@ -271,17 +277,21 @@ function controlPlaneMetrics(
   return metrics;
 }
 
-/** The edge link (config `edge`): catalog, endpoints and load to the Worker, when it has a URL and a secret. */
-function startEdgeLink(
+/**
+ * The edge link (config `edge`), when it has a URL and a secret: catalog,
+ * endpoints and load to the Worker, and its pools' status back. Built
+ * before the admin API that reads the status; `start` once the reconciler
+ * runs.
+ */
+function edgeLink(
   loaded: LoadedConfig,
   log: Logger,
-  catalog: Catalog,
   startedAt: number,
   now: () => number,
   registry: Registry,
   reconciler: Reconciler,
   loads: LoadBoard,
-): { publisher: EdgePublisher; published: PublishedEndpoints } | undefined {
+) {
   const { config } = loaded;
   const url = config.edge.url;
   const token = process.env[config.edge.token_env];
@@ -295,9 +305,10 @@ function startEdgeLink(
     });
     return undefined;
   }
+  const client = edgeSyncClient(url, token);
   const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
   const publisher = new EdgePublisher({
-    client: edgeSyncClient(url, token),
+    client,
     log: log.child({ component: "edge-publisher", edge: url }),
     loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
     graceUntil: startedAt + startupGraceMs(config),
@@ -312,8 +323,33 @@ function startEdgeLink(
       now: now(),
     }),
   });
-  publisher.start(catalog, loaded.routerSection);
-  return { publisher, published };
+  const status = new EdgeStatusPoller({
+    client,
+    url,
+    intervalMs: config.edge.status_interval,
+    log: log.child({ component: "edge-status", edge: url }),
+    counters: () => tokenCounters(reconciler, loads),
+    now,
+  });
+  return {
+    publisher,
+    published,
+    status,
+    client,
+    start(catalog: Catalog) {
+      publisher.start(catalog, loaded.routerSection);
+      status.start();
+    },
+  };
+}
+
+/** Each replica's generated tokens, from its rank 0 (the rank that serves and is scraped). */
+function tokenCounters(reconciler: Reconciler, loads: LoadBoard) {
+  return reconciler.table.list().flatMap((r) => {
+    const head = r.shards.find((s) => s.rank === 0);
+    const load = head && loads.get({ replicaId: r.id, rank: 0, node: head.node });
+    return load ? [{ model: r.model, replica: r.id, tokens: load.generationTokens }] : [];
+  });
 }
 
 /**

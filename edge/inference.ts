@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
+import { AccessLog } from "./access-log.ts";
 import { AttemptPlan } from "./attempt-plan.ts";
 import { caller } from "./caller.ts";
 import type { RoutingTable } from "./catalog.ts";
@@ -88,8 +89,11 @@ async function inbound(
   schema: Schema,
   config: EdgeConfig,
   key: KeyRecord,
+  access: AccessLog,
 ) {
   const { parsed, size } = await body(c, schema, config);
+  // The model as asked for is worth logging even when a check below refuses it.
+  access.set({ model: parsed.model, stream: parsed.stream === true && apiPath !== "/v1/embeddings" });
   const req: Inbound = {
     id,
     apiPath,
@@ -140,6 +144,8 @@ function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
 export function inference(apiPath: ApiPath, schema: Schema) {
   return async (c: Ctx) => {
     const requestId = newRequestId();
+    // Workers' clock moves only across I/O, which is what these times are made of.
+    const access = new AccessLog(requestId, apiPath, Date.now());
     try {
       // What the isolate has cached comes back without an await: under load
       // each resumption queues behind other streams' chunks.
@@ -147,27 +153,40 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const config = cfg instanceof Promise ? await cfg : cfg;
       const k = caller(c);
       const key = k instanceof Promise ? await k : k;
-      const req = await inbound(c, requestId, apiPath, schema, config, key);
+      access.set({ key_id: key.id });
+      const req = await inbound(c, requestId, apiPath, schema, config, key, access);
+      const stream = access.entry.stream;
+      access.set({ band: req.band });
       await ledger(c, config, req);
       const plan = admission(c, config, req);
       // Registered before the pool or an engine is asked: every request the
-      // ledger admitted is charged once (failures for 0 tokens) and every
-      // lease released once, even if the client leaves — the runtime keeps
-      // this work alive (up to 30 s) after a disconnect.
+      // ledger admitted is charged once (failures for 0 tokens), every lease
+      // released once and its access line written, even if the client
+      // leaves — the runtime keeps this work alive (up to 30 s) after a
+      // disconnect.
       let finish!: (o: Promise<Outcome | undefined>) => void;
       const finished = new Promise<Outcome | undefined>((r) => {
         finish = r;
       });
       c.executionCtx.waitUntil(
         finished
-          .then((o) => Promise.all([plan.settle(), charge(c.env, key, requestId, o)]))
+          .then((o) => {
+            if (o) recordOutcome(access, o);
+            access.end(Date.now());
+            return Promise.all([plan.settle(), charge(c.env, key, requestId, o)]);
+          })
           .catch((err) => console.error("charging or releasing failed", requestId, err)),
       );
       try {
         await plan.start();
       } catch (err) {
+        if (err instanceof ClientGone) {
+          access.set({ status: 499, error_code: "client_closed", client_disconnected: true });
+          finish(Promise.resolve(undefined));
+          return clientGone(requestId);
+        }
+        if (err instanceof ApiError) access.set({ status: err.status, error_code: err.code });
         finish(Promise.resolve(undefined));
-        if (err instanceof ClientGone) return clientGone(requestId);
         if (err instanceof ApiError) {
           return err.toResponse({
             "x-request-id": requestId,
@@ -181,7 +200,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
         requestId,
         apiPath,
         body: req.body,
-        stream: req.body.stream === true && apiPath !== "/v1/embeddings",
+        stream,
         settings: config.settings,
         band: req.band,
         targets: plan,
@@ -190,16 +209,39 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       });
       finish(
         run.then(
-          (r) => r.outcome,
+          (r) => {
+            access.firstByte(Date.now());
+            access.set({ route: r.response.headers.get("x-llmgw-route") });
+            return r.outcome;
+          },
           () => undefined,
         ),
       );
       return (await run).response;
     } catch (err) {
+      access.set(
+        err instanceof ApiError
+          ? { status: err.status, error_code: err.code }
+          : { status: 500, error_code: "internal_error" },
+      );
+      access.end(Date.now());
       if (err instanceof ApiError) return err.toResponse({ "x-request-id": requestId });
       throw err;
     }
   };
+}
+
+function recordOutcome(access: AccessLog, o: Outcome): void {
+  access.set({
+    status: o.status,
+    endpoint: o.endpointId ?? null,
+    model_served: o.model ?? null,
+    attempts: o.attempts,
+    error_code: o.errorCode ?? null,
+    completed: o.completed,
+    client_disconnected: o.disconnected,
+  });
+  access.usage(o.usage);
 }
 
 /** The client left while its request waited for admission: nobody reads this. */

@@ -58,6 +58,8 @@ export interface Outcome {
   completed: boolean;
   /** The client went away before the answer ended. */
   disconnected: boolean;
+  /** The error code of a failure the edge answered with (no_capacity, first_token_timeout, …). */
+  errorCode?: string | null;
 }
 
 export interface ProxyResult {
@@ -129,6 +131,7 @@ export async function proxy(input: ProxyInput): Promise<ProxyResult> {
         attempts: n,
         completed: false,
         disconnected: false,
+        errorCode: err.code,
       }),
     };
   }

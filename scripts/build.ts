@@ -16,6 +16,7 @@
 import { execFileSync } from "node:child_process";
 import { chmodSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { buildDashboard } from "./build-dashboard.ts";
 
 const repo = join(import.meta.dirname, "..");
 const dist = join(repo, "dist");
@@ -36,4 +37,8 @@ writeFileSync(
   '#!/usr/bin/env node\n// Written by scripts/build.ts: the entry of the compiled tree.\nimport "../cli/llmgw.js";\n',
 );
 chmodSync(entry, 0o755);
+
+// The dashboard's bundle, where controlplane/admin/dashboard.ts looks for it
+// in the compiled tree.
+await buildDashboard(join(dist, "dashboard", "build"));
 console.log(`built ${dist}`);

@@ -10,10 +10,11 @@ describe("the repository's imports (README, Layout)", () => {
   it("reads the tree, generated code left out", () => {
     expect(sources.has("agent/supervisor.ts")).toBe(true);
     expect(sources.has("scripts/import-graph.ts")).toBe(true);
+    expect(sources.has("dashboard/main.tsx")).toBe(true);
     expect([...sources.keys()].filter((f) => f.startsWith("proto/gen/"))).toEqual([]);
   });
 
-  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/", () => {
+  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/; dashboard/ only common/ and proto/, and no program imports it", () => {
     expect(violations(sources)).toEqual([]);
   });
 
@@ -44,9 +45,22 @@ describe("the checker", () => {
       ["controlplane/b.ts", 'import type { c } from "./c.ts";'],
       ["controlplane/c.ts", 'import { b } from "./b.ts";'],
       ["edge/ok.ts", 'import { x } from "../common/x.ts";'],
+      ["dashboard/ok.tsx", 'import { S } from "../proto/gen/s_pb.ts";\nimport { y } from "../common/y.ts";'],
+      ["dashboard/bad.tsx", 'import { r } from "../controlplane/r.ts";'],
+      ["controlplane/d.ts", 'import { p } from "../dashboard/p.tsx";'],
     ]);
     expect(violations(files)).toEqual([
       { file: "agent/a.ts", imports: "controlplane/b.ts", rule: "agent/ must not import controlplane/" },
+      {
+        file: "dashboard/bad.tsx",
+        imports: "controlplane/r.ts",
+        rule: "dashboard/ must not import controlplane/",
+      },
+      {
+        file: "controlplane/d.ts",
+        imports: "dashboard/p.tsx",
+        rule: "controlplane/ must not import dashboard/",
+      },
     ]);
     expect(cycles(files)).toEqual([["controlplane/b.ts", "controlplane/c.ts", "controlplane/b.ts"]]);
   });

@@ -5,6 +5,8 @@
  *   import the edge's schemas, never the other way round), and the agent and
  *   the control plane share only common/;
  * - the sim engine is its own program: it imports only common/;
+ * - the dashboard is browser code: it imports only common/ and proto/, and
+ *   no program imports it (the control plane serves its built bundle);
  * - no circle of imports, type-only ones included, outside generated code.
  *
  * Pure over a map of file → source text; `repoSources()` reads the tree.
@@ -15,7 +17,7 @@ import { dirname, join, normalize, relative } from "node:path";
 const SKIP = new Set(["node_modules", ".git", ".wrangler", "dist", ".state", ".data"]);
 const GENERATED = "proto/gen/";
 
-/** Every .ts file under `root` (repo-relative, `/`-separated) with its text; generated code left out. */
+/** Every .ts and .tsx file under `root` (repo-relative, `/`-separated) with its text; generated code left out. */
 export function repoSources(root: string): Map<string, string> {
   const out = new Map<string, string>();
   const walk = (dir: string) => {
@@ -23,7 +25,7 @@ export function repoSources(root: string): Map<string, string> {
       if (SKIP.has(e.name)) continue;
       const p = join(dir, e.name);
       if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith(".ts") && !e.name.endsWith(".d.ts")) {
+      else if (/\.tsx?$/.test(e.name) && !e.name.endsWith(".d.ts")) {
         const rel = relative(root, p).split("\\").join("/");
         if (!rel.startsWith(GENERATED)) out.set(rel, readFileSync(p, "utf8"));
       }
@@ -66,6 +68,13 @@ const FORBIDDEN: { from: string; to: string; rule: string }[] = [
   rule("controlplane/", "agent/"),
   // The sim engine is its own program: it shares only common/.
   ...["agent/", "controlplane/", "edge/", "loadgen/", "bench/", "test/"].map((to) => rule("sim-engine/", to)),
+  // The dashboard runs in a browser: only pure shared code and the protocol.
+  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "bench/", "test/", "scripts/"].map(
+    (to) => rule("dashboard/", to),
+  ),
+  ...["agent/", "controlplane/", "edge/", "loadgen/", "sim-engine/", "cli/"].map((from) =>
+    rule(from, "dashboard/"),
+  ),
 ];
 
 export function violations(sources: ReadonlyMap<string, string>): Violation[] {

@@ -285,16 +285,18 @@ async function main(): Promise<void> {
   const control = controlClient(ADMIN, token);
   await until(waitFor(() => awaiting(control, EDGE, secret), READY_DEADLINE_MS));
   up = true;
-  say(banner(secret));
+  say(banner(secret, token));
 }
 
-function banner(secret: string): string {
+function banner(secret: string, adminToken: string): string {
   const ctlFlag = ADMIN === DEFAULT_CONTROL_PLANE ? "" : ` --control-plane ${ADMIN}`;
   const edgeFlag = EDGE === DEFAULT_EDGE ? "" : ` --edge ${EDGE}`;
   return `
 \x1b[1mllmgw local stack is up\x1b[0m
   edge (OpenAI API)  ${EDGE}/v1
   control plane      admin ${ADMIN}   agents http://127.0.0.1:${opts.agentPort}
+  dashboard          ${ADMIN}/#token=${adminToken}
+                     (the link signs in with the admin token; the fragment never reaches the server)
   API key            ${secret}
                      bands up to platinum; requests run as gold unless they send x-llmgw-band
 

@@ -35,6 +35,8 @@ export interface MetricNames {
    * between scrapes); SGLang exports the rate itself as a gauge.
    */
   prefixHitRate: { kind: "counters"; queries: string; hits: string } | { kind: "gauge"; name: string };
+  /** The lifetime counter of generated tokens; optional to the engine (absent counts as 0, not missing). */
+  generationTokens: string;
 }
 
 export interface EngineLaunch {
@@ -66,6 +68,7 @@ export const VLLM_METRICS: MetricNames = {
   running: "vllm:num_requests_running",
   kvUsage: "vllm:kv_cache_usage_perc",
   prefixHitRate: { kind: "counters", queries: "vllm:prefix_cache_queries", hits: "vllm:prefix_cache_hits" },
+  generationTokens: "vllm:generation_tokens",
 };
 
 export const SGLANG_METRICS: MetricNames = {
@@ -73,6 +76,7 @@ export const SGLANG_METRICS: MetricNames = {
   running: "sglang:num_running_reqs",
   kvUsage: "sglang:token_usage",
   prefixHitRate: { kind: "gauge", name: "sglang:cache_hit_rate" },
+  generationTokens: "sglang:generation_tokens",
 };
 
 /** The rank-0 peer's address and first dist-init port: the rendezvous every rank dials. */

@@ -25,6 +25,7 @@ export class LoadWatch {
     private readonly onLoad: (load: ShardLoad) => void,
     private readonly log: Logger,
     private readonly replicaId: string,
+    private readonly onScrapeError: () => void = () => {},
   ) {
     this.scraper = new LoadScraper(
       launch.probeHost,
@@ -44,6 +45,7 @@ export class LoadWatch {
         if (errors.length) this.log.debug("malformed metrics lines", { replica: this.replicaId, errors });
         this.onLoad(load);
       } catch (err) {
+        this.onScrapeError();
         this.log.debug("scrape failed", { replica: this.replicaId, error: errorMessage(err) });
       }
       await this.pause(signal);

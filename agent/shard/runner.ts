@@ -28,6 +28,14 @@ import {
 } from "./lifecycle.ts";
 import { LoadWatch, type ScrapeSettings } from "./load-watch.ts";
 
+/** What the agent's /metrics counts of its engines. */
+export interface SupervisorStats {
+  /** Launches after a failure's backoff: the agent restarting an engine on its own. */
+  restarts: number;
+  /** Load scrapes of an engine's /metrics that failed (unreachable, timeout, HTTP error). */
+  scrapeErrors: number;
+}
+
 /** What a runner needs from the supervisor around it. */
 export interface RunnerContext {
   policy: LifecyclePolicy;
@@ -44,6 +52,8 @@ export interface RunnerContext {
   mayLaunch(): boolean;
   report(status: ShardReport): void;
   load(replicaId: string, rank: number, load: ShardLoad): void;
+  /** Counted for the agent's /metrics. */
+  stats: SupervisorStats;
   persist(): void;
   forget(runner: ShardRunner): void;
 }
@@ -184,6 +194,7 @@ export class ShardRunner {
     const before = this.life.phase.name;
     const { life, effects } = step(this.life, ev, this.ctx.now(), this.ctx.policy);
     this.life = life;
+    if (before === "backoff" && life.phase.name === "launching") this.ctx.stats.restarts++;
     if (life.pid === null) this.proc = null;
     if (life.phase.name !== before) {
       this.phase.abort();
@@ -292,6 +303,7 @@ export class ShardRunner {
       (load) => this.ctx.load(replicaId, rank, load),
       this.ctx.log,
       replicaId,
+      () => this.ctx.stats.scrapeErrors++,
     );
     return this.loads;
   }

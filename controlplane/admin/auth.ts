@@ -4,8 +4,8 @@ import { BlockList, isIPv4, isIPv6 } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
+import { parseListen } from "../../common/listen.ts";
 import type { AdminConfig } from "../config/schema.ts";
-import { parseListen } from "../listen.ts";
 
 /**
  * Who may call ControlService (docs/security.md). With a token configured,

@@ -2,6 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
+import type { EdgeStatusPoller } from "../edge-status.ts";
+import type { EdgeSyncClient } from "../edgesync-client.ts";
 import type { IntentStore } from "../intent-store.ts";
 import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
@@ -17,6 +19,8 @@ export interface ControlServiceDeps {
   reconciler: Reconciler;
   loads: LoadBoard;
   now?: () => number;
+  /** Present when the control plane has an edge to poll (edge.url and its secret). */
+  edgeStatus?: Pick<EdgeStatusPoller, "view">;
   /** Present when agent_tls is enabled (agentsvc/enroll.ts). */
   joinTokens?: {
     createToken(
@@ -31,6 +35,8 @@ export interface ControlServiceDeps {
     /** Nodes revoked and not enrolled again, with when. */
     revokedNodes(): Map<string, number>;
   };
+  /** The edge link's EdgeSync client (server.ts), when `edge` is configured. */
+  edgeSync?: EdgeSyncClient;
 }
 
 /** Operators get a drain deadline unless they name one. */
@@ -129,6 +135,28 @@ export function controlRoutes(deps: ControlServiceDeps) {
           );
         }
         return deps.revocation.revoke(req.node);
+      },
+      getEdgeStatus: (req) => {
+        if (!deps.edgeStatus) return { configured: false };
+        const view = deps.edgeStatus.view(req.model);
+        if (req.model !== "" && view.lastSuccessAtUnixMs > 0n && view.models.length === 0)
+          throw new ConnectError(`the edge reported no pool for model "${req.model}"`, Code.NotFound);
+        return view;
+      },
+      getKeyUsage: async () => {
+        const edge = deps.edgeSync;
+        if (!edge) {
+          throw new ConnectError(
+            "this control plane has no edge link (edge.url and the EdgeSync secret), and key usage is kept at the edge",
+            Code.FailedPrecondition,
+          );
+        }
+        try {
+          return { usage: (await edge.getUsage({})).usage };
+        } catch (err) {
+          const e = ConnectError.from(err);
+          throw new ConnectError(`the edge did not answer GetUsage: ${e.rawMessage}`, Code.Unavailable);
+        }
       },
     });
   };

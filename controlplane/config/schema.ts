@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { viaSchema } from "../../edge/catalog.ts";
 import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
 
@@ -9,9 +10,7 @@ import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
  * Every object is strict: a misspelt key is an error, not a silently ignored
  * setting.
  */
-const listenAddress = z
-  .string()
-  .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]*):\d{1,5}$/, "must be HOST:PORT or :PORT");
+const listenAddress = z.string().regex(LISTEN_ADDRESS, "must be HOST:PORT or :PORT");
 
 export const controlSchema = z.strictObject({
   interval: duration.prefault("5s"),
@@ -247,8 +246,14 @@ export const configSchema = z.strictObject({
       via: viaSchema
         .default("direct")
         .describe("How the edge reaches the engines this control plane places: direct, vpc or tunnel"),
+      status_interval: duration
+        .prefault("5s")
+        .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
+        .describe(
+          "How often the control plane asks the edge for its pools' status (ctl status, the dashboard, llmgw_edge_* metrics)",
+        ),
     })
-    .default({ token_env: "LLMGW_EDGE_TOKEN", via: "direct" }),
+    .prefault({}),
   control: controlSchema.prefault({}),
   router: routerSchema.prefault({}),
   models: z.array(modelSchema).default([]),

@@ -1,13 +1,18 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { type Client, Code, ConnectError } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
+import type { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
 import { adminToken, controlClient, DEFAULT_CONTROL_PLANE } from "./client.ts";
 import { failure, openCommand } from "./command.ts";
 import { nodeJson, nodesCommand } from "./nodes.ts";
 import { modelsCommand, replicasCommand } from "./replicas.ts";
+import { fetchStatus, formatStatus, statusJson } from "./status.ts";
 
 const HELP = `usage: llmgw ctl <command> [--control-plane URL] [--token-file FILE] [--json]
 
 commands:
+  status [--watch] [--interval 2s]
+                        nodes, replicas, models (and why any cannot run) and the edge's view,
+                        on one screen; --watch redraws it in place every interval
   nodes                 nodes with state, GPUs, fabric labels and last heartbeat
   nodes revoke NAME     revoke NAME's certificates (mTLS): its stream is closed, it is lost at
                         once and its replicas are placed elsewhere; it needs a new join token
@@ -41,6 +46,8 @@ export async function main(argv: string[]): Promise<number> {
     ttl: { type: "string" },
     uses: { type: "string" },
     "token-file": { type: "string" },
+    watch: { type: "boolean" },
+    interval: { type: "string" },
   });
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
@@ -48,6 +55,19 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const client = controlClient(url, adminToken(values["token-file"]));
     switch (command) {
+      case "status": {
+        if (positionals.length > 0)
+          throw new Error("usage: llmgw ctl status [--watch] [--interval 2s] [--json]");
+        const json = values.json ?? false;
+        if (!values.watch) {
+          if (values.interval) throw new Error("--interval goes with --watch");
+          process.stdout.write(await statusFrame(client, json));
+          return 0;
+        }
+        const every = parseDuration(values.interval ?? "2s");
+        if (every < 500) throw new Error("--interval must be at least 500ms");
+        return watchStatus(client, url, json, every);
+      }
       case "nodes":
         if (positionals[0] === "revoke") {
           const node = positionals[1];
@@ -126,5 +146,38 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     process.stderr.write(`llmgw ctl ${command}: ${failure(err)} (control plane ${url})\n`);
     return err instanceof ConnectError && err.code === Code.Unauthenticated ? 3 : 1;
+  }
+}
+
+async function statusFrame(client: Client<typeof ControlService>, json: boolean): Promise<string> {
+  const s = await fetchStatus(client);
+  return json ? `${JSON.stringify(statusJson(s))}\n` : formatStatus(s);
+}
+
+/**
+ * `ctl status --watch`: the screen redrawn in place (cursor home, clear) until
+ * Ctrl-C; with --json one object per line instead. A failed refresh shows
+ * its error and the next one tries again, so a control plane restart does
+ * not end the watch; a refused token does, since waiting will not fix it.
+ */
+async function watchStatus(
+  client: Client<typeof ControlService>,
+  url: string,
+  json: boolean,
+  everyMs: number,
+): Promise<number> {
+  for (;;) {
+    let frame: string;
+    try {
+      frame = await statusFrame(client, json);
+    } catch (err) {
+      if (err instanceof ConnectError && err.code === Code.Unauthenticated) throw err;
+      frame = json
+        ? `${JSON.stringify({ error: failure(err) })}\n`
+        : `llmgw ctl status: ${failure(err)} (control plane ${url})\n`;
+    }
+    const head = `every ${everyMs / 1000}s: llmgw ctl status (${url})  ${new Date().toISOString()}\n\n`;
+    process.stdout.write(json ? frame : `\x1b[H\x1b[J${head}${frame}`);
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }

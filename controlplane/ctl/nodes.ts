@@ -72,9 +72,11 @@ export function gpuSummary(n: NodeJson): string {
 export async function nodesCommand(client: Client<typeof ControlService>, json: boolean): Promise<string> {
   const { nodes } = await client.listNodes({});
   const rows = nodes.map(nodeJson);
-  if (json) return `${JSON.stringify(rows, null, 2)}\n`;
+  return json ? `${JSON.stringify(rows, null, 2)}\n` : nodesTable(rows);
+}
+
+export function nodesTable(rows: readonly NodeJson[], now = Date.now()): string {
   if (rows.length === 0) return "no nodes have registered\n";
-  const now = Date.now();
   return renderTable(
     ["NODE", "STATE", "SINCE", "GPUS", "FABRIC", "AGENT", "LAST SEEN"],
     rows.map((n) => [

@@ -1,6 +1,6 @@
 import type { Client } from "@connectrpc/connect";
 import { shardStateFromWire } from "../../common/shard-state.ts";
-import type { ControlService, Replica } from "../../proto/gen/control/v1/control_pb.ts";
+import type { ControlService, ModelSummary, Replica } from "../../proto/gen/control/v1/control_pb.ts";
 import { ago, renderTable } from "./table.ts";
 
 const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : null);
@@ -43,12 +43,16 @@ export function replicaJson(r: Replica) {
   };
 }
 
+export type ReplicaJson = ReturnType<typeof replicaJson>;
+
 export async function replicasCommand(client: Client<typeof ControlService>, json: boolean): Promise<string> {
   const rows = (await client.listReplicas({})).replicas.map(replicaJson);
-  if (json) return `${JSON.stringify(rows, null, 2)}\n`;
+  return json ? `${JSON.stringify(rows, null, 2)}\n` : replicasTable(rows);
+}
+
+export function replicasTable(rows: readonly ReplicaJson[], now = Date.now()): string {
   if (rows.length === 0) return "no replicas\n";
-  const now = Date.now();
-  const table = renderTable(
+  return renderTable(
     ["REPLICA", "STATE", "SINCE", "NODES/RANKS", "GPUS", "PORTS", "LOAD (wait/run/kv)", "LAST FAILURE"],
     rows.map((r) => [
       r.id,
@@ -67,12 +71,11 @@ export async function replicasCommand(client: Client<typeof ControlService>, jso
         : "-",
     ]),
   );
-  return table;
 }
 
-export async function modelsCommand(client: Client<typeof ControlService>, json: boolean): Promise<string> {
-  const { models } = await client.listModels({});
-  const rows = models.map((m) => ({
+/** The shape `llmgw ctl models --json` promises scripts. */
+export function modelJson(m: ModelSummary) {
+  return {
     name: m.name,
     aliases: [...m.aliases],
     fallbacks: [...m.fallbacks],
@@ -81,8 +84,16 @@ export async function modelsCommand(client: Client<typeof ControlService>, json:
     replicasDesired: m.replicasDesired,
     replicasReady: m.replicasReady,
     routerOnly: m.routerOnly,
-  }));
-  if (json) return `${JSON.stringify(rows, null, 2)}\n`;
+  };
+}
+export type ModelJson = ReturnType<typeof modelJson>;
+
+export async function modelsCommand(client: Client<typeof ControlService>, json: boolean): Promise<string> {
+  const rows = (await client.listModels({})).models.map(modelJson);
+  return json ? `${JSON.stringify(rows, null, 2)}\n` : modelsTable(rows);
+}
+
+export function modelsTable(rows: readonly ModelJson[]): string {
   if (rows.length === 0) return "no models in the catalog\n";
   return renderTable(
     ["MODEL", "ALIASES", "ROUTING", "PROFILES", "READY/DESIRED", "FALLBACKS"],

@@ -7,6 +7,7 @@ import { Miniflare } from "miniflare";
 import OpenAI from "openai";
 import { hashSecret, newSecret } from "../../controlplane/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../../controlplane/edgesync-client.ts";
+import { ACCESS_LOG_TYPE } from "../../edge/access-log.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../harness/process.ts";
 
 /**
@@ -138,6 +139,19 @@ export async function directSocket(): Promise<{
 }
 
 /**
+ * Miniflare runs workerd inside the test process: its access log (a line
+ * per request, for operators) would bury the test report, so it is dropped
+ * there; the Worker's other lines still show.
+ */
+const withoutAccessLog = {
+  structuredWorkerdLogs: true,
+  handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
+    if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+    (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
+  },
+};
+
+/**
  * The edge in workerd through Miniflare, bundled as `wrangler deploy`
  * bundles it, state in memory, served on a direct socket (see
  * directSocket). Unlike `wrangler dev` there is no ProxyWorker in front (a
@@ -170,6 +184,7 @@ export async function startEdgeMiniflare(
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
     bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
+    ...withoutAccessLog,
     ...direct.options,
   });
   await mf.ready;
@@ -462,7 +477,12 @@ export async function startEdgeIsolates(
       unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[isolates] }],
     });
   }
-  const mf = new Miniflare({ host: "127.0.0.1", port: await freePort(), workers: workers as never });
+  const mf = new Miniflare({
+    host: "127.0.0.1",
+    port: await freePort(),
+    workers: workers as never,
+    ...withoutAccessLog,
+  });
   await mf.ready;
   const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");
   const urls = await Promise.all(Array.from({ length: isolates }, (_, i) => direct(`edge-${i}`)));

@@ -150,6 +150,8 @@ describe("Supervisor", () => {
     expect(r.events.slice(failedAt).find((e) => e.state === "starting")).toBeDefined();
     expect(again.pid).not.toBe(ready.pid);
     expect(again.since - failed.since).toBeGreaterThanOrEqual(250);
+    // What the agent's /metrics counts (llmgw_agent_engine_restarts_total).
+    expect(r.sup.stats.restarts).toBe(1);
     // The previous run's log is kept beside the new one.
     expect(existsSync(join(r.dir, "logs", `${s.replicaId}.prev.log`))).toBe(true);
   });

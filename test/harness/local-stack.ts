@@ -36,6 +36,8 @@ export async function stackPorts(): Promise<StackPorts> {
 
 export interface Banner {
   key: string;
+  /** The dashboard's link, with the admin token in its fragment. */
+  dashboard: string;
   /** The curl command as the banner prints it (with its line continuations). */
   curl: string;
   /** From spawning npm to the banner's last line. */
@@ -109,8 +111,10 @@ export function startStack(stateDir: string, ports: StackPorts, bannerTimeoutMs 
       const text = out.slice(start);
       const key = /API key\s+(\S+)/.exec(text)?.[1];
       const curl = /^ {2}curl [^\n]*\\\n[^\n]*\\\n[^\n]*'$/m.exec(text)?.[0];
-      if (!key || !curl) reject(new Error(`banner without a key or a curl:\n${text}`));
-      else resolve({ key, curl: curl.trim(), ms });
+      const dashboard = /dashboard\s+(http\S+)/.exec(text)?.[1];
+      if (!key || !curl || !dashboard)
+        reject(new Error(`banner without a key, a curl or the dashboard's link:\n${text}`));
+      else resolve({ key, curl: curl.trim(), dashboard, ms });
     };
     void exited.then(() => reject(new Error(`npm start exited before the banner:\n${out.slice(-4000)}`)));
   });

@@ -4,7 +4,9 @@ import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
+import { z } from "zod";
 import { REPO, runLlmgw } from "../harness/process.ts";
+import { documentedMetrics } from "../harness/prometheus.ts";
 
 // Every example in infra/ is checked: the configurations by llmgw itself,
 // the editor schema against the code, and the tunnel material against the
@@ -136,5 +138,39 @@ describe("infra/cloudflared", () => {
       (e: { stdout: string; stderr: string }) => e,
     );
     expect(`${r.stdout}${r.stderr}`).toBe("");
+  });
+});
+
+describe("infra/grafana/llmgw.json", () => {
+  const panel = z.object({
+    title: z.string(),
+    type: z.string(),
+    targets: z.array(z.object({ expr: z.string().min(1) })).optional(),
+  });
+  const dashboard = z.object({ title: z.string(), uid: z.string(), panels: z.array(panel).min(1) });
+  const documented = new Set(
+    ["Control plane", "Agent"].flatMap((s) => documentedMetrics(s).map((m) => m.name)),
+  );
+
+  it("queries only metrics docs/metrics.md lists, and every llmgw_ metric listed is on it", () => {
+    const d = dashboard.parse(JSON.parse(readFileSync(join(INFRA, "grafana", "llmgw.json"), "utf8")));
+    const exprs = d.panels.flatMap((p) => p.targets ?? []).map((t) => t.expr);
+    // Metric names: identifiers not followed by "(" (functions) nor inside {…} or by (…) (labels).
+    const used = new Set(
+      exprs.flatMap((e) =>
+        [
+          ...e
+            .replace(/\{[^}]*\}/g, "")
+            .replace(/\b(by|without)\s*\([^)]*\)/g, "")
+            .matchAll(/\b([a-z_:][a-z0-9_:]*)\b(?!\s*\()/g),
+        ]
+          .map((m) => m[1]!)
+          .filter((n) => n.includes("_") && !n.startsWith("$") && !/^__/.test(n)),
+      ),
+    );
+    expect(used.size).toBeGreaterThan(10);
+    for (const name of used) expect(documented, `${name} is not in docs/metrics.md`).toContain(name);
+    for (const name of documented)
+      if (name.startsWith("llmgw_")) expect(used, `${name} is on no panel`).toContain(name);
   });
 });

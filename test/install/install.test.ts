@@ -80,15 +80,22 @@ afterAll(() => {
 });
 
 describe("npm pack, then npm install --omit=dev", () => {
-  it("packs the compiled program and the infra examples: no TypeScript sources, tests or docs", () => {
+  it("packs the compiled program, the dashboard's bundle and the infra examples: no TypeScript sources, tests or docs", () => {
     const outside = installed.files.filter(
       (f) =>
-        !/^(package\.json|README\.md|bin\/llmgw\.mjs|dist\/.+\.(js|mjs|json)|infra\/(systemd|cloudflared|examples)\/.+)$/.test(
+        !/^(package\.json|README\.md|bin\/llmgw\.mjs|dist\/.+\.(js|mjs|json)|dist\/dashboard\/build\/(index\.html|app\.css)|infra\/(systemd|cloudflared|examples)\/.+)$/.test(
           f,
         ),
     );
     expect(outside).toEqual([]);
-    for (const f of ["dist/cli/llmgw.js", "dist/bin/llmgw.mjs", "infra/systemd/llmgw-agent.service"]) {
+    for (const f of [
+      "dist/cli/llmgw.js",
+      "dist/bin/llmgw.mjs",
+      "dist/dashboard/build/index.html",
+      "dist/dashboard/build/app.js",
+      "dist/dashboard/build/app.css",
+      "infra/systemd/llmgw-agent.service",
+    ]) {
       expect(installed.files).toContain(f);
     }
   });
@@ -118,6 +125,12 @@ describe("npm pack, then npm install --omit=dev", () => {
       const adminUrl = cp.adminUrl;
       const replica = await readyReplica(adminUrl);
       const pid = replica.shards[0]!.pid;
+
+      // The installed control plane serves the dashboard from the package's bundle.
+      const page = await fetch(`${adminUrl}/`);
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain('<script type="module" src="app.js">');
+      expect((await fetch(`${adminUrl}/app.js`)).status).toBe(200);
 
       // The engine is the installed package's own sim engine.
       const argv = processArgv(pid)!;

@@ -1,6 +1,7 @@
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { launchChromium, screenshot } from "../harness/browser.ts";
 import { tempDir } from "../harness/fleet.ts";
 import {
   crashesCounted,
@@ -19,6 +20,26 @@ import { REPO } from "../harness/process.ts";
  * Two starts here; `npm run check:start` runs ten fresh starts and three
  * cycles and prints the timings.
  */
+/**
+ * The banner's dashboard link, clicked: it carries the token `npm start`
+ * keeps in the state directory, and the page signs in with it and lists the
+ * stack's two nodes.
+ */
+async function opensSignedIn(link: string, stateDir: string): Promise<void> {
+  const token = readFileSync(join(stateDir, "admin.token"), "utf8").trim();
+  expect(new URL(link).hash).toBe(`#token=${token}`);
+  const browser = await launchChromium();
+  try {
+    const page = await browser.newPage();
+    await page.goto(link);
+    for (const node of ["gpu-node-1", "gpu-node-2"])
+      await page.locator(`#fleet tr[data-node="${node}"][data-state="ready"]`).waitFor({ timeout: 15_000 });
+    await screenshot(page, "npm-start", "dashboard");
+  } finally {
+    await browser.close();
+  }
+}
+
 describe("npm start, as a new user runs it", () => {
   const stateDir = tempDir("npm-start");
   let run: StackRun | undefined;
@@ -40,6 +61,7 @@ describe("npm start, as a new user runs it", () => {
       // The banner's curl is the README's, with the key and port filled in.
       const body = /-d '[^']+'/.exec(banner.curl)![0];
       expect(readFileSync(join(REPO, "README.md"), "utf8")).toContain(body);
+      if (cycle === 1) await opensSignedIn(banner.dashboard, stateDir);
 
       expect(await crashesCounted(run), `cycle ${cycle}`).toEqual([]);
 

@@ -12,13 +12,15 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Inventory, PortAssignment, ShardLoad, ShardState } from "../../agent/v1/agent_pb.ts";
 import { file_agent_v1_agent } from "../../agent/v1/agent_pb.ts";
+import type { KeyUsage, PoolStatus } from "../../edge/v1/edgesync_pb.ts";
+import { file_edge_v1_edgesync } from "../../edge/v1/edgesync_pb.ts";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file control/v1/control.proto.
  */
 export const file_control_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEi0wMKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASISChBMaXN0Tm9kZXNSZXF1ZXN0IjQKEUxpc3ROb2Rlc1Jlc3BvbnNlEh8KBW5vZGVzGAEgAygLMhAuY29udHJvbC52MS5Ob2RlIh4KDkdldE5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiMQoPR2V0Tm9kZVJlc3BvbnNlEh4KBG5vZGUYASABKAsyEC5jb250cm9sLnYxLk5vZGUixAEKDlNoYXJkUGxhY2VtZW50EgwKBHJhbmsYASABKA0SEQoJbm9kZV9uYW1lGAIgASgJEhMKC2dwdV9pbmRpY2VzGAMgAygNEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSIwoFc3RhdGUYBSABKA4yFC5hZ2VudC52MS5TaGFyZFN0YXRlEiEKBGxvYWQYBiABKAsyEy5hZ2VudC52MS5TaGFyZExvYWQSCwoDcGlkGAcgASgNImwKB0ZhaWx1cmUSDgoGcmVhc29uGAEgASgJEhEKCWV4aXRfY29kZRgCIAEoBRIVCg1oYXNfZXhpdF9jb2RlGAMgASgIEhMKC291dHB1dF90YWlsGAQgAygJEhIKCmF0X3VuaXhfbXMYBSABKAMi4gEKB1JlcGxpY2ESCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIqCgZzaGFyZHMYBSADKAsyGi5jb250cm9sLnYxLlNoYXJkUGxhY2VtZW50EhUKDXNpbmNlX3VuaXhfbXMYBiABKAMSKQoMbGFzdF9mYWlsdXJlGAcgASgLMhMuY29udHJvbC52MS5GYWlsdXJlEhAKCHJlc3RhcnRzGAggASgNEhwKFG5leHRfYXR0ZW1wdF91bml4X21zGAkgASgDIhUKE0xpc3RSZXBsaWNhc1JlcXVlc3QiPQoUTGlzdFJlcGxpY2FzUmVzcG9uc2USJQoIcmVwbGljYXMYASADKAsyEy5jb250cm9sLnYxLlJlcGxpY2EiqgEKDE1vZGVsU3VtbWFyeRIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkSEAoIcHJvZmlsZXMYBSADKAkSGAoQcmVwbGljYXNfZGVzaXJlZBgGIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgHIAEoDRITCgtyb3V0ZXJfb25seRgIIAEoCCITChFMaXN0TW9kZWxzUmVxdWVzdCI+ChJMaXN0TW9kZWxzUmVzcG9uc2USKAoGbW9kZWxzGAEgAygLMhguY29udHJvbC52MS5Nb2RlbFN1bW1hcnkiHwoORXhwbGFpblJlcXVlc3QSDQoFbW9kZWwYASABKAkiLgoPRXhwbGFpblJlc3BvbnNlEg0KBWxpbmVzGAEgAygJEgwKBGpzb24YAiABKAkiHQoNQ29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhAKDkNvcmRvblJlc3BvbnNlIh8KD1VuY29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhIKEFVuY29yZG9uUmVzcG9uc2UiMQoMRHJhaW5SZXF1ZXN0EgwKBG5vZGUYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iDwoNRHJhaW5SZXNwb25zZSI2ChZDcmVhdGVKb2luVG9rZW5SZXF1ZXN0Eg4KBnR0bF9tcxgBIAEoBBIMCgR1c2VzGAIgASgNImoKF0NyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAxIMCgR1c2VzGAMgASgNEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiOwoSUmV2b2tlTm9kZVJlc3BvbnNlEg8KB3NlcmlhbHMYASADKAkSFAoMZGlzY29ubmVjdGVkGAIgASgIKm4KCU5vZGVTdGF0ZRIaChZOT0RFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQTk9ERV9TVEFURV9SRUFEWRABEhoKFk5PREVfU1RBVEVfVU5SRUFDSEFCTEUQAhITCg9OT0RFX1NUQVRFX0xPU1QQAzKKBgoOQ29udHJvbFNlcnZpY2USTQoJTGlzdE5vZGVzEhwuY29udHJvbC52MS5MaXN0Tm9kZXNSZXF1ZXN0Gh0uY29udHJvbC52MS5MaXN0Tm9kZXNSZXNwb25zZSIDkAIBEkcKB0dldE5vZGUSGi5jb250cm9sLnYxLkdldE5vZGVSZXF1ZXN0GhsuY29udHJvbC52MS5HZXROb2RlUmVzcG9uc2UiA5ACARJWCgxMaXN0UmVwbGljYXMSHy5jb250cm9sLnYxLkxpc3RSZXBsaWNhc1JlcXVlc3QaIC5jb250cm9sLnYxLkxpc3RSZXBsaWNhc1Jlc3BvbnNlIgOQAgESUAoKTGlzdE1vZGVscxIdLmNvbnRyb2wudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5jb250cm9sLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBEkcKB0V4cGxhaW4SGi5jb250cm9sLnYxLkV4cGxhaW5SZXF1ZXN0GhsuY29udHJvbC52MS5FeHBsYWluUmVzcG9uc2UiA5ACARI/CgZDb3Jkb24SGS5jb250cm9sLnYxLkNvcmRvblJlcXVlc3QaGi5jb250cm9sLnYxLkNvcmRvblJlc3BvbnNlEkUKCFVuY29yZG9uEhsuY29udHJvbC52MS5VbmNvcmRvblJlcXVlc3QaHC5jb250cm9sLnYxLlVuY29yZG9uUmVzcG9uc2USPAoFRHJhaW4SGC5jb250cm9sLnYxLkRyYWluUmVxdWVzdBoZLmNvbnRyb2wudjEuRHJhaW5SZXNwb25zZRJaCg9DcmVhdGVKb2luVG9rZW4SIi5jb250cm9sLnYxLkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QaIy5jb250cm9sLnYxLkNyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEksKClJldm9rZU5vZGUSHS5jb250cm9sLnYxLlJldm9rZU5vZGVSZXF1ZXN0Gh4uY29udHJvbC52MS5SZXZva2VOb2RlUmVzcG9uc2ViBnByb3RvMw", [file_agent_v1_agent]);
+  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEi0wMKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASISChBMaXN0Tm9kZXNSZXF1ZXN0IjQKEUxpc3ROb2Rlc1Jlc3BvbnNlEh8KBW5vZGVzGAEgAygLMhAuY29udHJvbC52MS5Ob2RlIh4KDkdldE5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiMQoPR2V0Tm9kZVJlc3BvbnNlEh4KBG5vZGUYASABKAsyEC5jb250cm9sLnYxLk5vZGUixAEKDlNoYXJkUGxhY2VtZW50EgwKBHJhbmsYASABKA0SEQoJbm9kZV9uYW1lGAIgASgJEhMKC2dwdV9pbmRpY2VzGAMgAygNEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSIwoFc3RhdGUYBSABKA4yFC5hZ2VudC52MS5TaGFyZFN0YXRlEiEKBGxvYWQYBiABKAsyEy5hZ2VudC52MS5TaGFyZExvYWQSCwoDcGlkGAcgASgNImwKB0ZhaWx1cmUSDgoGcmVhc29uGAEgASgJEhEKCWV4aXRfY29kZRgCIAEoBRIVCg1oYXNfZXhpdF9jb2RlGAMgASgIEhMKC291dHB1dF90YWlsGAQgAygJEhIKCmF0X3VuaXhfbXMYBSABKAMi4gEKB1JlcGxpY2ESCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIqCgZzaGFyZHMYBSADKAsyGi5jb250cm9sLnYxLlNoYXJkUGxhY2VtZW50EhUKDXNpbmNlX3VuaXhfbXMYBiABKAMSKQoMbGFzdF9mYWlsdXJlGAcgASgLMhMuY29udHJvbC52MS5GYWlsdXJlEhAKCHJlc3RhcnRzGAggASgNEhwKFG5leHRfYXR0ZW1wdF91bml4X21zGAkgASgDIhUKE0xpc3RSZXBsaWNhc1JlcXVlc3QiPQoUTGlzdFJlcGxpY2FzUmVzcG9uc2USJQoIcmVwbGljYXMYASADKAsyEy5jb250cm9sLnYxLlJlcGxpY2EiqgEKDE1vZGVsU3VtbWFyeRIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkSEAoIcHJvZmlsZXMYBSADKAkSGAoQcmVwbGljYXNfZGVzaXJlZBgGIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgHIAEoDRITCgtyb3V0ZXJfb25seRgIIAEoCCITChFMaXN0TW9kZWxzUmVxdWVzdCI+ChJMaXN0TW9kZWxzUmVzcG9uc2USKAoGbW9kZWxzGAEgAygLMhguY29udHJvbC52MS5Nb2RlbFN1bW1hcnkiHwoORXhwbGFpblJlcXVlc3QSDQoFbW9kZWwYASABKAkiLgoPRXhwbGFpblJlc3BvbnNlEg0KBWxpbmVzGAEgAygJEgwKBGpzb24YAiABKAkiHQoNQ29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhAKDkNvcmRvblJlc3BvbnNlIh8KD1VuY29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhIKEFVuY29yZG9uUmVzcG9uc2UiMQoMRHJhaW5SZXF1ZXN0EgwKBG5vZGUYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iDwoNRHJhaW5SZXNwb25zZSI2ChZDcmVhdGVKb2luVG9rZW5SZXF1ZXN0Eg4KBnR0bF9tcxgBIAEoBBIMCgR1c2VzGAIgASgNImoKF0NyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAxIMCgR1c2VzGAMgASgNEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiOwoSUmV2b2tlTm9kZVJlc3BvbnNlEg8KB3NlcmlhbHMYASADKAkSFAoMZGlzY29ubmVjdGVkGAIgASgIIiUKFEdldEVkZ2VTdGF0dXNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIskBCgpFZGdlU2FtcGxlEhIKCmF0X3VuaXhfbXMYASABKAMSEgoKc2F0dXJhdGlvbhgCIAEoARI7CgtxdWV1ZV9kZXB0aBgDIAMoCzImLmNvbnRyb2wudjEuRWRnZVNhbXBsZS5RdWV1ZURlcHRoRW50cnkSIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGAQgASgBGjEKD1F1ZXVlRGVwdGhFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBIpEBCglFZGdlTW9kZWwSDQoFbW9kZWwYASABKAkSIQoEcG9vbBgCIAEoCzITLmVkZ2UudjEuUG9vbFN0YXR1cxIZChFwb2xsZWRfYXRfdW5peF9tcxgDIAEoAxIOCgZhZ2VfbXMYBCABKAMSJwoHaGlzdG9yeRgFIAMoCzIWLmNvbnRyb2wudjEuRWRnZVNhbXBsZSLnAQoVR2V0RWRnZVN0YXR1c1Jlc3BvbnNlEhIKCmNvbmZpZ3VyZWQYASABKAgSEAoIZWRnZV91cmwYAiABKAkSGAoQcG9sbF9pbnRlcnZhbF9tcxgDIAEoDRIlCgZtb2RlbHMYBCADKAsyFS5jb250cm9sLnYxLkVkZ2VNb2RlbBISCgpsYXN0X2Vycm9yGAUgASgJEh0KFWxhc3RfZXJyb3JfYXRfdW5peF9tcxgGIAEoAxITCgtwb2xsX2Vycm9ycxgHIAEoBBIfChdsYXN0X3N1Y2Nlc3NfYXRfdW5peF9tcxgIIAEoAyIUChJHZXRLZXlVc2FnZVJlcXVlc3QiNwoTR2V0S2V5VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2UqbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADMroHCg5Db250cm9sU2VydmljZRJNCglMaXN0Tm9kZXMSHC5jb250cm9sLnYxLkxpc3ROb2Rlc1JlcXVlc3QaHS5jb250cm9sLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlIgOQAgESRwoHR2V0Tm9kZRIaLmNvbnRyb2wudjEuR2V0Tm9kZVJlcXVlc3QaGy5jb250cm9sLnYxLkdldE5vZGVSZXNwb25zZSIDkAIBElYKDExpc3RSZXBsaWNhcxIfLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBogLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2UiA5ACARJQCgpMaXN0TW9kZWxzEh0uY29udHJvbC52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLmNvbnRyb2wudjEuTGlzdE1vZGVsc1Jlc3BvbnNlIgOQAgESRwoHRXhwbGFpbhIaLmNvbnRyb2wudjEuRXhwbGFpblJlcXVlc3QaGy5jb250cm9sLnYxLkV4cGxhaW5SZXNwb25zZSIDkAIBEj8KBkNvcmRvbhIZLmNvbnRyb2wudjEuQ29yZG9uUmVxdWVzdBoaLmNvbnRyb2wudjEuQ29yZG9uUmVzcG9uc2USRQoIVW5jb3Jkb24SGy5jb250cm9sLnYxLlVuY29yZG9uUmVxdWVzdBocLmNvbnRyb2wudjEuVW5jb3Jkb25SZXNwb25zZRI8CgVEcmFpbhIYLmNvbnRyb2wudjEuRHJhaW5SZXF1ZXN0GhkuY29udHJvbC52MS5EcmFpblJlc3BvbnNlEloKD0NyZWF0ZUpvaW5Ub2tlbhIiLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVxdWVzdBojLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVzcG9uc2USSwoKUmV2b2tlTm9kZRIdLmNvbnRyb2wudjEuUmV2b2tlTm9kZVJlcXVlc3QaHi5jb250cm9sLnYxLlJldm9rZU5vZGVSZXNwb25zZRJZCg1HZXRFZGdlU3RhdHVzEiAuY29udHJvbC52MS5HZXRFZGdlU3RhdHVzUmVxdWVzdBohLmNvbnRyb2wudjEuR2V0RWRnZVN0YXR1c1Jlc3BvbnNlIgOQAgESUwoLR2V0S2V5VXNhZ2USHi5jb250cm9sLnYxLkdldEtleVVzYWdlUmVxdWVzdBofLmNvbnRyb2wudjEuR2V0S2V5VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_agent_v1_agent, file_edge_v1_edgesync]);
 
 /**
  * @generated from message control.v1.Node
@@ -671,6 +673,202 @@ export const RevokeNodeResponseSchema: GenMessage<RevokeNodeResponse> = /*@__PUR
   messageDesc(file_control_v1_control, 24);
 
 /**
+ * @generated from message control.v1.GetEdgeStatusRequest
+ */
+export type GetEdgeStatusRequest = Message<"control.v1.GetEdgeStatusRequest"> & {
+  /**
+   * Empty: every model the edge knows.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message control.v1.GetEdgeStatusRequest.
+ * Use `create(GetEdgeStatusRequestSchema)` to create a new message.
+ */
+export const GetEdgeStatusRequestSchema: GenMessage<GetEdgeStatusRequest> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 25);
+
+/**
+ * One poll's figures for one model, kept 15 minutes.
+ *
+ * @generated from message control.v1.EdgeSample
+ */
+export type EdgeSample = Message<"control.v1.EdgeSample"> & {
+  /**
+   * @generated from field: int64 at_unix_ms = 1;
+   */
+  atUnixMs: bigint;
+
+  /**
+   * The pool's saturation; -1 when no endpoint is routable.
+   *
+   * @generated from field: double saturation = 2;
+   */
+  saturation: number;
+
+  /**
+   * Requests waiting in each band's queue, by band name.
+   *
+   * @generated from field: map<string, uint32> queue_depth = 3;
+   */
+  queueDepth: { [key: string]: number };
+
+  /**
+   * Tokens the model's engines generated per second since the previous
+   * sample (their generation_tokens_total counters, scraped by the agents).
+   *
+   * @generated from field: double generated_tokens_per_second = 4;
+   */
+  generatedTokensPerSecond: number;
+};
+
+/**
+ * Describes the message control.v1.EdgeSample.
+ * Use `create(EdgeSampleSchema)` to create a new message.
+ */
+export const EdgeSampleSchema: GenMessage<EdgeSample> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 26);
+
+/**
+ * @generated from message control.v1.EdgeModel
+ */
+export type EdgeModel = Message<"control.v1.EdgeModel"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * The pool as the edge last reported it (its `error` says when the pool
+   * itself did not answer).
+   *
+   * @generated from field: edge.v1.PoolStatus pool = 2;
+   */
+  pool?: PoolStatus | undefined;
+
+  /**
+   * When that report came, and how old it is now.
+   *
+   * @generated from field: int64 polled_at_unix_ms = 3;
+   */
+  polledAtUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 age_ms = 4;
+   */
+  ageMs: bigint;
+
+  /**
+   * Oldest first, one per successful poll, the last 15 minutes.
+   *
+   * @generated from field: repeated control.v1.EdgeSample history = 5;
+   */
+  history: EdgeSample[];
+};
+
+/**
+ * Describes the message control.v1.EdgeModel.
+ * Use `create(EdgeModelSchema)` to create a new message.
+ */
+export const EdgeModelSchema: GenMessage<EdgeModel> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 27);
+
+/**
+ * @generated from message control.v1.GetEdgeStatusResponse
+ */
+export type GetEdgeStatusResponse = Message<"control.v1.GetEdgeStatusResponse"> & {
+  /**
+   * False when the control plane has no edge to poll (no edge.url or no
+   * EdgeSync secret); everything else is then empty.
+   *
+   * @generated from field: bool configured = 1;
+   */
+  configured: boolean;
+
+  /**
+   * @generated from field: string edge_url = 2;
+   */
+  edgeUrl: string;
+
+  /**
+   * @generated from field: uint32 poll_interval_ms = 3;
+   */
+  pollIntervalMs: number;
+
+  /**
+   * @generated from field: repeated control.v1.EdgeModel models = 4;
+   */
+  models: EdgeModel[];
+
+  /**
+   * The last poll that failed, and when; empty and 0 when none failed since
+   * the last success.
+   *
+   * @generated from field: string last_error = 5;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: int64 last_error_at_unix_ms = 6;
+   */
+  lastErrorAtUnixMs: bigint;
+
+  /**
+   * Failed polls since the start.
+   *
+   * @generated from field: uint64 poll_errors = 7;
+   */
+  pollErrors: bigint;
+
+  /**
+   * Unix ms of the last successful poll; 0 before the first.
+   *
+   * @generated from field: int64 last_success_at_unix_ms = 8;
+   */
+  lastSuccessAtUnixMs: bigint;
+};
+
+/**
+ * Describes the message control.v1.GetEdgeStatusResponse.
+ * Use `create(GetEdgeStatusResponseSchema)` to create a new message.
+ */
+export const GetEdgeStatusResponseSchema: GenMessage<GetEdgeStatusResponse> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 28);
+
+/**
+ * @generated from message control.v1.GetKeyUsageRequest
+ */
+export type GetKeyUsageRequest = Message<"control.v1.GetKeyUsageRequest"> & {
+};
+
+/**
+ * Describes the message control.v1.GetKeyUsageRequest.
+ * Use `create(GetKeyUsageRequestSchema)` to create a new message.
+ */
+export const GetKeyUsageRequestSchema: GenMessage<GetKeyUsageRequest> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 29);
+
+/**
+ * @generated from message control.v1.GetKeyUsageResponse
+ */
+export type GetKeyUsageResponse = Message<"control.v1.GetKeyUsageResponse"> & {
+  /**
+   * @generated from field: repeated edge.v1.KeyUsage usage = 1;
+   */
+  usage: KeyUsage[];
+};
+
+/**
+ * Describes the message control.v1.GetKeyUsageResponse.
+ * Use `create(GetKeyUsageResponseSchema)` to create a new message.
+ */
+export const GetKeyUsageResponseSchema: GenMessage<GetKeyUsageResponse> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 30);
+
+/**
  * @generated from enum control.v1.NodeState
  */
 export enum NodeState {
@@ -789,6 +987,29 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof RevokeNodeRequestSchema;
     output: typeof RevokeNodeResponseSchema;
+  },
+  /**
+   * The edge's view, as the control plane last polled it (EdgeSync
+   * GetPoolStatus every edge.status_interval): each model's pool, how old
+   * it is, and 15 minutes of samples for plots.
+   *
+   * @generated from rpc control.v1.ControlService.GetEdgeStatus
+   */
+  getEdgeStatus: {
+    methodKind: "unary";
+    input: typeof GetEdgeStatusRequestSchema;
+    output: typeof GetEdgeStatusResponseSchema;
+  },
+  /**
+   * Every API key's usage totals, read from the edge through the control
+   * plane's EdgeSync link (config `edge`), so the dashboard needs no edge secret.
+   *
+   * @generated from rpc control.v1.ControlService.GetKeyUsage
+   */
+  getKeyUsage: {
+    methodKind: "unary";
+    input: typeof GetKeyUsageRequestSchema;
+    output: typeof GetKeyUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_control_v1_control, 0);

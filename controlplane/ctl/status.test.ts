@@ -1,0 +1,44 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { GetEdgeStatusResponseSchema } from "../../proto/gen/control/v1/control_pb.ts";
+import { formatStatus, unplaced } from "./status.ts";
+
+describe("unplaced", () => {
+  it("keeps the explain blocks of replicas that are not placed, detail lines and all", () => {
+    const lines = [
+      "m/tp8/0 placed: rank 0 on a1 GPU 0-7 port 23001",
+      "  why: bin-pack (score 1.00)",
+      "m/tp8/1: 0/3 nodes can host m/tp8: 2 lost",
+      "  needs: 8 GPUs",
+      "  lost: a1, a2",
+      "m/tp8/2: in backoff until 12:00",
+      "  0/3 nodes can host m/tp8",
+    ];
+    expect(unplaced(lines)).toEqual(lines.slice(2));
+    expect(unplaced(lines.slice(0, 2))).toEqual([]);
+  });
+});
+
+describe("formatStatus", () => {
+  const empty = { nodes: [], replicas: [], models: [] };
+
+  it("says when the control plane has no edge to poll", () => {
+    const out = formatStatus({ ...empty, edge: create(GetEdgeStatusResponseSchema, { configured: false }) });
+    expect(out).toContain("EDGE not polled: the control plane has no edge.url or no EdgeSync secret");
+    expect(out).toContain("no nodes have registered");
+  });
+
+  it("says when the last poll failed, and how old the pools shown are", () => {
+    const edge = create(GetEdgeStatusResponseSchema, {
+      configured: true,
+      edgeUrl: "https://llm.example.com",
+      pollIntervalMs: 5_000,
+      lastSuccessAtUnixMs: 40_000n,
+      lastError: "[unavailable] connect ECONNREFUSED",
+      lastErrorAtUnixMs: 58_000n,
+    });
+    expect(formatStatus({ ...empty, edge }, 60_000)).toContain(
+      "EDGE https://llm.example.com: polled 20s ago, every 5s; last poll failed 2s ago: [unavailable] connect ECONNREFUSED",
+    );
+  });
+});

@@ -1,0 +1,110 @@
+import type { MetricsRegistry, Sample } from "../common/prometheus.ts";
+import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { EdgeStatusBook } from "./edge-status.ts";
+
+/**
+ * The edge's live state as `llmgw_edge_*`, from what the status poller last
+ * received, so one scrape of the control plane sees the whole system
+ * (docs/metrics.md). The counters are the pools' own: a pool's Durable
+ * Object that restarts counts from zero again, which Prometheus's rate()
+ * reads as a counter reset. Labels stay bounded: model, band, route tier,
+ * breaker state and outcome come from the catalog and the router's fixed
+ * vocabularies, never from requests.
+ */
+
+export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
+export const REQUEST_OUTCOMES = ["admitted", "full", "expired", "abandoned"] as const;
+
+export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBook, now: () => number): void {
+  // A pool that did not answer has no figures; its model shows in llmgw_edge_pool_up alone.
+  const answered = () => book.pools().filter((p) => !p.error);
+  const perModel = (value: (p: PoolStatus) => number | undefined) => (): Sample[] =>
+    answered().flatMap((p) => {
+      const v = value(p);
+      return v === undefined ? [] : [{ labels: { model: p.model }, value: v }];
+    });
+  const perBand = (value: (b: PoolStatus["bands"][number]) => number) => (): Sample[] =>
+    answered().flatMap((p) =>
+      p.bands.map((b) => ({ labels: { model: p.model, band: b.name }, value: value(b) })),
+    );
+
+  metrics.gauge(
+    "llmgw_edge_pool_up",
+    "1 when the model's pool at the edge answered the last poll, 0 when it did not.",
+    () => book.pools().map((p) => ({ labels: { model: p.model }, value: p.error ? 0 : 1 })),
+  );
+  metrics.gauge(
+    "llmgw_edge_saturation",
+    "The pool's saturation, 0 to 1 (the routable endpoints' load); absent while no endpoint is routable.",
+    perModel((p) => (p.saturation >= 0 ? p.saturation : undefined)),
+  );
+  metrics.gauge(
+    "llmgw_edge_queue_depth",
+    "Requests waiting in the band's queue.",
+    perBand((b) => b.depth),
+  );
+  metrics.counter(
+    "llmgw_edge_requests_total",
+    "Requests by how admission ended: admitted, full (429, queue full), expired (503, queue_ttl), abandoned (client left while queued).",
+    () =>
+      answered().flatMap((p) =>
+        p.bands.flatMap((b) =>
+          REQUEST_OUTCOMES.map((outcome) => ({
+            labels: { model: p.model, band: b.name, outcome },
+            value: Number(b[outcome]),
+          })),
+        ),
+      ),
+  );
+  metrics.counter(
+    "llmgw_edge_queued_total",
+    "Requests that waited in the band's queue (each then admitted, expired or abandoned).",
+    perBand((b) => Number(b.queued)),
+  );
+  metrics.counter("llmgw_edge_route_decisions_total", "Picks by the tier that decided them.", () =>
+    answered().flatMap((p) =>
+      Object.entries(p.routes).map(([tier, n]) => ({ labels: { model: p.model, tier }, value: Number(n) })),
+    ),
+  );
+  metrics.gauge("llmgw_edge_breakers", "The pool's endpoints by circuit-breaker state.", () =>
+    answered().flatMap((p) =>
+      BREAKER_STATES.map((state) => ({
+        labels: { model: p.model, state },
+        value: p.endpoints.filter((e) => e.breaker === state).length,
+      })),
+    ),
+  );
+  metrics.gauge(
+    "llmgw_edge_endpoints",
+    "Endpoints in the model's pool.",
+    perModel((p) => p.endpoints.length),
+  );
+  metrics.gauge(
+    "llmgw_edge_inflight_requests",
+    "Requests the pool has admitted and not yet released.",
+    perModel((p) => p.leases),
+  );
+  metrics.gauge(
+    "llmgw_edge_endpoint_set_version",
+    "Version of the endpoint set the pool routes with.",
+    perModel((p) => Number(p.endpointsVersion)),
+  );
+  metrics.counter(
+    "llmgw_edge_fail_opens_total",
+    "Requests Workers routed on their own because the pool did not answer.",
+    perModel((p) => Number(p.failOpens)),
+  );
+  metrics.gauge(
+    "llmgw_edge_status_age_seconds",
+    "Time since the last successful poll of the edge's status; absent before the first.",
+    () => {
+      const age = book.ageMs(now());
+      return age === undefined ? [] : [{ value: age / 1000 }];
+    },
+  );
+  metrics.counter(
+    "llmgw_edge_status_poll_errors_total",
+    "Polls of the edge's status that failed.",
+    () => book.pollErrors,
+  );
+}

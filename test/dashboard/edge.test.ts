@@ -1,0 +1,127 @@
+import { join } from "node:path";
+import type { Browser, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { clientFor, createKey, type Edge, startEdge, type TestKey } from "../edge/helpers.ts";
+import { launchChromium, screenshot } from "../harness/browser.ts";
+import { killEngines } from "../harness/engines.ts";
+import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
+import { type Proc, waitUntil } from "../harness/process.ts";
+
+/**
+ * The dashboard's Edge and Keys panels against the real edge in workerd:
+ * the control plane's edge link publishes a sim engine there and polls the
+ * pools back; requests go through the edge with the openai client.
+ */
+const TOKEN = "dashboard-edge-test-admin-token-0123";
+const MODEL = "dash-chat";
+
+describe("the dashboard's Edge and Keys panels, with the edge in workerd", () => {
+  let edge: Edge;
+  let cp: ControlPlaneHandle;
+  let agent: Proc;
+  let browser: Browser;
+  let page: Page;
+  let key: TestKey;
+
+  beforeAll(async () => {
+    edge = await startEdge({}, "edge-dashboard");
+    cp = await startControlPlane(
+      `
+edge:
+  url: ${edge.url}
+  token_env: LLMGW_TEST_EDGE_TOKEN
+  status_interval: 1s
+router:
+  scrape_interval: 500ms
+control:
+  startup_grace: 1s
+  interval: 1s
+  port_range: [24400, 24499]
+models:
+  - name: ${MODEL}
+    profiles:
+      - name: 1gpu
+        engine: vllm
+        source: test/dash-chat
+        engine_args: ["--max-model-len", "4096", "--sim-speed", "50"]
+        replicas: { min: 1 }
+        startup_deadline: 60s
+`,
+      { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: TOKEN },
+    );
+    agent = startAgent(cp, "dash-edge-1", { gpus: "1xH100-80GB", extra: ["--vllm-bin", "test/bin/vllm"] });
+    await waitUntil(
+      `${MODEL} routed at the edge`,
+      async () => {
+        const s = await cp.client.getEdgeStatus({ model: MODEL }).catch(() => undefined);
+        return s?.models[0]?.pool?.endpoints.some((e) => e.state === "ready") ?? false;
+      },
+      90_000,
+    );
+    key = await createKey(edge, { band: "gold" });
+    const openai = clientFor(edge, key.secret);
+    for (let i = 0; i < 3; i++)
+      await openai.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "user", content: `hello ${i}` }],
+        max_tokens: 16,
+      });
+    browser = await launchChromium();
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await page.goto(`${cp.adminUrl}/#token=${TOKEN}`);
+  }, 150_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await agent?.kill();
+    await cp?.proc.kill();
+    if (cp) killEngines(join(cp.dir, "agents"));
+    await edge?.stop();
+  });
+
+  const onPage = <T>(read: () => Promise<T>, timeout = 15_000) =>
+    expect.poll(read, { timeout, interval: 100 });
+
+  it("shows each model's pool as GetEdgeStatus reports it, with the plots", async () => {
+    const pool = page.locator(`#edge [data-pool="${MODEL}"]`);
+    // The three requests ran in the default band, gold; the page shows the
+    // counters the control plane's latest poll of the edge holds.
+    const admitted = async () =>
+      (await cp.client.getEdgeStatus({ model: MODEL })).models[0]?.pool?.bands.find((b) => b.name === "gold")
+        ?.admitted ?? 0n;
+    await waitUntil("the edge's gold band counting the three requests", async () => (await admitted()) >= 3n);
+    await onPage(() => pool.locator('tr[data-band="gold"] td:nth-child(3)').textContent()).toBe(
+      String(await admitted()),
+    );
+    const status = (await cp.client.getEdgeStatus({ model: MODEL })).models[0]!;
+    expect(await pool.locator("h3").textContent()).toContain(
+      `endpoint set v${status.pool!.endpointsVersion}`,
+    );
+    const endpoint = status.pool!.endpoints[0]!;
+    expect(await pool.locator(`tr[data-endpoint="${endpoint.id}"]`).textContent()).toContain("closed");
+    // uPlot drew the three charts, each with the model in its legend.
+    await onPage(() => page.locator("#edge .plot canvas").count()).toBe(3);
+    expect(await page.locator("#edge .plot .u-legend").first().textContent()).toContain(MODEL);
+  });
+
+  it("shows the keys' usage totals from the edge", async () => {
+    const row = page.locator(`#keys tr[data-key="${key.id}"]`);
+    const requests = async () =>
+      (await cp.client.getKeyUsage({})).usage.find((u) => u.keyId === key.id)?.requests ?? 0n;
+    await waitUntil("the edge counting the key's requests", async () => (await requests()) >= 3n);
+    await onPage(() => row.locator("td:nth-child(2)").textContent()).toBe(String(await requests()));
+    await screenshot(page, "dashboard", "edge-and-keys");
+  });
+
+  it("when the edge stops answering, Keys and Edge say so and keep the last figures", async () => {
+    const requests = await page.locator(`#keys tr[data-key="${key.id}"] td:nth-child(2)`).textContent();
+    await edge.stop();
+    await onPage(() => page.locator("#keys .error").textContent()).toContain(
+      "Key usage: the edge did not answer GetUsage:",
+    );
+    await onPage(() => page.locator("#edge .error").first().textContent()).toContain("Last poll failed:");
+    expect(await page.locator(`#keys tr[data-key="${key.id}"] td:nth-child(2)`).textContent()).toBe(requests);
+    expect(await page.locator(`#edge [data-pool="${MODEL}"]`).count()).toBe(1);
+    await screenshot(page, "dashboard", "edge-down");
+  });
+});
