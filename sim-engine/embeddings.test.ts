@@ -65,12 +65,13 @@ describe("embeddingVector", () => {
     expect(() => embeddingVector(prompt, EMBEDDING_DIM + 1)).toThrow(RangeError);
   });
 
-  it("stays cheap for a long prompt", () => {
-    const long = range(131_072, 1); // all distinct: the worst case
-    const t = performance.now();
-    embeddingVector(long);
-    // ~0.3 µs per distinct token on this machine; the bound leaves room for a loaded CI box.
-    expect(performance.now() - t).toBeLessThan(1_000);
+  it("handles a context-length prompt of distinct tokens", () => {
+    // The worst case for the hashing: every token distinct. How long it takes is
+    // bench:sim-engine's business, not a timed assertion here.
+    const v = embeddingVector(range(131_072, 1));
+    expect(v).toHaveLength(EMBEDDING_DIM);
+    expect(Array.from(v).every(Number.isFinite)).toBe(true);
+    expect(Math.hypot(...v)).toBeCloseTo(1, 5);
   });
 });
 

@@ -137,7 +137,8 @@ describe("placement, the reconciler and explain (real processes)", () => {
       "explain to give up on big",
       async () => {
         const text = (await cp.client.explain({ model: "big" })).lines.join("\n");
-        return /0\/3 nodes can host big\/tp8pp2/.test(text) ? text : undefined;
+        // Until the reconciler drops the lost placement, explain shows it beside the new verdict.
+        return /0\/3 nodes can host big\/tp8pp2/.test(text) && !/ placed: /.test(text) ? text : undefined;
       },
       20_000,
       250,
