@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -226,6 +226,7 @@ describe("the systemd units", () => {
       // working directory a system manager defaults to (a user manager
       // defaults to ~, which ProtectHome= hides); logs to files (no journal).
       // PrivateTmp= hides this test's /tmp from the server, so the install
+      // (and the node that runs it: a checkout may live under /tmp too)
       // is bound into its namespace and its configuration lives in its
       // state directory.
       const common = (name: string) => `[Service]
@@ -238,7 +239,7 @@ StandardError=append:${join(dir, `${name}.log`)}
 ExecStart=
 `;
       const dropIns: Record<string, string> = {
-        "llmgw-server.service": `${common("server")}BindReadOnlyPaths=${installed.app}
+        "llmgw-server.service": `${common("server")}BindReadOnlyPaths=${installed.app} ${dirname(realpathSync(process.execPath))}
 ExecStart=${process.execPath} ${installed.bin} server --config %S/llmgw/llmgw.yaml\n`,
         "llmgw-agent.service": `${common("agent")}Environment="LLMGW_AGENT_ARGS=--control-plane http://127.0.0.1:${agentPort} --node ${node} --simulate-gpus 8xH100-80GB --advertise-address ${loopbackAddress(node)}"
 ExecStart=${process.execPath} ${installed.bin} agent --state-dir %S/llmgw-agent $LLMGW_AGENT_ARGS
