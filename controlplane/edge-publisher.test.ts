@@ -66,9 +66,9 @@ async function harness(stored: Endpoint[] | undefined) {
     holdUntil: 60_000,
     store,
   });
-  p.start(buildCatalog(configSchema.parse({})), {});
+  const first = p.start(buildCatalog(configSchema.parse({})), {});
   p.stop();
-  await new Promise((r) => setTimeout(r, 0)); // the tick start() runs
+  await first;
   return { p, puts, facts, store };
 }
 

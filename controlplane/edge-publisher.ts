@@ -174,12 +174,13 @@ export class EdgePublisher {
 
   constructor(private readonly opts: EdgePublisherOptions) {}
 
-  start(catalog: Catalog, routerSection: Record<string, unknown>): void {
+  /** Publishes at once and then every interval; the promise is the first publication's. */
+  start(catalog: Catalog, routerSection: Record<string, unknown>): Promise<void> {
     this.last = this.opts.store?.load();
     this.setCatalog(catalog);
     this.setRouterSettings(routerSection);
     this.timer = setInterval(() => void this.tick(), this.opts.intervalMs ?? 1_000);
-    void this.tick();
+    return this.tick();
   }
 
   stop(): void {

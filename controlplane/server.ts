@@ -337,7 +337,7 @@ function edgeLink(
     status,
     client,
     start(catalog: Catalog) {
-      publisher.start(catalog, loaded.routerSection);
+      void publisher.start(catalog, loaded.routerSection);
       status.start();
     },
   };

@@ -12,6 +12,7 @@ import { routerSchema } from "../../edge/router-config.ts";
 import { PoolCore } from "../../edge/routing/pool-core.ts";
 import { BLOCK_CHARS, blockHashes, MAX_BLOCKS } from "../../edge/routing/prefix-hash.ts";
 import { percentile } from "../../loadgen/stats.ts";
+import { benchEndpoints } from "./endpoints.ts";
 
 const ENDPOINTS = 64;
 const GROUPS = 400;
@@ -22,18 +23,7 @@ export function pickBenchmark(): void {
   const random = mulberry32(7);
   const settings = routerSchema.parse({ scoring: { target_inflight: 256 } });
   const pool = new PoolCore("m", settings, random);
-  pool.setEndpoints(
-    1,
-    Array.from({ length: ENDPOINTS }, (_, i) => ({
-      id: `e${i}`,
-      url: `http://10.0.0.${i}:8000`,
-      pool: "default",
-      priority: 0,
-      weight: 1,
-      via: "direct" as const,
-    })),
-    0,
-  );
+  pool.setEndpoints(1, benchEndpoints(ENDPOINTS), 0);
   // Each group: one shared start of 192 blocks, each request its own tail.
   const starts = Array.from({ length: GROUPS }, (_, g) =>
     `group ${g} `.padEnd(BLOCK_CHARS * 192, `${g % 10}`),

@@ -1,5 +1,6 @@
 import type { Env } from "../../edge/env.ts";
 import { ModelPool } from "../../edge/model-pool.ts";
+import { benchEndpoints } from "./endpoints.ts";
 
 /**
  * bench:routing's measure of a ModelPool round trip in workerd: one request
@@ -15,18 +16,7 @@ export default {
   async fetch(request: Request, env: Env): Promise<Response> {
     const n = Number(new URL(request.url).searchParams.get("n") ?? 1000);
     const stub = env.MODEL_POOL.get(env.MODEL_POOL.idFromName("m"));
-    await stub.setEndpoints(
-      "m",
-      1,
-      Array.from({ length: 8 }, (_, i) => ({
-        id: `e${i}`,
-        url: `http://10.0.0.${i}:8000`,
-        pool: "default",
-        priority: 0,
-        weight: 1,
-        via: "direct" as const,
-      })),
-    );
+    await stub.setEndpoints("m", 1, benchEndpoints(8));
     // The version a Worker passes is the one its KV copy holds; here KV has
     // none, and the pool holds the set pushed above.
     const seen = 0;

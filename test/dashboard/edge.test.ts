@@ -1,11 +1,10 @@
-import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { clientFor, createKey, type Edge, startEdge, type TestKey } from "../edge/helpers.ts";
+import { clientFor, createKey, type Edge, type TestKey } from "../edge/helpers.ts";
 import { launchChromium, screenshot } from "../harness/browser.ts";
-import { killEngines } from "../harness/engines.ts";
-import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
-import { type Proc, waitUntil } from "../harness/process.ts";
+import type { ControlPlaneHandle } from "../harness/fleet.ts";
+import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
+import { waitUntil } from "../harness/process.ts";
 
 /**
  * The dashboard's Edge and Keys panels against the real edge in workerd:
@@ -18,27 +17,17 @@ const MODEL = "dash-chat";
 describe("the dashboard's Edge and Keys panels, with the edge in workerd", () => {
   let edge: Edge;
   let cp: ControlPlaneHandle;
-  let agent: Proc;
+  let stack: LinkedStack | undefined;
   let browser: Browser;
   let page: Page;
   let key: TestKey;
 
   beforeAll(async () => {
-    edge = await startEdge({}, "edge-dashboard");
-    cp = await startControlPlane(
-      `
-edge:
-  url: ${edge.url}
-  token_env: LLMGW_TEST_EDGE_TOKEN
-  status_interval: 1s
-router:
-  scrape_interval: 500ms
-control:
-  startup_grace: 1s
-  interval: 1s
-  port_range: [24400, 24499]
-models:
-  - name: ${MODEL}
+    stack = await startLinkedStack({
+      tag: "edge-dashboard",
+      adminToken: TOKEN,
+      portRange: [24400, 24499],
+      models: `  - name: ${MODEL}
     profiles:
       - name: 1gpu
         engine: vllm
@@ -47,17 +36,11 @@ models:
         replicas: { min: 1 }
         startup_deadline: 60s
 `,
-      { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: TOKEN },
-    );
-    agent = startAgent(cp, "dash-edge-1", { gpus: "1xH100-80GB", extra: ["--vllm-bin", "test/bin/vllm"] });
-    await waitUntil(
-      `${MODEL} routed at the edge`,
-      async () => {
-        const s = await cp.client.getEdgeStatus({ model: MODEL }).catch(() => undefined);
-        return s?.models[0]?.pool?.endpoints.some((e) => e.state === "ready") ?? false;
-      },
-      90_000,
-    );
+      node: "dash-edge-1",
+      agent: { gpus: "1xH100-80GB" },
+      routed: MODEL,
+    });
+    ({ edge, cp } = stack);
     key = await createKey(edge, { band: "gold" });
     const openai = clientFor(edge, key.secret);
     for (let i = 0; i < 3; i++)
@@ -73,10 +56,7 @@ models:
 
   afterAll(async () => {
     await browser?.close();
-    await agent?.kill();
-    await cp?.proc.kill();
-    if (cp) killEngines(join(cp.dir, "agents"));
-    await edge?.stop();
+    await stack?.stop();
   });
 
   const onPage = <T>(read: () => Promise<T>, timeout = 15_000) =>

@@ -1,10 +1,9 @@
 import { spawn } from "node:child_process";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { clientFor, createKey, type Edge, startEdge } from "../edge/helpers.ts";
-import { killEngines } from "../harness/engines.ts";
-import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
-import { freePort, LLMGW, type Proc, REPO, runLlmgw, waitUntil } from "../harness/process.ts";
+import { clientFor, createKey, type Edge } from "../edge/helpers.ts";
+import type { ControlPlaneHandle } from "../harness/fleet.ts";
+import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
+import { freePort, LLMGW, REPO, runLlmgw, waitUntil } from "../harness/process.ts";
 import {
   type DocumentedMetric,
   documentedMetrics,
@@ -26,25 +25,17 @@ const TOO_BIG = "op-huge";
 describe("operating the stack", () => {
   let edge: Edge;
   let cp: ControlPlaneHandle;
-  let agent: Proc;
   let agentMetricsUrl: string;
+  let stack: LinkedStack | undefined;
 
   beforeAll(async () => {
-    edge = await startEdge({}, "edge-operating");
-    cp = await startControlPlane(
-      `
-edge:
-  url: ${edge.url}
-  token_env: LLMGW_TEST_EDGE_TOKEN
-  status_interval: 1s
-router:
-  scrape_interval: 500ms
-control:
-  startup_grace: 1s
-  interval: 1s
-  port_range: [24100, 24199]
-models:
-  - name: ${MODEL}
+    const metricsPort = await freePort();
+    agentMetricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    stack = await startLinkedStack({
+      tag: "edge-operating",
+      adminToken: ADMIN_TOKEN,
+      portRange: [24100, 24199],
+      models: `  - name: ${MODEL}
     profiles:
       - name: 1gpu
         engine: vllm
@@ -60,29 +51,15 @@ models:
         tensor_parallel: 8
         replicas: { min: 1 }
 `,
-      { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: ADMIN_TOKEN },
-    );
-    const metricsPort = await freePort();
-    agentMetricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
-    agent = startAgent(cp, "op-1", {
-      gpus: "2xH100-80GB",
-      extra: ["--vllm-bin", "test/bin/vllm", "--metrics-listen", `127.0.0.1:${metricsPort}`],
+      node: "op-1",
+      agent: { gpus: "2xH100-80GB", extra: ["--metrics-listen", `127.0.0.1:${metricsPort}`] },
+      routed: MODEL,
     });
-    await waitUntil(
-      `${MODEL} ready and routed at the edge`,
-      async () => {
-        const s = await cp.client.getEdgeStatus({ model: MODEL }).catch(() => undefined);
-        return s?.models[0]?.pool?.endpoints.some((e) => e.state === "ready") ?? false;
-      },
-      90_000,
-    );
+    ({ edge, cp } = stack);
   }, 120_000);
 
   afterAll(async () => {
-    await agent?.kill();
-    await cp?.proc.kill();
-    if (cp) killEngines(join(cp.dir, "agents"));
-    await edge?.stop();
+    await stack?.stop();
   });
 
   it("counts the engines' generated tokens per second per model in the edge view's history", async () => {
