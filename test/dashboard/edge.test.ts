@@ -26,7 +26,7 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     stack = await startLinkedStack({
       tag: "edge-dashboard",
       adminToken: TOKEN,
-      portRange: [24400, 24499],
+      portRange: [25100, 25199],
       models: `  - name: ${MODEL}
     profiles:
       - name: 1gpu

@@ -118,7 +118,7 @@ describe("npm pack, then npm install --omit=dev", () => {
   });
 
   it("runs a control plane, an agent with simulated GPUs and a sim engine from the install; the replica goes ready", async () => {
-    const cp = await startControlPlane(modelsConfig("[24600, 24649]"), { entry: installed.bin });
+    const cp = await startControlPlane(modelsConfig("[25200, 25249]"), { entry: installed.bin });
     const node = "install-node";
     const agent = startAgent(cp, node, { entry: installed.bin });
     try {
@@ -253,7 +253,7 @@ ExecStart=${process.execPath} ${installed.bin} agent --state-dir %S/llmgw-agent 
       mkdirSync(join(mgr.stateRoot, "llmgw"), { recursive: true });
       writeFileSync(
         join(mgr.stateRoot, "llmgw", "llmgw.yaml"),
-        `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(mgr.stateRoot, "llmgw")}\n${modelsConfig("[24650, 24699]")}`,
+        `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(mgr.stateRoot, "llmgw")}\n${modelsConfig("[25250, 25299]")}`,
       );
       await mgr.systemctl("daemon-reload");
       await mgr.systemctl("start", "llmgw-server.service");
