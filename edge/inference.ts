@@ -13,6 +13,7 @@ import { admit, ClientGone } from "./pool-client.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
 import { reservationFor } from "./reservations.ts";
+import { predictDemand } from "./routing/demand.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
 import { upstreamFor } from "./upstream.ts";
 
@@ -120,7 +121,9 @@ function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<void> {
 /** The model's pool (then its fallbacks') decides when and where: the plan holds the leases. */
 function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
   const first = req.chain[0]!;
-  const prefix = req.apiPath === "/v1/embeddings" ? [] : requestPrefixHashes(first, req.body);
+  const generates = req.apiPath !== "/v1/embeddings";
+  const prefix = generates ? requestPrefixHashes(first, req.body) : [];
+  const demand = predictDemand(req.body, generates, config.settings.scoring.assumed_output_tokens);
   return new AttemptPlan(req.chain, (m) =>
     admit({
       env: c.env,
@@ -134,6 +137,7 @@ function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
         policy: config.table.policy(m, config.settings.default_routing),
         session: req.session,
         prefix: m === first ? prefix : [],
+        demand,
       },
       clientSignal: c.req.raw.signal,
       defer: (p) => c.executionCtx.waitUntil(p),

@@ -25,16 +25,24 @@ const timeoutsSchema = z.strictObject({
 
 const scoringSchema = z.strictObject({
   target_waiting: z.number().positive().default(4),
-  // Where an engine's step time has grown to about 2.5× an idle one's on
-  // the reference engine (an 8B model on an H100): saturated for latency,
-  // though not yet for memory (vLLM batches up to 256 or 1,024). Lower
+  // The share of an engine's batch (its `max_num_seqs`) at which it counts
+  // as saturated. Half, because that is where the reference engine (an 8B
+  // model on an H100, batch 256) has slowed its step to about 2.5× an idle
+  // one's: saturated for latency, though not yet for memory. Lower band
   // ceilings are fractions of it, so it sets how much room platinum keeps.
-  // bench:routing's simulation: the earlier design's 8 served 60 % of a
-  // load that 32 and up served whole; at 128 platinum's TTFT p99 under a
-  // band-mix overload stays within 1.4× of unloaded (2.4× at 256), at 7 %
-  // less throughput for a single band at its knee (docs/routing.md).
-  target_inflight: z.number().positive().default(128),
+  // bench:routing's simulation: platinum's TTFT p99 under a band-mix
+  // overload stays within 1.4× of unloaded at half the batch, 2.4× at all
+  // of it (docs/routing.md).
+  seq_ceiling: z.number().gt(0).max(1).default(0.5),
+  // An override: requests in flight per unit of `weight` at which every
+  // endpoint counts as saturated, whatever its capacity. Unset, the target
+  // follows each engine's own batch (seq_ceiling × max_num_seqs).
+  target_inflight: z.number().positive().optional(),
   kv_ceiling: z.number().gt(0).max(1).default(0.9),
+  // What a request that names no max_tokens is charged for its answer at
+  // admission: the engine itself would allow up to the context length,
+  // which charged in full would hold every band far below what runs.
+  assumed_output_tokens: z.number().int().positive().default(512),
   session_load_factor: z.number().min(1).default(1.25),
   // Sized like the engines' prefix cache, in 64-character blocks: an index
   // larger than the cache believes in blocks the engine has long evicted.

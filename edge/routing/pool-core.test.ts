@@ -44,6 +44,68 @@ function leaseOf(box: { a: Admission | undefined }): Lease {
 
 const inflight = (p: PoolCore, now = 0) => p.status(now).endpoints.map((e) => e.inflight);
 
+describe("PoolCore admission from the first request of a burst", () => {
+  const capped = (n: number, capacity: EndpointSpec["capacity"], router: Record<string, unknown> = {}) => {
+    const p = new PoolCore("m", routerSchema.parse(router), mulberry32(1));
+    p.setEndpoints(
+      1,
+      Array.from({ length: n }, (_, i) => ep(`e${i}`, { capacity })),
+      0,
+    );
+    return p;
+  };
+
+  it("holds a bronze burst at its ceiling from the first request, and platinum arriving after it goes at once", () => {
+    // The burst that inverted the bands on real processes: 4 engines of 4
+    // slots, 120 bronze streams at once, a queue of 50, platinum 2 s later.
+    const p = capped(4, { maxSeqs: 4 }, { admission: { queue_capacity_per_band: 50, queue_ttl: "10s" } });
+    const bronze = Array.from({ length: 120 }, (_, i) => admit(p, req({ band: "bronze", key: `k${i}` }), 0));
+    const admitted = bronze.filter((b) => b.a?.ok).length;
+    const full = bronze.filter((b) => b.a && !b.a.ok && b.a.code === "queue_full").length;
+    // seq_ceiling 0.5 of 4 slots = 2 a engine; bronze's 0.30 of 8 is 2.4: the third goes at 0.25.
+    expect(admitted).toBe(3);
+    expect(full).toBe(120 - 3 - 50);
+    expect(p.status(0).bands.find((b) => b.name === "bronze")).toMatchObject({ depth: 50, admitted: 3 });
+    const platinum = Array.from({ length: 5 }, () => admit(p, req({ band: "platinum" }), 2_000));
+    expect(platinum.every((b) => b.a?.ok)).toBe(true);
+    // Platinum takes the room up to its ceiling: 8 in flight, saturation 1.0.
+    expect(inflight(p, 2_000).reduce((a, b) => a + b, 0)).toBe(8);
+    expect(admit(p, req({ band: "platinum" }), 2_000).a).toBeUndefined();
+  });
+
+  it("charges each request's predicted tokens against the KV cache and frees them at release", () => {
+    const p = capped(1, { maxSeqs: 256, kvTokens: 10_000 }, { scoring: { kv_ceiling: 1 } });
+    const demand = { promptTokens: 3_000, outputTokens: 1_000 };
+    const a = leaseOf(admit(p, req({ band: "gold", demand }), 0));
+    leaseOf(admit(p, req({ band: "gold", demand }), 0));
+    expect(p.status(0).endpoints[0]).toMatchObject({ tokens: 8_000, saturation: 0.8, kvTokens: 10_000 });
+    // 0.8 < 0.85: a third gold goes (1.2 now); a fourth waits for a release.
+    leaseOf(admit(p, req({ band: "gold", demand }), 0));
+    const waiting = admit(p, req({ band: "gold", demand }), 0);
+    expect(waiting.a).toBeUndefined();
+    p.release(a.id, { attempts: [{ endpoint: "e0", verdict: "ok" }] }, 1);
+    expect(waiting.a?.ok).toBe(true);
+    expect(p.status(1).endpoints[0]?.tokens).toBe(12_000);
+  });
+
+  it("charges a prompt less the leading blocks the endpoint already caches", () => {
+    const p = capped(1, { maxSeqs: 256, kvTokens: 100_000 });
+    const prefix = blockHashes("x".repeat(64 * 10), "m");
+    const demand = { promptTokens: 200, outputTokens: 100 };
+    leaseOf(admit(p, req({ prefix, demand }), 0));
+    expect(p.status(0).endpoints[0]?.tokens).toBe(300);
+    // The second finds 10 blocks of 16 tokens cached.
+    leaseOf(admit(p, req({ prefix, demand }), 0));
+    expect(p.status(0).endpoints[0]?.tokens).toBe(300 + 140);
+  });
+
+  it("a request without a predicted demand is charged assumed_output_tokens", () => {
+    const p = capped(1, { kvTokens: 10_000 }, { scoring: { assumed_output_tokens: 700 } });
+    leaseOf(admit(p, req(), 0));
+    expect(p.status(0).endpoints[0]?.tokens).toBe(700);
+  });
+});
+
 describe("PoolCore admission by band", () => {
   it("holds a band over its ceiling and lets it go when a release brings saturation down", () => {
     // One endpoint, 10 in flight = saturation 1.0 at target_inflight 10.

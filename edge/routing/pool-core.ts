@@ -20,12 +20,14 @@
  */
 import type { RouterConfig } from "../router-config.ts";
 import { type BreakerState, Breakers } from "./breaker.ts";
+import { CHARS_PER_TOKEN } from "./demand.ts";
 import { FlowController, type Waiter } from "./flow-control.ts";
 import { type Candidate, type Pick, pick } from "./picker.ts";
+import { BLOCK_CHARS } from "./prefix-hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
 import { feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
-import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+import type { Demand, EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
 
 export interface AdmitRequest {
   /** The lease id: the request id, unique per request. */
@@ -36,6 +38,8 @@ export interface AdmitRequest {
   policy: RoutingPolicy;
   session?: string | undefined;
   prefix: readonly number[];
+  /** What the request will need of an engine; without it, a sequence and `assumed_output_tokens`. */
+  demand?: Demand | undefined;
   /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
   failOpens?: number | undefined;
 }
@@ -73,6 +77,8 @@ export interface LoadUpdate {
 interface EndpointState {
   spec: EndpointSpec;
   inflight: number;
+  /** Predicted tokens of the requests in flight here: what admits charged and releases have not freed. */
+  tokens: number;
   load: LoadSample | undefined;
   /** Decision number of the last request sent here. */
   lastPick: number;
@@ -81,6 +87,8 @@ interface EndpointState {
 interface Held {
   endpoint: string;
   band: string;
+  /** The tokens charged to the endpoint at admit, freed at release. */
+  tokens: number;
   expiresAt: number;
 }
 
@@ -102,6 +110,10 @@ export interface EndpointStatus {
   weight: number;
   state: string;
   inflight: number;
+  /** Predicted tokens of the requests in flight (the pool's charges). */
+  tokens: number;
+  maxSeqs: number | null;
+  kvTokens: number | null;
   saturation: number;
   breaker: BreakerState;
   loadAgeMs: number | null;
@@ -129,6 +141,8 @@ export interface PoolStatus {
 const TICK_WHILE_QUEUED_MS = 1_000;
 const LEASE_GRACE_MS = 60_000;
 const TOMBSTONE_MS = 60_000;
+/** A prefix block's tokens, at the rate the Worker's prompt estimate assumes. */
+const TOKENS_PER_BLOCK = BLOCK_CHARS / CHARS_PER_TOKEN;
 
 export class PoolCore {
   private readonly endpoints = new Map<string, EndpointState>();
@@ -192,7 +206,7 @@ export class PoolCore {
     for (const spec of specs) {
       const e = this.endpoints.get(spec.id);
       if (e) e.spec = spec;
-      else this.endpoints.set(spec.id, { spec, inflight: 0, load: undefined, lastPick: 0 });
+      else this.endpoints.set(spec.id, { spec, inflight: 0, tokens: 0, load: undefined, lastPick: 0 });
     }
     this.drain();
     return true;
@@ -289,10 +303,16 @@ export class PoolCore {
     const lease = this.held.get(id);
     if (lease) {
       this.held.delete(id);
-      const e = this.endpoints.get(lease.endpoint);
-      if (e) e.inflight = Math.max(0, e.inflight - 1);
+      this.free(lease);
     }
     this.drain();
+  }
+
+  private free(lease: Held): void {
+    const e = this.endpoints.get(lease.endpoint);
+    if (!e) return;
+    e.inflight = Math.max(0, e.inflight - 1);
+    e.tokens = Math.max(0, e.tokens - lease.tokens);
   }
 
   /** Expires queued requests and forgotten leases, and re-checks what time alone changes (staleness, cooldowns). */
@@ -314,8 +334,7 @@ export class PoolCore {
     for (const [id, lease] of this.held) {
       if (lease.expiresAt > now) break;
       this.held.delete(id);
-      const e = this.endpoints.get(lease.endpoint);
-      if (e) e.inflight = Math.max(0, e.inflight - 1);
+      this.free(lease);
       // No verdict will come: a breaker's probe must not stay out forever.
       this.breakers.onAbandon(lease.endpoint);
     }
@@ -370,12 +389,15 @@ export class PoolCore {
       return;
     }
     const chosen = this.endpoints.get(p.chosen.spec.id)!;
+    const tokens = this.charge(req, chosen.spec.id);
     chosen.inflight++;
+    chosen.tokens += tokens;
     chosen.lastPick = this.turn;
     this.breakers.onAttempt(chosen.spec.id);
     this.held.set(req.id, {
       endpoint: chosen.spec.id,
       band: w.band,
+      tokens,
       expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
     });
     if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
@@ -396,6 +418,19 @@ export class PoolCore {
     });
   }
 
+  /**
+   * The tokens a request will newly hold on the endpoint: its answer, and
+   * its prompt less the leading blocks the endpoint already caches (those
+   * are resident and shared, and the scraped KV use counts them).
+   */
+  private charge(req: AdmitRequest, endpoint: string): number {
+    const d = req.demand;
+    const output = d?.outputTokens ?? this.settings.scoring.assumed_output_tokens;
+    if (!d || d.promptTokens === 0) return output;
+    const cached = this.prefix.match(req.prefix, (id) => id === endpoint)[0]?.blocks ?? 0;
+    return output + Math.max(0, d.promptTokens - cached * TOKENS_PER_BLOCK);
+  }
+
   private candidates(): Candidate[] {
     const s = this.settings;
     const loads: (LoadSample | undefined)[] = [];
@@ -404,7 +439,13 @@ export class PoolCore {
     const out: Candidate[] = [];
     for (const e of this.endpoints.values()) {
       const g = signals(
-        { inflight: e.inflight, weight: e.spec.weight, load: e.load },
+        {
+          inflight: e.inflight,
+          tokens: e.tokens,
+          weight: e.spec.weight,
+          capacity: e.spec.capacity,
+          load: e.load,
+        },
         s.scoring,
         s.stale_after,
         this.clock,
@@ -475,6 +516,9 @@ export class PoolCore {
           weight: c.spec.weight,
           state: c.state ?? "unscraped",
           inflight: e.inflight,
+          tokens: e.tokens,
+          maxSeqs: c.spec.capacity?.maxSeqs ?? null,
+          kvTokens: c.spec.capacity?.kvTokens ?? null,
           saturation: c.saturation,
           breaker: c.breaker,
           loadAgeMs: e.load ? now - e.load.at : null,

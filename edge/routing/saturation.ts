@@ -1,29 +1,45 @@
 /**
- * How full an endpoint and a pool are, from the three signals design §7
- * names. Each signal is divided by its target, so 1.0 means "at target":
+ * How full an endpoint and a pool are (docs/routing.md, "Admission"). Each
+ * signal is divided by its target, so 1.0 means "at target":
  *
- *   endpoint saturation = max(waiting / target_waiting,
- *                             kv_usage / kv_ceiling,
- *                             in_flight / (target_inflight × weight))
+ *   endpoint saturation = max(in_flight / (seq_ceiling × max_num_seqs),
+ *                             charged tokens / (kv_ceiling × KV tokens),
+ *                             waiting / target_waiting,
+ *                             kv_usage / kv_ceiling)
  *   pool saturation     = mean over routable endpoints
  *
- * The in-flight count is the pool's own and always current; waiting and KV
- * come from scrapes and age. A scraped signal older than `stale_after`
- * decays linearly toward 1.0 over another `stale_after` — pessimistic, never
- * toward 0, so a silent engine stops looking idle. One exception, after the
- * anchors' fail-open lesson: when no endpoint of the pool has a fresh
- * sample, the fault is the load feed (control plane or agents down), not
- * every engine at once, and the scraped terms are left out rather than
- * decayed: the pool then admits on its exact in-flight counts alone instead
- * of shutting every band out. An endpoint never scraped (router-only mode)
- * is judged on in-flight alone.
+ * The first two are the pool's own: every admit charges its request's
+ * predicted demand (a sequence, and its prompt and answer in tokens) and
+ * every release frees it, so they move with each decision and a burst is
+ * judged from its first request. They need the engine's capacity; where it
+ * is unknown, the batch is assumed to be vLLM's default and the token term
+ * is left out. The last two are scraped, seconds late, and can only raise
+ * the figure: they catch what the pool cannot see (work sent around it,
+ * prompts longer than estimated). A scraped signal older than `stale_after`
+ * decays linearly toward 1.0 over another `stale_after` — pessimistic,
+ * never toward 0, so a silent engine stops looking idle. One exception,
+ * after the anchors' fail-open lesson: when no endpoint of the pool has a
+ * fresh sample, the fault is the load feed (control plane or agents down),
+ * not every engine at once, and the scraped terms are left out rather than
+ * decayed: the pool then admits on its own exact charges alone instead of
+ * shutting every band out. An endpoint never scraped (router-only mode) is
+ * judged on its charges alone.
  */
 import type { ScoringConfig } from "../router-config.ts";
-import type { LoadSample } from "./types.ts";
+import type { Capacity, LoadSample } from "./types.ts";
+
+/**
+ * vLLM's default `max_num_seqs` (and the sim engine's), assumed for an
+ * endpoint whose capacity nobody stated or scraped, scaled by its weight.
+ */
+export const ASSUMED_MAX_NUM_SEQS = 256;
 
 export interface SaturationInput {
   inflight: number;
+  /** Predicted tokens of the requests in flight (the pool's charges). */
+  tokens: number;
   weight: number;
+  capacity: Capacity | undefined;
   load: LoadSample | undefined;
 }
 
@@ -31,6 +47,14 @@ export interface Signals {
   waiting: number;
   kv: number;
   inflight: number;
+  tokens: number;
+}
+
+/** Requests in flight at which an endpoint counts as saturated. */
+export function inflightTarget(e: Pick<SaturationInput, "weight" | "capacity">, s: ScoringConfig): number {
+  if (s.target_inflight !== undefined) return s.target_inflight * e.weight;
+  const seqs = e.capacity?.maxSeqs;
+  return seqs ? seqs * s.seq_ceiling : ASSUMED_MAX_NUM_SEQS * e.weight * s.seq_ceiling;
 }
 
 /** A value aged past `staleMs`, moved toward 1.0 in proportion to how far past. */
@@ -40,7 +64,7 @@ export function decayTowardOne(value: number, ageMs: number, staleMs: number): n
   return value + (1 - value) * w;
 }
 
-/** Each signal over its target, scraped ones decayed by age; `scraped: false` leaves them at 0. */
+/** Each signal over its target, scraped ones decayed by age; `scraped: false` leaves those at 0. */
 export function signals(
   e: SaturationInput,
   s: ScoringConfig,
@@ -48,17 +72,20 @@ export function signals(
   now: number,
   scraped: boolean,
 ): Signals {
-  const inflight = e.inflight / (s.target_inflight * e.weight);
-  if (!scraped || !e.load) return { waiting: 0, kv: 0, inflight };
+  const inflight = e.inflight / inflightTarget(e, s);
+  const kvTokens = e.capacity?.kvTokens;
+  const tokens = kvTokens ? e.tokens / (kvTokens * s.kv_ceiling) : 0;
+  if (!scraped || !e.load) return { waiting: 0, kv: 0, inflight, tokens };
   const age = Math.max(0, now - e.load.at);
   return {
     waiting: decayTowardOne(e.load.waiting / s.target_waiting, age, staleMs),
     kv: decayTowardOne(e.load.kvUsage / s.kv_ceiling, age, staleMs),
     inflight,
+    tokens,
   };
 }
 
-export const saturationOf = (g: Signals): number => Math.max(g.waiting, g.kv, g.inflight);
+export const saturationOf = (g: Signals): number => Math.max(g.waiting, g.kv, g.inflight, g.tokens);
 
 /** Whether any sample of the pool is fresh; if none is, the feed is down and scraped terms are ignored. */
 export function feedIsLive(loads: Iterable<LoadSample | undefined>, staleMs: number, now: number): boolean {

@@ -19,6 +19,29 @@ export interface EndpointSpec {
   /** Relative capacity (heterogeneous GPUs): scales its in-flight target and its share of traffic. */
   weight: number;
   via: "direct" | "vpc" | "tunnel";
+  /** What the engine can hold, when known (engine args, its /metrics, or the operator). */
+  capacity?: Capacity | undefined;
+}
+
+/**
+ * An engine's capacity: the batch it runs at once (`max_num_seqs`) and the
+ * tokens its KV cache holds (`num_gpu_blocks` × `block_size`). Either may be
+ * unknown; saturation then falls back to what it can assume (saturation.ts).
+ */
+export interface Capacity {
+  maxSeqs?: number | undefined;
+  kvTokens?: number | undefined;
+}
+
+/**
+ * What a request is predicted to need of an engine, charged at admit and
+ * freed at release so saturation is current at every decision: its prompt
+ * (estimated from the body's characters) and its answer (`max_tokens`, or
+ * the configured assumption).
+ */
+export interface Demand {
+  promptTokens: number;
+  outputTokens: number;
 }
 
 /** What an agent scraped from an engine, as the control plane pushed it. */
