@@ -57,6 +57,19 @@ describe("parsePrometheusText", () => {
 });
 
 describe("loadFromSamples", () => {
+  it("reads the KV cache's tokens off cache_config_info, summed over data-parallel engines", () => {
+    const text = [
+      'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="27669"} 1.0',
+      'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1.0',
+      "vllm:num_requests_waiting 0",
+    ].join("\n");
+    const { samples } = parsePrometheusText(text);
+    expect(loadFromSamples(samples, VLLM_METRICS).kvCapacityTokens).toBe((27_669 + 1_000) * 16);
+    expect(loadFromSamples(samples, SGLANG_METRICS).kvCapacityTokens).toBe(0);
+    const junk = parsePrometheusText('vllm:cache_config_info{block_size="x",num_gpu_blocks="9"} 1').samples;
+    expect(loadFromSamples(junk, VLLM_METRICS).kvCapacityTokens).toBe(0);
+  });
+
   it("vLLM: gauges, and the hit rate from _total counters (lifetime on the first scrape)", () => {
     const r = loadFromSamples(parsePrometheusText(fixture("vllm.prom")).samples, VLLM_METRICS);
     expect(r).toMatchObject({

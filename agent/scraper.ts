@@ -151,6 +151,8 @@ export interface LoadReading {
   prefixCacheHitRate: number;
   /** The engine's lifetime generated tokens (0 when it exports none). */
   generationTokens: number;
+  /** Tokens its KV cache holds, from the cache-config info metric; 0 when it exports none. */
+  kvCapacityTokens: number;
   /** Carried to the next reading, to turn counters into a rate. */
   counters?: PrefixCounters;
   /** Which expected metrics were absent (an engine of another kind, or one still starting). */
@@ -200,10 +202,34 @@ export function loadFromSamples(
     }
   }
   const generationTokens = sum(samples, names.generationTokens) ?? 0;
-  return { waiting, running, kvUsage, prefixCacheHitRate, generationTokens, counters, missing };
+  const kvCapacityTokens = names.cacheConfig ? kvTokensOf(samples, names.cacheConfig) : 0;
+  return {
+    waiting,
+    running,
+    kvUsage,
+    prefixCacheHitRate,
+    generationTokens,
+    kvCapacityTokens,
+    counters,
+    missing,
+  };
 }
 
-export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number): ShardLoad {
+/** num_gpu_blocks × block_size of each engine's cache-config series (one per data-parallel engine), summed. */
+function kvTokensOf(samples: readonly Sample[], name: string): number {
+  let total = 0;
+  for (const s of samples) {
+    if (s.name !== name) continue;
+    const blocks = Number(s.labels.num_gpu_blocks);
+    const size = Number(s.labels.block_size);
+    if (Number.isSafeInteger(blocks) && Number.isSafeInteger(size) && blocks > 0 && size > 0)
+      total += blocks * size;
+  }
+  return total;
+}
+
+/** `maxNumSeqs`: the batch the engine runs at once, as its launch says (0: unknown). */
+export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number, maxNumSeqs = 0): ShardLoad {
   return create(ShardLoadSchema, {
     waiting: r.waiting,
     running: r.running,
@@ -211,6 +237,8 @@ export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number): ShardLoad 
     prefixCacheHitRate: r.prefixCacheHitRate,
     generationTokens: r.generationTokens,
     scrapedAtUnixMs: BigInt(scrapedAtUnixMs),
+    maxNumSeqs,
+    kvCapacityTokens: BigInt(r.kvCapacityTokens),
   });
 }
 
@@ -245,11 +273,14 @@ export class LoadScraper {
     /** A number, or read at each scrape (the control plane may change it). */
     private readonly timeoutMs: number | (() => number) = 1_000,
     private readonly now: () => number = Date.now,
+    /** The engine's batch, as its launch says; reported with every load. */
+    private readonly maxNumSeqs = 0,
   ) {
     this.url = engineUrl(host, port, path);
     const hr = names.prefixHitRate;
     const base = [names.waiting, names.running, names.kvUsage, names.generationTokens];
     base.push(...(hr.kind === "gauge" ? [hr.name] : [hr.queries, hr.hits]));
+    if (names.cacheConfig) base.push(names.cacheConfig);
     this.wanted = new Set(base.flatMap((n) => [n, `${n}_total`]));
   }
 
@@ -259,6 +290,6 @@ export class LoadScraper {
     const { samples, errors } = parsePrometheusText(text, (n) => this.wanted.has(n));
     const reading = loadFromSamples(samples, this.names, this.prev);
     this.prev = { counters: reading.counters, prefixCacheHitRate: reading.prefixCacheHitRate };
-    return { load: toShardLoad(reading, this.now()), reading, errors };
+    return { load: toShardLoad(reading, this.now(), this.maxNumSeqs), reading, errors };
   }
 }

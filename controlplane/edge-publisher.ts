@@ -48,24 +48,32 @@ export interface EdgeFacts {
   now: number;
 }
 
+/** A configured endpoint (the config's `endpoints:` or `ctl endpoints set`'s file) as EdgeSync carries it. */
+export function staticEndpoint(e: EndpointConfig): Endpoint {
+  return create(EndpointSchema, {
+    id: e.id,
+    url: e.url,
+    models: [...e.models],
+    pool: e.pool,
+    weight: e.weight,
+    priority: e.priority,
+    via: e.via,
+    maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
+    kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
+  });
+}
+
 /** Pure: the endpoint set the edge should have now. */
 export function endpointSet(f: EdgeFacts): Endpoint[] {
-  const out: Endpoint[] = f.staticEndpoints.map((e) =>
-    create(EndpointSchema, {
-      id: e.id,
-      url: e.url,
-      models: [...e.models],
-      pool: e.pool,
-      weight: e.weight,
-      priority: e.priority,
-      via: e.via,
-    }),
-  );
+  const out: Endpoint[] = f.staticEndpoints.map(staticEndpoint);
   for (const r of f.replicas) {
     if (replicaStatus(r, f.now) !== "ready") continue;
     const head = r.shards.find((s) => s.rank === 0);
     const host = head && f.address(head.node);
     if (!head || !host || head.ports.http === 0) continue;
+    // Capacity as the agent read it off the engine (its arguments, its
+    // cache_config_info); unknown until the first scrape after ready.
+    const load = f.load({ replicaId: r.id, rank: 0, node: head.node });
     out.push(
       create(EndpointSchema, {
         id: r.id,
@@ -75,6 +83,8 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
         weight: 1,
         priority: 0,
         via: f.via,
+        maxNumSeqs: load?.maxNumSeqs ?? 0,
+        kvTokens: load?.kvCapacityTokens ?? 0n,
       }),
     );
   }
@@ -82,7 +92,19 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
 }
 
 const fingerprint = (list: readonly Endpoint[]) =>
-  JSON.stringify(list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via]));
+  JSON.stringify(
+    list.map((e) => [
+      e.id,
+      e.url,
+      e.models,
+      e.pool,
+      e.weight,
+      e.priority,
+      e.via,
+      e.maxNumSeqs,
+      String(e.kvTokens),
+    ]),
+  );
 
 /**
  * Pure: what to publish while holding after a start. `last` is what the edge

@@ -19,12 +19,23 @@ export const endpointRecordSchema = z.object({
   weight: z.number().positive().default(1),
   priority: z.number().int().default(0),
   via: viaSchema.default("direct"),
+  max_num_seqs: z.number().int().positive().optional(),
+  kv_tokens: z.number().int().positive().optional(),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
 /** What routing needs of a record: everything but the models it serves. */
 export function endpointSpec(e: EndpointRecord): EndpointSpec {
-  return { id: e.id, url: e.url, pool: e.pool, priority: e.priority, weight: e.weight, via: e.via };
+  const spec: EndpointSpec = {
+    id: e.id,
+    url: e.url,
+    pool: e.pool,
+    priority: e.priority,
+    weight: e.weight,
+    via: e.via,
+  };
+  if (e.max_num_seqs || e.kv_tokens) spec.capacity = { maxSeqs: e.max_num_seqs, kvTokens: e.kv_tokens };
+  return spec;
 }
 
 /**

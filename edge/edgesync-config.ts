@@ -87,6 +87,8 @@ export function configCalls(env: Env): ConfigCalls {
           weight: e.weight || undefined,
           priority: e.priority,
           via: e.via || undefined,
+          max_num_seqs: e.maxNumSeqs || undefined,
+          kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
         });
         if (!r.success) {
           const issue = r.error.issues[0]!;

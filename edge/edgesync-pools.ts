@@ -110,6 +110,9 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       running: e.running ?? 0,
       kvUsage: e.kvUsage ?? 0,
       prefixBlocks: e.prefixBlocks,
+      tokens: BigInt(Math.round(e.tokens)),
+      maxNumSeqs: e.maxSeqs ?? 0,
+      kvTokens: BigInt(e.kvTokens ?? 0),
     })),
     lastRejections: s.lastRejections,
   };

@@ -37,6 +37,8 @@ export interface MetricNames {
   prefixHitRate: { kind: "counters"; queries: string; hits: string } | { kind: "gauge"; name: string };
   /** The lifetime counter of generated tokens; optional to the engine (absent counts as 0, not missing). */
   generationTokens: string;
+  /** An info metric whose `num_gpu_blocks` × `block_size` labels are the KV cache's tokens; optional. */
+  cacheConfig?: string;
 }
 
 export interface EngineLaunch {
@@ -55,6 +57,11 @@ export interface EngineLaunch {
   healthPath: string | null;
   metricsPath: string | null;
   metricNames: MetricNames;
+  /**
+   * Requests the engine runs at once, from its arguments or the engine's
+   * known default; undefined when neither says (the edge then assumes).
+   */
+  maxNumSeqs: number | undefined;
 }
 
 export interface EngineAdapter {
@@ -69,6 +76,7 @@ export const VLLM_METRICS: MetricNames = {
   kvUsage: "vllm:kv_cache_usage_perc",
   prefixHitRate: { kind: "counters", queries: "vllm:prefix_cache_queries", hits: "vllm:prefix_cache_hits" },
   generationTokens: "vllm:generation_tokens",
+  cacheConfig: "vllm:cache_config_info",
 };
 
 export const SGLANG_METRICS: MetricNames = {
@@ -131,4 +139,22 @@ export function withSpecEnv(env: Record<string, string>, spec: StartShard): Reco
 export function fraction(n: number): string {
   // Proto doubles arrive as 0.9000000000000001 often enough to be ugly in `ps`.
   return String(Math.round(n * 10_000) / 10_000);
+}
+
+/**
+ * An integer flag's value in an engine's extra arguments (`--flag N` or
+ * `--flag=N`, dashes or underscores, as vLLM and SGLang both accept); the
+ * last one wins, as it does for their parsers.
+ */
+export function intFlag(args: readonly string[], flag: string): number | undefined {
+  const names = new Set([flag, flag.replaceAll("-", "_").replace(/^__/, "--")]);
+  let found: number | undefined;
+  args.forEach((a, i) => {
+    const eq = a.indexOf("=");
+    const name = eq > 0 ? a.slice(0, eq) : a;
+    if (!names.has(name)) return;
+    const v = Number(eq > 0 ? a.slice(eq + 1) : args[i + 1]);
+    if (Number.isInteger(v) && v > 0) found = v;
+  });
+  return found;
 }

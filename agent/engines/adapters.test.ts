@@ -225,3 +225,24 @@ describe("sim adapter", () => {
     expect(l.env).toEqual({ SIM_SPEED: "10" });
   });
 });
+
+describe("the batch an engine runs at once (its capacity at the edge)", () => {
+  it("vLLM and the sim engine: --max-num-seqs in any spelling, else vLLM's default, times data parallel", () => {
+    expect(vllmAdapter.build(spec(), node).maxNumSeqs).toBe(256);
+    expect(vllmAdapter.build(spec({ args: ["--max-num-seqs", "64"] }), node).maxNumSeqs).toBe(64);
+    expect(simAdapter.build(spec({ args: ["--max_num_seqs=4"] }), node).maxNumSeqs).toBe(4);
+    expect(
+      vllmAdapter.build(spec({ args: ["--max-num-seqs", "32"], dataParallel: 4 }), node).maxNumSeqs,
+    ).toBe(128);
+    // A malformed value is left to the engine to refuse; the edge assumes the default.
+    expect(vllmAdapter.build(spec({ args: ["--max-num-seqs", "lots"] }), node).maxNumSeqs).toBe(256);
+  });
+
+  it("SGLang: only an explicit --max-running-requests is known", () => {
+    expect(sglangAdapter.build(spec({ engine: "sglang" }), node).maxNumSeqs).toBeUndefined();
+    expect(
+      sglangAdapter.build(spec({ engine: "sglang", args: ["--max-running-requests", "48"] }), node)
+        .maxNumSeqs,
+    ).toBe(48);
+  });
+});

@@ -4,6 +4,7 @@ import {
   type EngineLaunch,
   fraction,
   gpuEnv,
+  intFlag,
   listenHost,
   type NodeContext,
   probeHostFor,
@@ -58,6 +59,9 @@ export const sglangAdapter: EngineAdapter = {
       healthPath: follower ? null : "/health",
       metricsPath: follower ? null : "/metrics",
       metricNames: SGLANG_METRICS,
+      // SGLang sizes its batch from memory at start and exports no figure
+      // for it: only an explicit --max-running-requests is known.
+      maxNumSeqs: intFlag(spec.args, "--max-running-requests"),
     };
   },
 };

@@ -7,7 +7,7 @@ import {
   VLLM_METRICS,
   withSpecEnv,
 } from "./adapter.ts";
-import { isHeadless, vllmServeArgs } from "./vllm.ts";
+import { isHeadless, vllmMaxNumSeqs, vllmServeArgs } from "./vllm.ts";
 
 /** bin/llmgw.mjs of this checkout: the sim engine is a subcommand of llmgw itself. */
 export const LLMGW_ENTRY = fileURLToPath(new URL("../../bin/llmgw.mjs", import.meta.url));
@@ -33,6 +33,7 @@ export const simAdapter: EngineAdapter = {
       healthPath: headless ? null : "/health",
       metricsPath: headless ? null : "/metrics",
       metricNames: VLLM_METRICS,
+      maxNumSeqs: vllmMaxNumSeqs(spec),
     };
   },
 };

@@ -4,6 +4,7 @@ import {
   type EngineLaunch,
   fraction,
   gpuEnv,
+  intFlag,
   listenHost,
   type NodeContext,
   probeHostFor,
@@ -53,6 +54,19 @@ export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
   return args;
 }
 
+/**
+ * vLLM's default `--max-num-seqs` for its OpenAI server (and the sim
+ * engine's). Newer releases pick larger ones on some GPUs; a profile that
+ * names it in its engine args is exact.
+ */
+export const VLLM_DEFAULT_MAX_NUM_SEQS = 256;
+
+/** The batch a replica runs at once: per data-parallel rank, so times their count. */
+export function vllmMaxNumSeqs(spec: StartShard): number {
+  const perRank = intFlag(spec.args, "--max-num-seqs") ?? VLLM_DEFAULT_MAX_NUM_SEQS;
+  return perRank * Math.max(1, spec.dataParallel);
+}
+
 export function isHeadless(spec: StartShard): boolean {
   return spec.worldNodes > 1 && spec.rank > 0;
 }
@@ -78,6 +92,7 @@ export const vllmAdapter: EngineAdapter = {
       healthPath: headless ? null : "/health",
       metricsPath: headless ? null : "/metrics",
       metricNames: VLLM_METRICS,
+      maxNumSeqs: vllmMaxNumSeqs(spec),
     };
   },
 };

@@ -33,6 +33,8 @@ export class LoadWatch {
       launch.metricsPath,
       launch.metricNames,
       () => settings.timeoutMs,
+      Date.now,
+      launch.maxNumSeqs ?? 0,
     );
   }
 

@@ -160,6 +160,29 @@ export const endpointSchema = z.strictObject({
   via: viaSchema
     .default("direct")
     .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
+  // A static endpoint is scraped by nobody, so what it can hold is the
+  // operator's to say; without it the pool assumes vLLM's default batch.
+  capacity: z
+    .strictObject({
+      max_num_seqs: z
+        .number()
+        .int()
+        .positive()
+        .optional()
+        .describe("Requests the engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests)"),
+      kv_tokens: z
+        .number()
+        .int()
+        .positive()
+        .optional()
+        .describe(
+          "Tokens the engine's KV cache holds (vLLM: num_gpu_blocks × block_size in its log or /metrics)",
+        ),
+    })
+    .optional()
+    .describe(
+      "What the engine can hold; the edge's pool counts each request's demand against it (docs/routing.md)",
+    ),
 });
 
 // mTLS on the agent listener (docs/agents.md, "Security: mTLS and

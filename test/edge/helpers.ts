@@ -305,6 +305,8 @@ export interface EndpointSpec {
   weight?: number;
   /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
   pool?: string;
+  /** What the engine can hold, as an endpoint file's `capacity:` says it. */
+  capacity?: { maxNumSeqs?: number; kvTokens?: number };
 }
 
 export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
@@ -317,6 +319,8 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
       weight: e.weight ?? 1,
       priority: e.priority ?? 0,
       via: "direct",
+      maxNumSeqs: e.capacity?.maxNumSeqs ?? 0,
+      kvTokens: BigInt(e.capacity?.kvTokens ?? 0),
     })),
   });
 }

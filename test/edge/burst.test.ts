@@ -1,0 +1,128 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitUntil } from "../harness/process.ts";
+import {
+  clientFor,
+  createKey,
+  type Edge,
+  setEndpoints,
+  startEdge,
+  startSim,
+  stopStarted,
+  type TestKey,
+} from "./helpers.ts";
+
+/**
+ * The burst that once inverted the bands, on real processes: four sim
+ * engines of 4 slots each at a quarter of real time behind the edge in
+ * workerd, their capacity stated in the endpoint set and no
+ * `target_inflight` override. 120 bronze streams arrive at once, then
+ * platinum. Without a load feed the pool has only its own charges to go
+ * by, which is the point: they must hold from the first request. At the
+ * default seq_ceiling of 0.5 the fleet saturates at 8 in flight, so
+ * bronze's ceiling (0.30) is 2.4 of them: 3 dispatched, the rest queued or
+ * refused.
+ */
+afterAll(stopStarted);
+
+const BRONZE = 120;
+const QUEUE = 50;
+const HANG_MS = 60_000;
+
+interface Result {
+  band: string;
+  status: number;
+  code: string | null;
+  retryAfter: string | null;
+}
+
+describe("a burst at the edge", () => {
+  let edge: Edge;
+  let key: TestKey;
+
+  beforeAll(async () => {
+    const started = await Promise.all([
+      startEdge({ admission: { queue_ttl: "10s", queue_capacity_per_band: QUEUE } }),
+      ...Array.from({ length: 4 }, () => startSim("burst", ["--sim-speed", "0.25", "--max-num-seqs", "4"])),
+    ]);
+    edge = started[0] as Edge;
+    await setEndpoints(
+      edge,
+      started.slice(1).map((s, i) => ({
+        id: `burst-${i}`,
+        url: (s as { url: string }).url,
+        models: ["burst"],
+        capacity: { maxNumSeqs: 4 },
+      })),
+    );
+    key = await createKey(edge, { band: "platinum" });
+  }, 120_000);
+
+  async function ask(band: string, n: number): Promise<Result> {
+    try {
+      const stream = await clientFor(edge, key.secret).chat.completions.create(
+        {
+          model: "burst",
+          messages: [{ role: "user", content: `${band} ${n}` }],
+          max_tokens: 16,
+          stream: true,
+        },
+        { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },
+      );
+      for await (const _ of stream) {
+        // Read to the end: a stream cut short would throw here.
+      }
+      return { band, status: 200, code: null, retryAfter: null };
+    } catch (err) {
+      const e = err as { status?: number; code?: string | null; headers?: Headers };
+      if (e.status === undefined) return { band, status: 0, code: "hang or broken", retryAfter: null };
+      return {
+        band,
+        status: e.status,
+        code: e.code ?? null,
+        retryAfter: e.headers?.get("retry-after") ?? null,
+      };
+    }
+  }
+
+  const pool = async () => (await edge.sync.getPoolStatus({ model: "burst" })).pools[0]!;
+  const band = (p: Awaited<ReturnType<typeof pool>>, name: string) => p.bands.find((b) => b.name === name)!;
+  const inFlight = (p: Awaited<ReturnType<typeof pool>>) => p.endpoints.reduce((n, e) => n + e.inflight, 0);
+
+  it("holds bronze at its ceiling from the first request, serves platinum through it, and answers every request", async () => {
+    const bronze = Array.from({ length: BRONZE }, (_, i) => ask("bronze", i));
+    // Every bronze request has been admitted, queued or refused.
+    let most = 0;
+    await waitUntil("the bronze burst has arrived", async () => {
+      const p = await pool();
+      most = Math.max(most, inFlight(p));
+      const b = band(p, "bronze");
+      return Number(b.full) + Number(b.queued) >= BRONZE - 3;
+    });
+    const held = await pool();
+    expect(band(held, "bronze").depth).toBeGreaterThan(0);
+    expect(inFlight(held)).toBeLessThanOrEqual(3);
+    expect(most, "bronze in flight at any poll").toBeLessThanOrEqual(3);
+
+    // Platinum, while bronze still waits in its queue: dispatched at once.
+    const platinum = await Promise.all(Array.from({ length: 4 }, (_, i) => ask("platinum", i)));
+    expect(platinum.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    const after = await pool();
+    expect(band(after, "platinum")).toMatchObject({ admitted: 4n, queued: 0n });
+
+    const results = await Promise.all(bronze);
+    const outcomes = new Set(results.map((r) => `${r.status} ${r.code}`));
+    for (const o of outcomes) expect(["200 null", "429 queue_full", "503 queue_timeout"]).toContain(o);
+    const refused = results.filter((r) => r.status === 429);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) expect(Number(r.retryAfter)).toBeGreaterThan(0);
+
+    // The pool counted what the clients saw, and nothing is left held.
+    await waitUntil("every lease released", async () => (await pool()).leases === 0);
+    const end = band(await pool(), "bronze");
+    expect([Number(end.full), Number(end.expired), Number(end.admitted)]).toEqual([
+      refused.length,
+      results.filter((r) => r.code === "queue_timeout").length,
+      results.filter((r) => r.status === 200).length,
+    ]);
+  }, 180_000);
+});
