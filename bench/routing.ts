@@ -34,13 +34,14 @@ import { loadFigure } from "../loadgen/plot.ts";
 import { type LevelSummary, ms } from "../loadgen/stats.ts";
 import { bandMix, DEFAULT_BANDS, randomPrompts, sharedPrefix, type Workload } from "../loadgen/workloads.ts";
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
+import { runBurst } from "./routing/burst.ts";
 import { knee, type Level, runLevel } from "./routing/levels.ts";
 import { pickBenchmark } from "./routing/pick.ts";
 import { poolRoundTrip } from "./routing/pool-rtt.ts";
 import { realConfirmation } from "./routing/real.ts";
 
 const QUICK = process.env.QUICK === "1";
-const PARTS = new Set((process.env.PARTS ?? "sim,pick,rtt,real").split(","));
+const PARTS = new Set((process.env.PARTS ?? "sim,burst,pick,rtt,real").split(","));
 const MEASURE_S = Number(process.env.MEASURE_S ?? (QUICK ? 60 : 120));
 const WARMUP_S = 30;
 const SEED = Number(process.env.SEED ?? 1);
@@ -248,7 +249,91 @@ function simulation(): void {
     verdict("platinum TTFT p99, overloaded ÷ unloaded", p1 / p0, "≤ 2", p1 / p0 <= 2);
 }
 
+/**
+ * What the fleet serves flat out, req/s: platinum alone (ceiling 1.0) far
+ * above any knee, counted over the measured window.
+ */
+function servedRate(core: typeof DEFAULT_H100_8B_CORE, rate: number): number {
+  const l = runLevel({
+    workload: RANDOM,
+    policy: "chat",
+    rate,
+    engines: ENGINES,
+    core,
+    settings: routerSchema.parse({ admission: { default_band: "platinum" } }),
+    warmupS: 20,
+    measureS: 40,
+    seed: SEED,
+  });
+  return l.summary.outputTokensPerSecond / 200;
+}
+
+function burst(): void {
+  process.stdout.write(
+    "\n## burst: bronze steps from idle to 3× what the fleet serves, platinum 2 req/s from 2 s on, 30 s, load fed with its real lag\n\n",
+  );
+  const fleets = [
+    { name: "H100 8B, batch 256", core: DEFAULT_H100_8B_CORE },
+    { name: "H100 8B, --max-num-seqs 16", core: { ...DEFAULT_H100_8B_CORE, maxNumSeqs: 16 } },
+  ];
+  const rows: string[][] = [];
+  const checks: [string, number][] = [];
+  for (const f of fleets) {
+    const capacity = servedRate(f.core, 400);
+    for (const known of [false, true]) {
+      const r = runBurst({
+        workload: RANDOM,
+        engines: ENGINES,
+        core: f.core,
+        settings,
+        bronzeRate: Math.round(3 * capacity),
+        platinumRate: 2,
+        platinumFromS: 2,
+        burstS: 30,
+        seed: SEED,
+        knownCapacity: known,
+      });
+      const ratio = r.platinum.p99 / r.platinum.unloadedP99;
+      if (known) checks.push([f.name, ratio]);
+      rows.push([
+        f.name,
+        known ? "capacity + demand" : "before: in-flight target",
+        `${Math.round(capacity)} → ${Math.round(3 * capacity)}`,
+        r.ceilingAfterMs === null ? "never" : `${Math.round(r.ceilingAfterMs)} ms`,
+        ms(r.platinum.p50 / 1000),
+        ms(r.platinum.p99 / 1000),
+        `${ratio.toFixed(2)}×`,
+        `${r.platinum.served}/${r.platinum.requests}`,
+        `${r.bronze.served}/${r.bronze.requests}`,
+        String(r.bronze.full),
+        String(r.bronze.expired),
+      ]);
+    }
+  }
+  process.stdout.write(
+    `${renderTable(
+      [
+        "fleet",
+        "admission",
+        "served → bronze req/s",
+        "bronze held after",
+        "plat TTFT p50",
+        "plat TTFT p99",
+        "÷ unloaded",
+        "plat served",
+        "bronze served",
+        "429",
+        "503",
+      ],
+      rows,
+    )}\n\ntargets, burst:\n`,
+  );
+  for (const [name, ratio] of checks)
+    verdict(`${name}: platinum TTFT p99 under the burst ÷ unloaded`, ratio, "≤ 1.5", ratio <= 1.5);
+}
+
 if (PARTS.has("sim")) simulation();
+if (PARTS.has("burst")) burst();
 if (PARTS.has("pick")) pickBenchmark();
 if (PARTS.has("rtt")) await poolRoundTrip();
 if (PARTS.has("real")) await realConfirmation({ quick: QUICK });

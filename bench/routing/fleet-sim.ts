@@ -16,6 +16,7 @@
 
 import { mulberry32 } from "../../common/rng.ts";
 import type { RouterConfig } from "../../edge/router-config.ts";
+import { predictDemand } from "../../edge/routing/demand.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";
 import type { RouteTier, RoutingPolicy } from "../../edge/routing/types.ts";
@@ -50,6 +51,13 @@ export interface FleetOptions {
   seed?: number;
   /** A span (ms) to report engine counters for on their own, e.g. the run minus its warm-up. */
   window?: { start: number; end: number };
+  /**
+   * As deployed since capacity became known (default): each endpoint
+   * carries its engine's batch and KV tokens, and each admit its predicted
+   * demand. False is the design before it: no capacity, no demand, only
+   * the in-flight target.
+   */
+  knownCapacity?: boolean;
 }
 
 export interface RequestResult {
@@ -202,6 +210,8 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
     requests: 0,
   }));
   const byId = new Map(engines.map((e) => [e.id, e]));
+  const known = opts.knownCapacity ?? true;
+  const assumed = opts.settings.scoring.assumed_output_tokens;
   pool.setEndpoints(
     1,
     engines.map((e) => ({
@@ -211,6 +221,9 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
       priority: 0,
       weight: 1,
       via: "direct",
+      ...(known
+        ? { capacity: { maxSeqs: opts.core.maxNumSeqs, kvTokens: opts.core.numBlocks * opts.core.blockSize } }
+        : {}),
     })),
     0,
   );
@@ -307,6 +320,10 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
           policy: opts.policy,
           session: req.session,
           prefix: requestPrefixHashes(model, { messages: req.messages }),
+          // Estimated from the body as the Worker does, so its error is the real one.
+          ...(known
+            ? { demand: predictDemand({ messages: req.messages, max_tokens: req.maxTokens }, true, assumed) }
+            : {}),
         },
         tl.now,
         onAdmission(req),

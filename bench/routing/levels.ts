@@ -22,6 +22,8 @@ export interface LevelSpec {
   engines: number;
   core: EngineCoreConfig;
   settings: RouterConfig;
+  /** FleetOptions.knownCapacity: false runs the design before capacity was known. */
+  knownCapacity?: boolean;
   warmupS: number;
   measureS: number;
   seed: number;
@@ -58,6 +60,7 @@ export function runLevel(spec: LevelSpec): Level {
       settings: spec.settings,
       seed: spec.seed,
       window: { start, end },
+      ...(spec.knownCapacity !== undefined ? { knownCapacity: spec.knownCapacity } : {}),
     },
     requests,
   );

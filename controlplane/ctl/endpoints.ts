@@ -123,6 +123,12 @@ async function status(edge: string, model: string, json: boolean): Promise<numbe
 
 const num = (v: number, digits = 2) => (v < 0 ? "-" : v.toFixed(digits));
 
+/** What the pool counts the endpoint's charges against; "assumed" where nobody said (docs/routing.md). */
+function capacity(seqs: number, kvTokens: bigint): string {
+  const s = seqs > 0 ? `${seqs} seqs` : "seqs assumed";
+  return kvTokens > 0n ? `${s}, ${Number(kvTokens).toLocaleString("en-US")} tokens` : s;
+}
+
 /** One block per model: its pool's state, its bands, its endpoints. */
 export function formatPools(pools: readonly PoolStatus[]): string {
   const out: string[] = [];
@@ -168,6 +174,8 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           "running",
           "kv",
           "load age",
+          "capacity",
+          "charged",
         ],
         p.endpoints.map((e) => [
           e.id,
@@ -181,6 +189,8 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           e.loadAgeMs < 0n ? "-" : String(e.running),
           e.loadAgeMs < 0n ? "-" : num(e.kvUsage),
           e.loadAgeMs < 0n ? "never" : `${(Number(e.loadAgeMs) / 1000).toFixed(1)}s`,
+          capacity(e.maxNumSeqs, e.kvTokens),
+          `${Number(e.tokens).toLocaleString("en-US")} tokens`,
         ]),
       ),
     );

@@ -40,7 +40,7 @@ describe("operating the stack", () => {
       - name: 1gpu
         engine: vllm
         source: test/op-small
-        engine_args: ["--max-model-len", "4096", "--sim-speed", "50"]
+        engine_args: ["--max-model-len", "4096", "--sim-speed", "50", "--max-num-seqs", "24"]
         replicas: { min: 1 }
         startup_deadline: 60s
   - name: ${TOO_BIG}
@@ -74,6 +74,24 @@ describe("operating the stack", () => {
       const s = await cp.client.getEdgeStatus({ model: MODEL });
       return (s.models[0]?.history ?? []).some((h) => h.generatedTokensPerSecond > 0);
     });
+  }, 60_000);
+
+  it("the engine's capacity reaches the edge's pool: its batch from its arguments, its KV tokens from its /metrics", async () => {
+    const endpoint = async () => {
+      const { pools } = await edge.sync.getPoolStatus({ model: MODEL });
+      return pools[0]?.endpoints[0];
+    };
+    await waitUntil("capacity in the pool's endpoint", async () => ((await endpoint())?.kvTokens ?? 0n) > 0n);
+    const e = (await endpoint())!;
+    expect(e.maxNumSeqs).toBe(24);
+    const metrics = await (await fetch(`${e.url}/metrics`)).text();
+    const info = /vllm:cache_config_info\{[^}]*\}/.exec(metrics)?.[0] ?? "";
+    const label = (name: string) => Number(new RegExp(`${name}="(\\d+)"`).exec(info)?.[1]);
+    expect(e.kvTokens).toBe(BigInt(label("num_gpu_blocks") * label("block_size")));
+    const shown = await runLlmgw(["ctl", "endpoints", "status", MODEL, "--edge", edge.url], {
+      LLMGW_EDGE_TOKEN: edge.token,
+    });
+    expect(shown.stdout).toContain(`24 seqs, ${Number(e.kvTokens).toLocaleString("en-US")} tokens`);
   }, 60_000);
 
   it("ctl status: nodes, replicas, models with why one cannot run, and the edge's view", async () => {
