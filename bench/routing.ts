@@ -22,7 +22,12 @@
  *    `wrangler dev` onto 4 sim engines, `llmgw bench` against `chat` and
  *    `round-robin` (bench/routing/real.ts).
  *
- * Env: PARTS (sim,pick,rtt,real), QUICK=1 (shorter windows, fewer levels),
+ * 4. Bursts: bronze stepping from idle to a multiple of the fleet, platinum
+ *    after it, with capacity known and before (bench/routing/burst.ts on
+ *    the simulated fleet, bench/routing/real-burst.ts through `wrangler
+ *    dev`).
+ *
+ * Env: PARTS (sim,burst,pick,rtt,real,real-burst), QUICK=1 (shorter windows, fewer levels),
  * MEASURE_S (120), SEED (1). Plots go to bench/out/.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -39,9 +44,10 @@ import { knee, type Level, runLevel } from "./routing/levels.ts";
 import { pickBenchmark } from "./routing/pick.ts";
 import { poolRoundTrip } from "./routing/pool-rtt.ts";
 import { realConfirmation } from "./routing/real.ts";
+import { realBurst } from "./routing/real-burst.ts";
 
 const QUICK = process.env.QUICK === "1";
-const PARTS = new Set((process.env.PARTS ?? "sim,burst,pick,rtt,real").split(","));
+const PARTS = new Set((process.env.PARTS ?? "sim,burst,pick,rtt,real,real-burst").split(","));
 const MEASURE_S = Number(process.env.MEASURE_S ?? (QUICK ? 60 : 120));
 const WARMUP_S = 30;
 const SEED = Number(process.env.SEED ?? 1);
@@ -337,3 +343,4 @@ if (PARTS.has("burst")) burst();
 if (PARTS.has("pick")) pickBenchmark();
 if (PARTS.has("rtt")) await poolRoundTrip();
 if (PARTS.has("real")) await realConfirmation({ quick: QUICK });
+if (PARTS.has("real-burst")) await realBurst();

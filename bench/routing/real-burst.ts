@@ -1,0 +1,186 @@
+/**
+ * The burst that once inverted the bands, on real processes, measured
+ * twice in one run: the edge in workerd (Miniflare on a direct socket, as
+ * bench:edge runs it: `wrangler dev`'s local proxy turns calls away under
+ * 120 streams on these machines; its ModelPool included)
+ * in front of 4 sim engines of 4 slots each at a quarter of real time, no
+ * load feed. 10 platinum streams at once, alone (unloaded), then 120 bronze
+ * streams at once and 10 platinum 2 s later. Once with the design before
+ * capacity was known (`target_inflight: 128`, endpoints without capacity)
+ * and once as it is now (each endpoint's `max_num_seqs`, every admit
+ * charged its demand). Each run gets fresh engines and a fresh edge.
+ */
+import { renderTable } from "../../controlplane/ctl/table.ts";
+import { ms, percentile } from "../../loadgen/stats.ts";
+import {
+  clientFor,
+  createKey,
+  type FastEdge,
+  type Sim,
+  setEndpoints,
+  startEdgeMiniflare,
+  startSim,
+  stopStarted,
+} from "../../test/edge/helpers.ts";
+
+const BRONZE = 120;
+const PLATINUM = 10;
+const HANG_MS = 90_000;
+
+interface Outcome {
+  status: number;
+  code: string | null;
+  retryAfter: boolean;
+  ttftMs: number | null;
+}
+
+async function ask(edge: FastEdge, key: string, band: string, n: number): Promise<Outcome> {
+  const t0 = performance.now();
+  try {
+    const stream = await clientFor(edge, key).chat.completions.create(
+      {
+        model: "burst",
+        messages: [{ role: "user", content: `${band} ${n} asks` }],
+        max_tokens: 16,
+        stream: true,
+      },
+      { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },
+    );
+    let ttftMs: number | null = null;
+    for await (const c of stream)
+      if (ttftMs === null && c.choices[0]?.delta.content) ttftMs = performance.now() - t0;
+    return { status: 200, code: null, retryAfter: false, ttftMs };
+  } catch (err) {
+    const e = err as { status?: number; code?: string | null; headers?: Headers };
+    if (e.status === undefined) return { status: 0, code: "hung or broken", retryAfter: false, ttftMs: null };
+    return {
+      status: e.status,
+      code: e.code ?? null,
+      retryAfter: Number(e.headers?.get("retry-after")) > 0,
+      ttftMs: null,
+    };
+  }
+}
+
+const p99 = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    99,
+  ) ?? Number.NaN;
+
+interface Run {
+  design: string;
+  ceilingMs: number | null;
+  maxBronzeInFlight: number;
+  unloadedP99: number;
+  loadedP99: number;
+  platinumServed: number;
+  bronze: Outcome[];
+}
+
+async function run(design: string, known: boolean): Promise<Run> {
+  const [edge, ...sims] = (await Promise.all([
+    startEdgeMiniflare({
+      ...(known ? {} : { scoring: { target_inflight: 128 } }),
+      admission: { queue_ttl: "10s", queue_capacity_per_band: 50 },
+    }),
+    ...Array.from({ length: 4 }, () => startSim("burst", ["--sim-speed", "0.25", "--max-num-seqs", "4"])),
+  ])) as [FastEdge, ...Sim[]];
+  await setEndpoints(
+    edge,
+    sims.map((s, i) => ({
+      id: `burst-${i}`,
+      url: s.url,
+      models: ["burst"],
+      ...(known ? { capacity: { maxNumSeqs: 4 } } : {}),
+    })),
+  );
+  const key = (await createKey(edge, { band: "platinum" })).secret;
+  // Alone as in the burst: all at once.
+  const alone = await Promise.all(Array.from({ length: PLATINUM }, (_, i) => ask(edge, key, "platinum", i)));
+  const unloaded = alone.map((o) => o.ttftMs ?? Number.POSITIVE_INFINITY);
+
+  const t0 = performance.now();
+  // The first refusal a client sees: the band's ceiling and its queue were
+  // both reached by then.
+  let ceilingMs: number | null = null;
+  const bronze = Array.from({ length: BRONZE }, (_, i) =>
+    ask(edge, key, "bronze", i).then((o) => {
+      if (o.status === 429 && ceilingMs === null) ceilingMs = performance.now() - t0;
+      return o;
+    }),
+  );
+  let maxBronzeInFlight = 0;
+  let platinumSent = false;
+  const platinum = new Promise<Outcome[]>((resolve) =>
+    setTimeout(() => {
+      platinumSent = true;
+      resolve(Promise.all(Array.from({ length: PLATINUM }, (_, i) => ask(edge, key, "platinum", 100 + i))));
+    }, 2_000),
+  );
+  // The most bronze in flight at the pool before platinum arrives.
+  while (!platinumSent) {
+    const p = (await edge.sync.getPoolStatus({ model: "burst" })).pools[0];
+    maxBronzeInFlight = Math.max(maxBronzeInFlight, p?.endpoints.reduce((n, e) => n + e.inflight, 0) ?? 0);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const loaded = await platinum;
+  const result: Run = {
+    design,
+    ceilingMs,
+    maxBronzeInFlight,
+    unloadedP99: p99(unloaded),
+    loadedP99: p99(loaded.map((o) => o.ttftMs ?? Number.POSITIVE_INFINITY)),
+    platinumServed: loaded.filter((o) => o.status === 200).length,
+    bronze: await Promise.all(bronze),
+  };
+  await Promise.all([edge.stop(), ...sims.map((s) => s.stop())]);
+  return result;
+}
+
+export async function realBurst(): Promise<void> {
+  process.stdout.write(
+    `\n## real burst: ${BRONZE} bronze streams at once, ${PLATINUM} platinum 2 s later; 4 sim engines of 4 slots at 0.25× speed behind the edge in workerd\n\n`,
+  );
+  const runs: Run[] = [];
+  try {
+    runs.push(await run("before: target_inflight 128", false));
+    runs.push(await run("capacity + demand", true));
+  } finally {
+    await stopStarted();
+  }
+  const rows = runs.map((r) => {
+    const count = (pred: (o: Outcome) => boolean) => String(r.bronze.filter(pred).length);
+    return [
+      r.design,
+      r.ceilingMs === null ? "never" : `${Math.round(r.ceilingMs)} ms`,
+      String(r.maxBronzeInFlight),
+      ms(r.unloadedP99 / 1000),
+      ms(r.loadedP99 / 1000),
+      `${(r.loadedP99 / r.unloadedP99).toFixed(2)}×`,
+      `${r.platinumServed}/${PLATINUM}`,
+      count((o) => o.status === 200),
+      `${count((o) => o.status === 429)} (${count((o) => o.status === 429 && o.retryAfter)} with Retry-After)`,
+      count((o) => o.status === 503),
+      count((o) => o.status === 0),
+    ];
+  });
+  process.stdout.write(
+    `${renderTable(
+      [
+        "admission",
+        "first bronze 429 after",
+        "bronze in flight (max)",
+        "plat TTFT p99 alone",
+        "plat TTFT p99 in burst",
+        "÷",
+        "plat served",
+        "bronze 200",
+        "bronze 429",
+        "bronze 503",
+        "hung/broken",
+      ],
+      rows,
+    )}\n`,
+  );
+}
