@@ -54,7 +54,16 @@ export function pickBenchmark(): void {
     const id = `r${i}`;
     const t0 = performance.now();
     pool.admit(
-      { id, band: "platinum", key: `k${p.g}`, policy: "chat", session: `s${i % 5_000}`, prefix: p.hashes },
+      {
+        id,
+        band: "platinum",
+        key: `k${p.g}`,
+        policy: "chat",
+        session: `s${i % 5_000}`,
+        prefix: p.hashes,
+        // As the Worker sends it: the charge looks up the picked endpoint's cached blocks.
+        demand: { promptTokens: p.hashes.length * 16, outputTokens: 200 },
+      },
       now,
       () => {},
     );

@@ -14,6 +14,8 @@ import { freePort } from "../../test/harness/process.ts";
 
 const ROUNDS = 5;
 const PAIRS = 2_000;
+const CALLERS = 32;
+const THROUGHPUT_PAIRS = 6_400;
 
 export async function poolRoundTrip(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-pool-rtt-"));
@@ -44,6 +46,26 @@ export async function poolRoundTrip(): Promise<void> {
     process.stdout.write(
       `\n## A request's two pool calls in workerd (admit + release, ${ROUNDS} rounds of ${PAIRS} pairs)\n\n` +
         `  ${per.map((v) => `${v.toFixed(0)} µs`).join(", ")} per pair (median ${per[Math.floor(ROUNDS / 2)]!.toFixed(0)} µs)\n`,
+    );
+    // One pool's ceiling: callers at once, as isolates would send. Each
+    // admission costs two calls (admit, release); a Durable Object is good
+    // for about 1,000 calls a second deployed (docs/routing.md).
+    process.stdout.write(
+      `\n## One pool, ${CALLERS} callers at once (${THROUGHPUT_PAIRS} admissions a round)\n\n`,
+    );
+    const rates: number[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const res = (await (await fetch(`${url}/?n=${THROUGHPUT_PAIRS}&c=${CALLERS}`)).json()) as {
+        n: number;
+        ms: number;
+      };
+      rates.push(res.n / (res.ms / 1000));
+    }
+    rates.sort((a, b) => a - b);
+    const median = rates[Math.floor(ROUNDS / 2)]!;
+    process.stdout.write(
+      `  ${rates.map((v) => Math.round(v)).join(", ")} admissions/s in workerd (median ${Math.round(median)}: ${Math.round(2 * median)} calls/s)\n` +
+        "  calls per admission: 2 at any load (admit, release); at ~1,000 calls/s deployed, one model's pool admits ~500/s\n",
     );
   } finally {
     await mf.dispose();

@@ -427,7 +427,7 @@ export class PoolCore {
     const d = req.demand;
     const output = d?.outputTokens ?? this.settings.scoring.assumed_output_tokens;
     if (!d || d.promptTokens === 0) return output;
-    const cached = this.prefix.match(req.prefix, (id) => id === endpoint)[0]?.blocks ?? 0;
+    const cached = this.prefix.heldRun(endpoint, req.prefix);
     return output + Math.max(0, d.promptTokens - cached * TOKENS_PER_BLOCK);
   }
 

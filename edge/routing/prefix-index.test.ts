@@ -77,4 +77,18 @@ describe("PrefixIndex", () => {
     none.record("a", [1, 2]);
     expect(none.match([1, 2], all)).toEqual([]);
   });
+
+  it("one endpoint's held run is what match finds for it alone", () => {
+    const idx = new PrefixIndex(10_000);
+    const hashes = Array.from({ length: 40 }, (_, i) => 500 + i);
+    idx.record("a", hashes.slice(0, 30));
+    idx.record("b", hashes);
+    for (const id of ["a", "b"]) {
+      const alone = idx.match(hashes, (e) => e === id)[0]?.blocks ?? 0;
+      expect(idx.heldRun(id, hashes)).toBe(alone);
+    }
+    expect(idx.heldRun("b", hashes)).toBe(40);
+    expect(idx.heldRun("c", hashes)).toBe(0);
+    expect(idx.heldRun("a", [9, ...hashes])).toBe(0);
+  });
 });

@@ -111,15 +111,7 @@ export class PrefixIndex {
     const runs: [string, number][] = [];
     for (const [id, g] of this.held) {
       if (!this.holds(g, hashes[0]!) || !eligible(id)) continue;
-      // The last checkpoint held, given the first is.
-      let lo = 0;
-      let hi = cps.length - 1;
-      while (lo < hi) {
-        const mid = (lo + hi + 1) >> 1;
-        if (this.holds(g, hashes[cps[mid]!]!)) lo = mid;
-        else hi = mid - 1;
-      }
-      runs.push([id, cps[lo]! + 1]);
+      runs.push([id, this.run(g, hashes, cps)]);
     }
     runs.sort((a, b) => b[1] - a[1]);
     const levels: MatchLevel[] = [];
@@ -129,6 +121,25 @@ export class PrefixIndex {
       levels.push({ blocks, endpoints: runs.slice(0, i + 1).map((r) => r[0]) });
     }
     return levels;
+  }
+
+  /** Blocks of the leading run of `hashes` one endpoint is taken to hold: what `match` finds for it alone. */
+  heldRun(endpoint: string, hashes: readonly number[]): number {
+    const g = this.held.get(endpoint);
+    if (!g || hashes.length === 0 || !this.holds(g, hashes[0]!)) return 0;
+    return this.run(g, hashes, checkpointsOf(hashes.length));
+  }
+
+  /** The blocks up to the last checkpoint held, given the first block is. */
+  private run(g: Generations, hashes: readonly number[], cps: readonly number[]): number {
+    let lo = 0;
+    let hi = cps.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.holds(g, hashes[cps[mid]!]!)) lo = mid;
+      else hi = mid - 1;
+    }
+    return cps[lo]! + 1;
   }
 
   forget(endpoint: string): void {
