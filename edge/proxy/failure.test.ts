@@ -61,12 +61,12 @@ const cases: [
   [
     "cut mid-stream before any choice finished",
     thrownFailure("a", "relay", new Error("reset"), undefined, false),
-    { status: 503, code: "upstream_disconnected", retryable: false, verdict: "fail" },
+    { status: 502, code: "upstream_disconnected", retryable: false, verdict: "fail" },
   ],
   [
     "cut mid-stream after a choice finished: the engine was working",
     thrownFailure("a", "relay", new Error("reset"), undefined, true),
-    { status: 503, code: "upstream_disconnected", retryable: false, verdict: "ok" },
+    { status: 502, code: "upstream_disconnected", retryable: false, verdict: "ok" },
   ],
   [
     "silent mid-stream",
@@ -76,12 +76,12 @@ const cases: [
   [
     "ended cleanly with no choice finished",
     earlyEnd("a", "relay", false),
-    { status: 503, code: "upstream_disconnected", retryable: false, verdict: "fail" },
+    { status: 502, code: "upstream_disconnected", retryable: false, verdict: "fail" },
   ],
   [
     "ended cleanly with one of two choices finished",
     earlyEnd("a", "relay", true),
-    { status: 503, code: "upstream_disconnected", retryable: false, verdict: "ok" },
+    { status: 502, code: "upstream_disconnected", retryable: false, verdict: "ok" },
   ],
 ];
 

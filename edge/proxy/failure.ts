@@ -73,7 +73,7 @@ export function thrownFailure(
     stage === "connect"
       ? errors.noCapacity(`Could not reach the engine (${endpoint}): ${why}`, "upstream_unreachable")
       : stage === "relay"
-        ? errors.noCapacity(`The engine (${endpoint}) failed mid-stream: ${why}`, "upstream_disconnected")
+        ? midStream(`The engine (${endpoint}) failed mid-stream: ${why}`)
         : errors.noCapacity(
             `The engine (${endpoint}) failed ${stage === "read" ? "while answering" : "before the first token"}: ${why}`,
             "upstream_error",
@@ -98,15 +98,17 @@ export function earlyEnd(
   }
   const error =
     stage === "relay"
-      ? errors.noCapacity(
-          `The engine (${endpoint}) closed the stream before finishing the answer.`,
-          "upstream_disconnected",
-        )
+      ? midStream(`The engine (${endpoint}) closed the stream before finishing the answer.`)
       : errors.noCapacity(
           `The engine (${endpoint}) closed the stream before the first token.`,
           "upstream_error",
         );
   return failed(stage, error, !finished);
+}
+
+/** A stream cut after the client had bytes: only the error event's body matters, its status never goes out. */
+function midStream(message: string): ApiError {
+  return new ApiError(502, message, "server_error", "upstream_disconnected");
 }
 
 function timeoutError(endpoint: string, t: PhaseTimeout): ApiError {
