@@ -9,7 +9,7 @@ import {
   readWhole,
   relay,
 } from "./proxy/attempt.ts";
-import { type Failure, type Outcome, outcomeOf } from "./proxy/failure.ts";
+import { type Failure, type Outcome, outcomeOf, reasonOf } from "./proxy/failure.ts";
 import type { ProxyInput } from "./proxy/input.ts";
 
 export type { Outcome } from "./proxy/failure.ts";
@@ -53,12 +53,12 @@ export async function proxy(input: ProxyInput): Promise<ProxyResult> {
     const r = await attempt(newCall(input, t.endpoint, t.model, attempts, headers, started));
     if (!isFailure(r)) {
       const outcome = r.outcome.then((o) => {
-        lease.record(t.endpoint.id, o.verdict);
+        lease.record(t.endpoint.id, o.verdict, o.why);
         return o;
       });
       return { response: r.response, outcome };
     }
-    lease.record(t.endpoint.id, r.verdict);
+    lease.record(t.endpoint.id, r.verdict, reasonOf(r));
     last = r;
     if (!r.retryable) return refused(r, headers, t.endpoint.id, attempts);
   }

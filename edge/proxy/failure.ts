@@ -141,8 +141,13 @@ export interface Outcome {
   errorCode: string | null;
 }
 
-/** An outcome and what the endpoint's breaker hears of it. */
-export type Verdicted = Outcome & { verdict: Verdict };
+/** An outcome and what the endpoint's breaker hears of it: the verdict, and for a failure why. */
+export type Verdicted = Outcome & { verdict: Verdict; why: string | undefined };
+
+/** A failure as its breaker records it: code and message. */
+export function reasonOf(f: Failure): string {
+  return `${f.error.code ?? f.error.type}: ${f.error.message}`;
+}
 
 /** How an attempt (or the request, when nothing could be tried) ended. */
 export type End =
@@ -178,7 +183,15 @@ export function outcomeOf(where: Where, end: End, counted: Counted = NOTHING): V
   };
   switch (end.kind) {
     case "answered":
-      return { ...base, status: 200, completed: true, disconnected: false, errorCode: null, verdict: "ok" };
+      return {
+        ...base,
+        status: 200,
+        completed: true,
+        disconnected: false,
+        errorCode: null,
+        verdict: "ok",
+        why: undefined,
+      };
     case "refused":
       return {
         ...base,
@@ -187,6 +200,7 @@ export function outcomeOf(where: Where, end: End, counted: Counted = NOTHING): V
         disconnected: false,
         errorCode: end.failure.error.code,
         verdict: end.failure.verdict,
+        why: reasonOf(end.failure),
       };
     case "cut":
       return {
@@ -196,6 +210,7 @@ export function outcomeOf(where: Where, end: End, counted: Counted = NOTHING): V
         disconnected: false,
         errorCode: end.failure.error.code,
         verdict: end.failure.verdict,
+        why: reasonOf(end.failure),
       };
     case "left":
       return {
@@ -205,6 +220,7 @@ export function outcomeOf(where: Where, end: End, counted: Counted = NOTHING): V
         disconnected: true,
         errorCode: "client_closed",
         verdict: "abandon",
+        why: undefined,
       };
   }
 }
