@@ -59,6 +59,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
       weight: e.weight,
       priority: e.priority,
       via: e.via,
+      servedModelName: e.served_model_name ?? "",
     }),
   );
   for (const r of f.replicas) {
@@ -82,7 +83,9 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
 }
 
 const fingerprint = (list: readonly Endpoint[]) =>
-  JSON.stringify(list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via]));
+  JSON.stringify(
+    list.map((e) => [e.id, e.url, e.models, e.pool, e.weight, e.priority, e.via, e.servedModelName]),
+  );
 
 /**
  * Pure: what to publish while holding after a start. `last` is what the edge

@@ -19,12 +19,22 @@ export const endpointRecordSchema = z.object({
   weight: z.number().positive().default(1),
   priority: z.number().int().default(0),
   via: viaSchema.default("direct"),
+  /** The model name this engine is sent instead of the catalog's. */
+  served_model_name: z.string().min(1).max(256).optional(),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
 /** What routing needs of a record: everything but the models it serves. */
 export function endpointSpec(e: EndpointRecord): EndpointSpec {
-  return { id: e.id, url: e.url, pool: e.pool, priority: e.priority, weight: e.weight, via: e.via };
+  return {
+    id: e.id,
+    url: e.url,
+    pool: e.pool,
+    priority: e.priority,
+    weight: e.weight,
+    via: e.via,
+    ...(e.served_model_name ? { servedModelName: e.served_model_name } : {}),
+  };
 }
 
 /**

@@ -87,6 +87,7 @@ export function configCalls(env: Env): ConfigCalls {
           weight: e.weight || undefined,
           priority: e.priority,
           via: e.via || undefined,
+          served_model_name: e.servedModelName || undefined,
         });
         if (!r.success) {
           const issue = r.error.issues[0]!;

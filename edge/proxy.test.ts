@@ -408,4 +408,37 @@ describe("proxy", () => {
       expect(verdicts).toEqual([["a", "fail"]]);
     });
   });
+
+  it("sends an endpoint's served model name in place of the catalog's, and reports the catalog's", async () => {
+    const sent: unknown[] = [];
+    const { result } = run(
+      {
+        a: (init) => {
+          sent.push(JSON.parse(String(init.body)).model);
+          return Response.json({
+            choices: [],
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          });
+        },
+      },
+      ["a"],
+      {
+        targets: {
+          take: (() => {
+            const q: Target[] = [
+              {
+                model: "m",
+                endpoint: { ...ep("a"), servedModelName: "org/engine-name" },
+                lease: fakeLease([]),
+              },
+            ];
+            return async () => q.shift();
+          })(),
+        },
+      },
+    );
+    const r = await result;
+    expect(sent).toEqual(["org/engine-name"]);
+    expect((await r.outcome).model).toBe("m");
+  });
 });

@@ -160,6 +160,12 @@ export const endpointSchema = z.strictObject({
   via: viaSchema
     .default("direct")
     .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
+  served_model_name: z
+    .string()
+    .min(1)
+    .max(256)
+    .optional()
+    .describe("The model name sent to this engine (its --served-model-name); default: the catalog's name"),
 });
 
 // mTLS on the agent listener (docs/agents.md, "Security: mTLS and

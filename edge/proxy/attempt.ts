@@ -35,7 +35,7 @@ const encoder = new TextEncoder();
 export interface Call {
   input: ProxyInput;
   endpoint: EndpointSpec;
-  /** The model name sent to the engine. */
+  /** The catalog's model this attempt serves (the engine may know it by another name: servedModelName). */
   model: string;
   /** This attempt's number within the request (1 for the first). */
   attempts: number;
@@ -130,7 +130,7 @@ export async function connect(call: Call): Promise<Response | Failure> {
         accept: input.stream ? "text/event-stream" : "application/json",
         "x-request-id": input.requestId,
       },
-      body: upstreamBody(input, call.model),
+      body: upstreamBody(input, endpoint.servedModelName ?? call.model),
       signal: call.signal,
     });
     res = await (watchdog

@@ -305,6 +305,8 @@ export interface EndpointSpec {
   weight?: number;
   /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
   pool?: string;
+  /** The model name sent to this engine in place of the catalog's. */
+  servedModelName?: string;
 }
 
 export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
@@ -317,6 +319,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
       weight: e.weight ?? 1,
       priority: e.priority ?? 0,
       via: "direct",
+      servedModelName: e.servedModelName ?? "",
     })),
   });
 }
