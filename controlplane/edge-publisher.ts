@@ -60,6 +60,7 @@ export function staticEndpoint(e: EndpointConfig): Endpoint {
     via: e.via,
     maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
     kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
+    servedModelName: e.served_model_name ?? "",
   });
 }
 
@@ -103,6 +104,7 @@ const fingerprint = (list: readonly Endpoint[]) =>
       e.via,
       e.maxNumSeqs,
       String(e.kvTokens),
+      e.servedModelName,
     ]),
   );
 

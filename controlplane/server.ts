@@ -12,7 +12,7 @@ import { adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
-import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { type LoadedConfig, placesReplicas, startupGraceMs } from "./config/load.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
@@ -311,8 +311,14 @@ function edgeLink(
     client,
     log: log.child({ component: "edge-publisher", edge: url }),
     loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
-    graceUntil: startedAt + startupGraceMs(config),
-    holdUntil: startedAt + Math.max(startupGraceMs(config), config.control.lost_after),
+    // The hold is for placed replicas whose agents may come back; a
+    // router-only fleet (static endpoints alone) has none to wait for.
+    ...(placesReplicas(config)
+      ? {
+          graceUntil: startedAt + startupGraceMs(config),
+          holdUntil: startedAt + Math.max(startupGraceMs(config), config.control.lost_after),
+        }
+      : {}),
     store: published,
     facts: () => ({
       replicas: reconciler.table.list(),

@@ -29,6 +29,8 @@ export interface AccessEntry {
   ttft_ms: number | null;
   prompt_tokens: number | null;
   completion_tokens: number | null;
+  /** The token counts are the edge's estimate: the engine reported no usage (docs/engines.md). */
+  usage_estimated: boolean;
   /** From arrival to the end: the last byte relayed, or the refusal. */
   duration_ms: number;
   /** The engine finished the answer. */
@@ -66,6 +68,7 @@ export class AccessLog {
       ttft_ms: null,
       prompt_tokens: null,
       completion_tokens: null,
+      usage_estimated: false,
       duration_ms: 0,
       completed: false,
       client_disconnected: false,
@@ -80,10 +83,11 @@ export class AccessLog {
     this.entry.ttft_ms = Math.max(0, at - this.arrived);
   }
 
-  usage(u: Usage | undefined): void {
+  usage(u: Usage | undefined, estimated = false): void {
     if (!u) return;
     this.entry.prompt_tokens = u.prompt_tokens;
     this.entry.completion_tokens = u.completion_tokens;
+    this.entry.usage_estimated = estimated;
   }
 
   /** Writes the line; later calls do nothing, so every path may end with it. */

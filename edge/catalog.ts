@@ -21,6 +21,8 @@ export const endpointRecordSchema = z.object({
   via: viaSchema.default("direct"),
   max_num_seqs: z.number().int().positive().optional(),
   kv_tokens: z.number().int().positive().optional(),
+  /** The model name this engine is sent instead of the catalog's. */
+  served_model_name: z.string().min(1).max(256).optional(),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
@@ -33,6 +35,7 @@ export function endpointSpec(e: EndpointRecord): EndpointSpec {
     priority: e.priority,
     weight: e.weight,
     via: e.via,
+    ...(e.served_model_name ? { servedModelName: e.served_model_name } : {}),
   };
   if (e.max_num_seqs || e.kv_tokens) spec.capacity = { maxSeqs: e.max_num_seqs, kvTokens: e.kv_tokens };
   return spec;

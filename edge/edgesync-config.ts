@@ -89,6 +89,7 @@ export function configCalls(env: Env): ConfigCalls {
           via: e.via || undefined,
           max_num_seqs: e.maxNumSeqs || undefined,
           kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
+          served_model_name: e.servedModelName || undefined,
         });
         if (!r.success) {
           const issue = r.error.issues[0]!;

@@ -105,6 +105,7 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       inflight: e.inflight,
       saturation: e.saturation,
       breaker: e.breaker,
+      breakerReason: e.breakerReason ?? "",
       loadAgeMs: BigInt(e.loadAgeMs ?? -1),
       waiting: e.waiting ?? 0,
       running: e.running ?? 0,

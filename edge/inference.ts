@@ -245,7 +245,7 @@ function recordOutcome(access: AccessLog, o: Outcome): void {
     completed: o.completed,
     client_disconnected: o.disconnected,
   });
-  access.usage(o.usage);
+  access.usage(o.usage, o.usageEstimated);
 }
 
 /** The client left while its request waited for admission: nobody reads this. */

@@ -67,7 +67,12 @@ export class ModelPool extends DurableObject<ConfigEnv> {
   }
 
   async release(model: string, id: string, report: ReleaseReport): Promise<void> {
-    (await this.ready(model)).release(id, report, Date.now());
+    const opened = (await this.ready(model)).release(id, report, Date.now());
+    for (const b of opened) {
+      console.warn(
+        `breaker opened: model ${model}, endpoint ${b.endpoint}, after ${b.failures} failures: ${b.reason}`,
+      );
+    }
     this.schedule();
   }
 

@@ -108,12 +108,62 @@ function asString(v: unknown): string | null {
   return null;
 }
 
+const MAX_MESSAGE = 500;
+
+/** FastAPI's validation entry: `{"loc":["body","messages",0],"msg":"…","type":"…"}`. */
+interface FastApiIssue {
+  loc?: unknown;
+  msg?: unknown;
+}
+
+/** The request field a FastAPI issue names: its location past `body`. */
+function fastApiParam(detail: unknown): string | null {
+  if (!Array.isArray(detail)) return null;
+  const loc = (detail[0] as FastApiIssue | undefined)?.loc;
+  if (!Array.isArray(loc)) return null;
+  const path = loc.filter((p, i) => !(i === 0 && p === "body")).map(String);
+  return path.length > 0 ? path.join(".") : null;
+}
+
+/** FastAPI's `detail`: a message, or a list of validation issues, each said as `where: what`. */
+function fastApiMessage(detail: unknown): string | null {
+  if (typeof detail === "string") return detail;
+  if (!Array.isArray(detail)) return asString((detail as { message?: unknown } | null)?.message);
+  const parts = detail.map((d: FastApiIssue | string) => {
+    if (typeof d !== "object" || d === null) return String(d);
+    const where = Array.isArray(d.loc) ? d.loc.map(String).join(".") : "";
+    const what = asString(d.msg) ?? JSON.stringify(d);
+    return where ? `${where}: ${what}` : what;
+  });
+  return parts.length > 0 ? parts.join("; ") : null;
+}
+
+/** An HTML error page (a proxy's, a framework's) as its title or first heading, tags stripped. */
+function htmlMessage(text: string): string | null {
+  if (!/^\s*<(!doctype\s+html|html|head|body|title|h1)\b/i.test(text)) return null;
+  const pick = /<title[^>]*>([\s\S]*?)<\/title>/i.exec(text) ?? /<h1[^>]*>([\s\S]*?)<\/h1>/i.exec(text);
+  const inner = pick?.[1] ?? text;
+  const plain = inner
+    .replace(/<(script|style)[^>]*>[\s\S]*?<\/\1>/gi, " ")
+    .replace(/<[^>]*>/g, " ")
+    .replace(/&nbsp;/g, " ")
+    .replace(/&amp;/g, "&")
+    .replace(/&lt;/g, "<")
+    .replace(/&gt;/g, ">")
+    .replace(/\s+/g, " ")
+    .trim();
+  return plain || null;
+}
+
 /**
- * An engine's error (vLLM: `{"error":{"message","type","param","code":<int>}}`,
- * older vLLM: flat `{"object":"error","message",...}`, anything else: text)
- * in OpenAI's shape. vLLM's `code` is the HTTP status as an int, which no
- * OpenAI client expects, so only string codes survive. vLLM's `type` is a
- * Python class name (`BadRequestError`); the status decides the type instead.
+ * An engine's error in OpenAI's shape, whatever shape it came in: OpenAI's
+ * and vLLM's `{"error":{"message","type","param","code":<int>}}`, older
+ * vLLM's flat `{"object":"error","message",...}`, FastAPI's `{"detail":…}`
+ * (a string, or a list of validation issues), a JSON string, an HTML error
+ * page, or plain text (docs/engines.md). vLLM's `code` is the HTTP status
+ * as an int, which no OpenAI client expects, so only string codes survive.
+ * vLLM's `type` is a Python class name (`BadRequestError`); the status
+ * decides the type instead.
  */
 export function normaliseEngineError(status: number, text: string): OpenAIErrorBody {
   let parsed: unknown;
@@ -127,12 +177,15 @@ export function normaliseEngineError(status: number, text: string): OpenAIErrorB
     obj && typeof obj.error === "object" && obj.error !== null ? (obj.error as Record<string, unknown>) : obj;
   const message =
     asString(inner?.message) ??
-    (typeof inner?.error === "string" ? inner.error : null) ??
-    (text.trim().slice(0, 500) || `engine returned HTTP ${status}`);
+    asString(inner?.error) ??
+    (inner && "detail" in inner ? fastApiMessage(inner.detail) : null) ??
+    asString(parsed) ??
+    htmlMessage(text) ??
+    (text.trim() || `engine returned HTTP ${status}`);
   return {
-    message,
+    message: message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE - 1)}…` : message,
     type: typeForStatus(status),
-    param: asString(inner?.param),
+    param: asString(inner?.param) ?? fastApiParam(inner?.detail),
     code: asString(inner?.code),
   };
 }

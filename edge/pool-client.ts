@@ -30,7 +30,8 @@ export interface PoolLease {
   model: string;
   failOpen: boolean;
   /** Records one attempt's verdict; the first report settles the lease. */
-  record(endpoint: string, verdict: Verdict): void;
+  /** An attempt's verdict, and for a failure its reason (the breaker's, if it opens). */
+  record(endpoint: string, verdict: Verdict, reason?: string): void;
   /** Sends the verdicts to the pool, once; later calls return the same promise. */
   settle(): Promise<void>;
 }
@@ -73,8 +74,8 @@ function handle(
     lease,
     model,
     failOpen,
-    record(endpoint, verdict) {
-      if (!sent) attempts.push({ endpoint, verdict });
+    record(endpoint, verdict, reason) {
+      if (!sent) attempts.push({ endpoint, verdict, reason });
     },
     settle() {
       sent ??= send({ attempts }).catch((err) => console.error("pool release failed", model, lease.id, err));
@@ -145,7 +146,9 @@ function failOpen(input: AdmitInput, why: string): PoolLease {
   if (!answer) throw errors.internal("local pool queued a request with admission off");
   if (!answer.ok) throw refusalError(answer);
   const lease = answer.lease;
-  return handle(lease, input.model, true, async (report) => core.release(lease.id, report, Date.now()));
+  return handle(lease, input.model, true, async (report) => {
+    core.release(lease.id, report, Date.now());
+  });
 }
 
 export function refusalError(a: Extract<Admission, { ok: false }>): ApiError {

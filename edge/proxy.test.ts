@@ -306,4 +306,139 @@ describe("proxy", () => {
     expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
     expect(took).toBeLessThan(400);
   });
+
+  describe("streams as engines other than vLLM send them", () => {
+    const plain = (content: string, finish: string | null = null, index = 0, usage = "") =>
+      `data: {"id":"q","object":"chat.completion.chunk","created":7,"model":"engine-m","choices":[{"index":${index},"delta":{"content":"${content}"},"finish_reason":${finish === null ? "null" : `"${finish}"`}}]${usage}}\n\n`;
+    const exact = ',"usage":{"prompt_tokens":11,"completion_tokens":2,"total_tokens":13}';
+    const streamed = (chunks: string[], body: Record<string, unknown> = {}, opts = {}) =>
+      run({ a: (init) => sse(chunks, { ...opts, signal: init.signal }) }, ["a"], {
+        stream: true,
+        body: { model: "m", messages: [{ role: "user", content: "hello there" }], ...body },
+      });
+    const events = (text: string) =>
+      text
+        .split("\n\n")
+        .filter(Boolean)
+        .map((e) => e.slice(6));
+    const usageChunks = (text: string) =>
+      events(text).filter(
+        (e) => e !== "[DONE]" && (JSON.parse(e) as { choices: unknown[] }).choices.length === 0,
+      );
+
+    it("takes a stream whose every choice finished as complete without [DONE], and ends it with one", async () => {
+      const { result, verdicts } = streamed([plain("Hel"), plain("lo", "stop")]);
+      const r = await result;
+      const text = await r.response.text();
+      expect(text).not.toContain("error");
+      expect(events(text).at(-1)).toBe("[DONE]");
+      const o = await r.outcome;
+      expect([o.completed, o.errorCode]).toEqual([true, null]);
+      expect(verdicts).toEqual([["a", "ok"]]);
+    });
+
+    it("gives a client that asked for usage exactly one usage chunk, made from the finish chunk's", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop", 0, exact)], {
+        stream_options: { include_usage: true },
+      });
+      const r = await result;
+      const text = await r.response.text();
+      const [u, ...more] = usageChunks(text);
+      expect(more).toEqual([]);
+      expect(JSON.parse(u!)).toEqual({
+        id: "q",
+        object: "chat.completion.chunk",
+        created: 7,
+        model: "engine-m",
+        choices: [],
+        usage: { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 },
+      });
+      expect(
+        events(text)
+          .filter((e) => e.includes('"content"'))
+          .every((e) => !e.includes("usage")),
+      ).toBe(true);
+      expect(await r.outcome).toMatchObject({ usageEstimated: false, usage: { completion_tokens: 2 } });
+    });
+
+    it("gives none to a client that did not ask", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop", 0, exact)]);
+      const text = await (await result).response.text();
+      expect(text).not.toContain("usage");
+    });
+
+    it("estimates what an engine that reports no usage used, and says so", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop")], {
+        stream_options: { include_usage: true },
+      });
+      const r = await result;
+      const [u] = usageChunks(await r.response.text());
+      const o = await r.outcome;
+      expect(o.usageEstimated).toBe(true);
+      expect(o.usage!.prompt_tokens).toBeGreaterThan(0);
+      expect(o.usage!.completion_tokens).toBe(2);
+      expect(JSON.parse(u!).usage).toEqual(o.usage);
+    });
+
+    it("charges a stream cut before its usage came: an estimate, never zero", async () => {
+      const { result, verdicts } = streamed([plain("Hel"), plain("lo")], {}, { endEarly: true });
+      const r = await result;
+      const text = await r.response.text();
+      expect(text).toContain('"code":"upstream_disconnected"');
+      expect(text).not.toContain("[DONE]");
+      const o = await r.outcome;
+      expect([o.completed, o.errorCode, o.usageEstimated]).toEqual([false, "upstream_disconnected", true]);
+      expect(o.usage!.prompt_tokens).toBeGreaterThan(0);
+      expect(o.usage!.completion_tokens).toBe(2);
+      expect(verdicts).toEqual([["a", "fail"]]);
+    });
+
+    it("ends a stream closed cleanly before every choice finished with an error, not blaming an engine that finished one", async () => {
+      const { result, verdicts } = streamed([plain("a", null, 0), plain("b", "stop", 1)], { n: 2 });
+      const r = await result;
+      expect(await r.response.text()).toContain('"code":"upstream_disconnected"');
+      expect((await r.outcome).completed).toBe(false);
+      expect(verdicts).toEqual([["a", "ok"]]);
+    });
+
+    it("ends a stream closed cleanly before any choice finished with an error and a failure", async () => {
+      const { result, verdicts } = streamed([plain("a"), plain("b")]);
+      const r = await result;
+      expect(await r.response.text()).toContain('"code":"upstream_disconnected"');
+      expect(verdicts).toEqual([["a", "fail"]]);
+    });
+  });
+
+  it("sends an endpoint's served model name in place of the catalog's, and reports the catalog's", async () => {
+    const sent: unknown[] = [];
+    const { result } = run(
+      {
+        a: (init) => {
+          sent.push(JSON.parse(String(init.body)).model);
+          return Response.json({
+            choices: [],
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          });
+        },
+      },
+      ["a"],
+      {
+        targets: {
+          take: (() => {
+            const q: Target[] = [
+              {
+                model: "m",
+                endpoint: { ...ep("a"), servedModelName: "org/engine-name" },
+                lease: fakeLease([]),
+              },
+            ];
+            return async () => q.shift();
+          })(),
+        },
+      },
+    );
+    const r = await result;
+    expect(sent).toEqual(["org/engine-name"]);
+    expect((await r.outcome).model).toBe("m");
+  });
 });

@@ -1,3 +1,4 @@
+import { eventFields } from "../common/sse.ts";
 import type { UsageMode } from "../common/usage-mode.ts";
 import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
 
@@ -13,6 +14,14 @@ import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
  * the sum over choices of each one's latest count, until the final
  * `choices: []` chunk gives the total. What the client sees is cut back to
  * what it asked for.
+ *
+ * Engines other than vLLM send less: usage on the finish chunk only, or
+ * none at all, and streams that end without `[DONE]`. So the tracker also
+ * records which choices have finished (a stream is complete when each has,
+ * docs/engines.md) and, while no usage has come, how much answer text went
+ * by, for an estimate. The engine's `[DONE]` is dropped: the proxy ends
+ * every complete stream with its own, after the one final usage chunk the
+ * client asked for (the engine's, or one made here when it sent none).
  */
 export interface Usage {
   prompt_tokens: number;
@@ -30,41 +39,14 @@ export function readUsage(v: unknown): Usage | undefined {
   return { prompt_tokens: p, completion_tokens: c, total_tokens: t };
 }
 
-/** Splits a byte stream's text into complete events; a partial event waits for its end. */
-export class SseSplitter {
-  private buf = "";
-
-  push(text: string): string[] {
-    this.buf += text.includes("\r") ? text.replace(/\r\n?/g, "\n") : text;
-    const out: string[] = [];
-    let at = 0;
-    for (;;) {
-      const end = this.buf.indexOf("\n\n", at);
-      if (end < 0) break;
-      if (end > at) out.push(this.buf.slice(at, end));
-      at = end + 2;
-    }
-    this.buf = at === 0 ? this.buf : this.buf.slice(at);
-    return out;
-  }
-
-  /** Bytes of an event that never finished (the engine stopped mid-event). */
-  pending(): string {
-    return this.buf;
-  }
-
-  /** Nothing is held back: the next chunk starts a new event. */
-  get idle(): boolean {
-    return this.buf === "";
-  }
-}
-
 // The bytes the chunk fast path (StreamUsage.chunk) looks for.
 const DATA_OBJECT = bytesOf("data: {");
 const FIRST_CHOICE = bytesOf('"choices":[{"index":');
 const USAGE_KEY = bytesOf(',"usage":');
 const EMPTY_CHOICES = bytesOf('"choices":[]');
 const NULL = bytesOf("null");
+const FINISHED = bytesOf('"finish_reason":"');
+const FINISHED_TEXT = '"finish_reason":"';
 const NOTHING = new Uint8Array(0);
 
 function bytesOf(text: string): Uint8Array {
@@ -75,6 +57,30 @@ function bytesAt(b: Uint8Array, at: number, what: Uint8Array): boolean {
   if (at < 0 || at + what.length > b.length) return false;
   for (let i = 0; i < what.length; i++) if (b[at + i] !== what[i]) return false;
   return true;
+}
+
+/** Whether `what` occurs in `b` from `from` on (anchored on its second byte, rarer than a quote). */
+function hasBytes(b: Uint8Array, what: Uint8Array, from: number): boolean {
+  for (let p = b.indexOf(what[1]!, from + 1); p > 0; p = b.indexOf(what[1]!, p + 1)) {
+    if (bytesAt(b, p - 1, what)) return true;
+  }
+  return false;
+}
+
+/** Characters of answer in one choice (a chunk's or a whole answer's): text, reasoning, tool-call names and arguments. */
+export function answerChars(choice: Record<string, unknown>): number {
+  const delta = (choice.delta ?? choice.message) as Record<string, unknown> | undefined;
+  let n = typeof choice.text === "string" ? choice.text.length : 0;
+  if (typeof delta !== "object" || delta === null) return n;
+  if (typeof delta.content === "string") n += delta.content.length;
+  if (typeof delta.reasoning_content === "string") n += delta.reasoning_content.length;
+  if (Array.isArray(delta.tool_calls)) {
+    for (const call of delta.tool_calls as { function?: { name?: unknown; arguments?: unknown } }[]) {
+      if (typeof call?.function?.name === "string") n += call.function.name.length;
+      if (typeof call?.function?.arguments === "string") n += call.function.arguments.length;
+    }
+  }
+  return n;
 }
 
 function choiceIndexText(data: string): number {
@@ -119,8 +125,66 @@ export class StreamUsage {
   error: OpenAIErrorBody | undefined;
   /** Data events other than [DONE] and errors (first one = first token). */
   dataEvents = 0;
+  /** The choices whose `finish_reason` has come. */
+  readonly finished = new Set<number>();
+  /** Answer text relayed while no usage had come: characters, and the chunks that carried any. */
+  readonly relayed = { chars: 0, chunks: 0 };
+  /** The first data event, whose id, object, created and model a made-up usage chunk repeats. */
+  private first: string | undefined;
+  /** The client has had its final `choices: []` usage chunk. */
+  private usageSent = false;
+  private usageSeen = false;
 
   constructor(private readonly mode: UsageMode) {}
+
+  /** Every choice has finished (or the engine said `[DONE]`): what was asked for is all there. */
+  complete(choices: number): boolean {
+    return this.done || this.finished.size >= choices;
+  }
+
+  /**
+   * The one final usage chunk a client that asked for usage gets, when the
+   * engine sent none of its own ("" otherwise, and after the first).
+   */
+  finalUsageEvent(usage: Usage | undefined): string {
+    if (usage === undefined || !this.takeUsageChunk()) return "";
+    let head: Record<string, unknown> = {};
+    try {
+      head = JSON.parse(this.first ?? "{}") as Record<string, unknown>;
+    } catch {
+      // A first event that was not JSON: the chunk goes without its id.
+    }
+    const { id, object, created, model } = head;
+    return `data: ${JSON.stringify({ id, object, created, model, choices: [], usage })}\n\n`;
+  }
+
+  /** Whether an engine's `choices: []` usage chunk goes to the client: once, when it asked for usage. */
+  private takeUsageChunk(): boolean {
+    if (this.mode === "none" || this.usageSent) return false;
+    this.usageSent = true;
+    return true;
+  }
+
+  private dataEvent(data: () => string): void {
+    if (this.dataEvents === 0) this.first = data();
+    this.dataEvents++;
+  }
+
+  /** What a parsed chunk says beyond usage: finished choices, and answer text while estimating. */
+  private inspect(obj: Record<string, unknown>): void {
+    const choices = obj.choices;
+    if (!Array.isArray(choices)) return;
+    let chars = 0;
+    for (const c of choices as Record<string, unknown>[]) {
+      if (typeof c !== "object" || c === null) continue;
+      if (typeof c.finish_reason === "string") this.finished.add(typeof c.index === "number" ? c.index : 0);
+      if (!this.usageSeen) chars += answerChars(c);
+    }
+    if (chars > 0) {
+      this.relayed.chars += chars;
+      this.relayed.chunks++;
+    }
+  }
 
   /** Usage so far: the final total once seen, else the sum over choices of each one's latest. */
   get usage(): Usage | undefined {
@@ -149,6 +213,7 @@ export class StreamUsage {
     }
     slot.text = text;
     if (parsed) slot.parsed = parsed;
+    this.usageSeen = true;
   }
 
   /**
@@ -167,6 +232,8 @@ export class StreamUsage {
     // One line, one event: its only line feeds are the two that end it.
     if (n < 16 || b[n - 1] !== 10 || b[n - 2] !== 10 || b[n - 3] !== 125 /* } */) return undefined;
     if (!bytesAt(b, 0, DATA_OBJECT) || b.indexOf(10) !== n - 2) return undefined;
+    // A finish chunk (one per choice) is read whole, on the text path.
+    if (hasBytes(b, FINISHED, DATA_OBJECT.length)) return undefined;
     // The usage object is the last key: its key is the last `,"usage":`,
     // found by hopping back from comma to comma.
     let at = n - 3 - USAGE_KEY.length;
@@ -188,10 +255,12 @@ export class StreamUsage {
       this.record(choice, this.decoder.decode(b.subarray(tail, n - 3)));
     } else if (usageOnly) {
       return undefined; // `"choices":[],"usage":null`: not a usage chunk; the general path decides
+    } else if (!this.usageSeen) {
+      return undefined; // no usage yet: the text path counts the answer for an estimate
     }
-    if (!usageOnly) this.dataEvents++;
+    if (usageOnly) return this.takeUsageChunk() ? b : NOTHING;
+    this.dataEvent(() => this.decoder.decode(b.subarray(DATA_OBJECT.length - 1, n - 2)));
     if (this.mode === "continuous") return b;
-    if (usageOnly) return this.mode === "final" ? b : NOTHING;
     // `,"usage":{...}}\n\n` becomes `}\n\n`, in place.
     b[at] = 125;
     b[at + 1] = 10;
@@ -229,24 +298,19 @@ export class StreamUsage {
   }
 
   private complexEvent(raw: string): string {
-    const lines = raw.split("\n");
-    const data: string[] = [];
-    for (const l of lines) {
-      if (l.startsWith("data:")) data.push(l.charCodeAt(5) === 32 ? l.slice(6) : l.slice(5));
-    }
-    if (data.length === 0) return `${raw}\n\n`; // comments, retry: hints
-    const isError = lines.some((l) => l === "event: error" || l === "event:error");
-    if (isError) {
-      this.error = normaliseEngineError(500, data.join("\n"));
+    const { event, data } = eventFields(raw);
+    if (data === undefined) return `${raw}\n\n`; // comments, retry: hints
+    if (event === "error") {
+      this.error = normaliseEngineError(500, data);
       return `data: ${JSON.stringify({ error: this.error })}\n\n`;
     }
-    return this.data(data.join("\n"), raw);
+    return this.data(data, raw);
   }
 
   private data(data: string, raw: string): string {
     if (data === "[DONE]") {
       this.done = true;
-      return "data: [DONE]\n\n";
+      return "";
     }
     const fast = this.fastData(data, raw);
     if (fast !== undefined) return fast;
@@ -254,7 +318,7 @@ export class StreamUsage {
     try {
       obj = JSON.parse(data) as Record<string, unknown>;
     } catch {
-      this.dataEvents++;
+      this.dataEvent(() => data);
       return `${raw}\n\n`;
     }
     if (obj.error !== undefined && obj.error !== null) {
@@ -273,9 +337,10 @@ export class StreamUsage {
         : undefined;
       if (u) this.record(usageOnly ? -1 : typeof index === "number" ? index : 0, undefined, u);
     }
-    if (!usageOnly) this.dataEvents++;
+    if (usageOnly) return this.takeUsageChunk() ? `${raw}\n\n` : "";
+    this.inspect(obj);
+    this.dataEvent(() => data);
     if (this.mode === "continuous" || !hasUsage) return `${raw}\n\n`;
-    if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
     // A content chunk with usage the client did not ask for on every chunk.
     delete obj.usage;
     return `data: ${JSON.stringify(obj)}\n\n`;
@@ -290,15 +355,19 @@ export class StreamUsage {
    */
   private fastData(data: string, raw: string): string | undefined {
     if (data.charCodeAt(0) !== 123 /* { */ || data.startsWith('{"error"')) return undefined;
+    // Finish chunks, and every chunk while no usage has come, are parsed:
+    // the one for which choice finished, the other for an estimate.
+    const inspect = data.includes(FINISHED_TEXT) || !this.usageSeen;
     const at = data.lastIndexOf(',"usage":');
     if (at < 0) {
-      if (data.includes('"usage"') || data.includes('"error"')) return undefined;
-      this.dataEvents++;
+      if (inspect || data.includes('"usage"') || data.includes('"error"')) return undefined;
+      this.dataEvent(() => data);
       return `${raw}\n\n`;
     }
     const tail = data.slice(at + 9, -1);
     if (tail === "null") {
-      this.dataEvents++;
+      if (inspect && !this.inspectText(data)) return undefined;
+      this.dataEvent(() => data);
       return this.mode === "continuous" ? `${raw}\n\n` : `data: ${data.slice(0, at)}}\n\n`;
     }
     if (tail.charCodeAt(0) !== 123 || data.charCodeAt(data.length - 1) !== 125) return undefined;
@@ -306,9 +375,20 @@ export class StreamUsage {
     const choice = usageOnly ? -1 : choiceIndexText(data);
     if (!usageOnly && choice < 0) return undefined;
     this.record(choice, tail);
-    if (!usageOnly) this.dataEvents++;
+    if (usageOnly) return this.takeUsageChunk() ? `${raw}\n\n` : "";
+    if (inspect && !this.inspectText(data)) return undefined;
+    this.dataEvent(() => data);
     if (this.mode === "continuous") return `${raw}\n\n`;
-    if (usageOnly) return this.mode === "final" ? `${raw}\n\n` : "";
     return `data: ${data.slice(0, at)}}\n\n`;
+  }
+
+  /** inspect() on a chunk's text; false if it is not JSON after all. */
+  private inspectText(data: string): boolean {
+    try {
+      this.inspect(JSON.parse(data) as Record<string, unknown>);
+      return true;
+    } catch {
+      return false;
+    }
   }
 }

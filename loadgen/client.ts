@@ -16,6 +16,7 @@ import {
   type RequestOptions,
 } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { eventFields, SseSplitter } from "../common/sse.ts";
 import { percentile, type RequestResult } from "./stats.ts";
 import type { WorkloadRequest } from "./workloads.ts";
 
@@ -216,14 +217,11 @@ export class Client {
           settle({ status, error: "not a stream", message: `expected text/event-stream, got "${type}"` });
           return;
         }
-        let buf = "";
+        const splitter = new SseSplitter();
         const onEvent = (event: string, now: number) => {
-          let data = "";
-          let errorEvent = false;
-          for (const line of event.split("\n")) {
-            if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(line[5] === " " ? 6 : 5);
-            else if (line === "event: error" || line === "event:error") errorEvent = true;
-          }
+          const fields = eventFields(event);
+          const data = fields.data ?? "";
+          const errorEvent = fields.event === "error";
           if (data === "") return;
           if (data === "[DONE]") {
             done = true;
@@ -261,16 +259,13 @@ export class Client {
         };
         res.on("data", (part: string) => {
           const now = performance.now();
-          buf += part;
-          // SSE allows CRLF; a trailing lone CR may be half of one, so it waits for the next part.
-          if (buf.includes("\r")) buf = buf.replace(/\r\n|\r(?!$)/g, "\n");
-          for (let end = buf.indexOf("\n\n"); end >= 0 && !settled; end = buf.indexOf("\n\n")) {
-            const event = buf.slice(0, end);
-            buf = buf.slice(end + 2);
+          for (const event of splitter.push(part)) {
+            if (settled) break;
             onEvent(event, now);
           }
         });
         res.on("end", () => {
+          for (const event of splitter.end()) if (!settled) onEvent(event, performance.now());
           if (done || finished) settle();
           else
             settle({

@@ -9,6 +9,7 @@
  * start because an operator tuned something the simulator ignores.
  */
 import { z } from "zod";
+import { QUIRKS, type Quirk } from "./quirks.ts";
 
 type Kind = "string" | "int" | "number" | "bool" | "list";
 
@@ -49,6 +50,7 @@ const KNOWN: Record<string, Kind> = {
   "sim-prefill-us-per-token": "number",
   "sim-per-seq-us": "number",
   "sim-trace": "string",
+  "sim-quirks": "list",
 };
 
 const SHORT: Record<string, string> = {
@@ -108,6 +110,11 @@ const Schema = z.object({
   "sim-prefill-us-per-token": z.coerce.number().min(0).optional(),
   "sim-per-seq-us": z.coerce.number().min(0).optional(),
   "sim-trace": z.string().min(1).optional(),
+  // Space- or comma-separated: `--sim-quirks no-done usage-on-finish` or `--sim-quirks=no-done,usage-on-finish`.
+  "sim-quirks": z.preprocess(
+    (v) => (Array.isArray(v) ? v.flatMap((s) => String(s).split(",")).filter(Boolean) : v),
+    z.array(z.enum(QUIRKS)).default([]),
+  ),
 });
 
 export type RawFlags = z.infer<typeof Schema>;
@@ -152,6 +159,8 @@ export interface SimEngineFlags {
     perSeqUs?: number;
     /** `--sim-trace`: append a JSON line per generation request to this file (request-trace.ts). */
     trace?: string;
+    /** `--sim-quirks`: how this engine differs from vLLM (quirks.ts). */
+    quirks: Set<Quirk>;
   };
   /** Flags accepted but not modelled, as given. */
   ignored: string[];
@@ -284,6 +293,7 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
         : {}),
       ...(f["sim-per-seq-us"] !== undefined ? { perSeqUs: f["sim-per-seq-us"] } : {}),
       ...(f["sim-trace"] !== undefined ? { trace: f["sim-trace"] } : {}),
+      quirks: new Set(f["sim-quirks"]),
     },
     ignored,
   };
@@ -302,5 +312,6 @@ sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-l
   --sim-hang-after N --sim-hang-phase first-token|mid-stream --sim-slow-token-ms M
   --sim-weights-read-ms MS --sim-prefill-us-per-token US --sim-per-seq-us US
   --sim-trace FILE
+  --sim-quirks QUIRK... (no-done usage-on-finish no-continuous-usage fastapi-errors pinned-model)
 see docs/sim-engine.md
 `;

@@ -33,6 +33,7 @@ import {
   toolCallJson,
   usageJson,
 } from "./protocol.ts";
+import type { Quirks } from "./quirks.ts";
 import type { TraceSpan } from "./request-trace.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent, SeqGroup } from "./scheduler.ts";
@@ -56,6 +57,8 @@ export interface GenerationSpec {
   cacheSalt?: number;
   promptTokensDetails: boolean;
   fate: Exclude<Fate, "fail" | "hang-first-token">;
+  /** `--sim-quirks`: how this engine's streams differ from vLLM's. */
+  quirks?: Quirks;
 }
 
 export interface GenerationIo {
@@ -158,6 +161,11 @@ export class Generation {
     let sum = 0;
     for (const c of this.choices) sum += c.generated;
     return sum;
+  }
+
+  /** The total rides on the last finish chunk instead of a `choices: []` chunk of its own. */
+  private usageOnFinish(): boolean {
+    return this.spec.usageMode !== "none" && this.spec.quirks?.has("usage-on-finish") === true;
   }
 
   private usage(completion: number): string {
@@ -265,7 +273,9 @@ export class Generation {
       delta = toolCallDelta(head, piece);
     } else delta = contentDelta(piece);
     // vLLM's continuous stats: each chunk counts its own choice's tokens.
-    const usage = continuous ? this.usage(c.generated) : null;
+    let usage = continuous ? this.usage(c.generated) : null;
+    if (this.usageOnFinish() && this.open === 0 && c.finish !== null)
+      usage = this.usage(this.completionTokens());
     return out + this.writer.token(c.index, delta, lp, c.finish, usage);
   }
 
@@ -277,7 +287,8 @@ export class Generation {
     const usage = this.usage(completion);
     const res = io.res;
     if (spec.stream) {
-      res.end(`${spec.usageMode !== "none" ? this.writer.usage(usage) : ""}data: [DONE]\n\n`);
+      const usageChunk = spec.usageMode !== "none" && !this.usageOnFinish() ? this.writer.usage(usage) : "";
+      res.end(`${usageChunk}${spec.quirks?.has("no-done") ? "" : "data: [DONE]\n\n"}`);
       return;
     }
     const choices = this.choices.map((c) => {

@@ -125,6 +125,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     outputLen: flags.sim.outputLen,
     promptTokensDetails: flags.enablePromptTokensDetails,
     autoToolChoice: flags.enableAutoToolChoice,
+    quirks: flags.sim.quirks,
     faults: new FaultPlan({
       seed: flags.seed,
       failRate: flags.sim.failRate,

@@ -32,6 +32,7 @@ import {
   usageJson,
   zodToApiError,
 } from "./protocol.ts";
+import { fastApiErrorBody, type Quirks, streamedUsageMode } from "./quirks.ts";
 import { type Arrival, type RequestTrace, TraceSpan, wallMs } from "./request-trace.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent } from "./scheduler.ts";
@@ -57,6 +58,8 @@ export interface ServerOptions {
   trace?: RequestTrace;
   /** Exits the process; replaceable so a crash is observable without dying in unit tests. */
   crash?: () => void;
+  /** `--sim-quirks`: how this engine differs from vLLM. */
+  quirks?: Quirks;
 }
 
 export class SimServer {
@@ -69,9 +72,11 @@ export class SimServer {
   private readonly hung = new Set<ServerResponse>();
   private readonly orcaFormat = new WeakMap<ServerResponse, "text" | "json">();
   private readonly arrivals = new WeakMap<ServerResponse, Arrival>();
+  private readonly quirks: Quirks;
 
   constructor(opts: ServerOptions) {
     this.opts = opts;
+    this.quirks = opts.quirks ?? new Set();
     this.http = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
       // A client that vanished mid-write must cost an aborted request, never the process.
       res.on("error", () => {});
@@ -329,6 +334,7 @@ export class SimServer {
   private checkModel(model: string | null | undefined): string {
     const names = this.opts.servedModelNames;
     if (model === undefined || model === null || model === "") return names[0]!;
+    if (this.quirks.has("pinned-model")) return names[0]!;
     if (!names.includes(model)) throw new ApiError(404, `The model \`${model}\` does not exist.`, "model");
     return model;
   }
@@ -390,7 +396,8 @@ export class SimServer {
             ? []
             : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== ""),
         stream,
-        usageMode: stream ? usageModeOf(r.stream_options) : "none",
+        usageMode: stream ? streamedUsageMode(usageModeOf(r.stream_options), this.quirks) : "none",
+        quirks: this.quirks,
         logprobs,
         ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
         promptTokensDetails: o.promptTokensDetails,
@@ -472,10 +479,14 @@ export class SimServer {
       this.opts.log.error("request failed", { err: e.message });
     if (res.headersSent) {
       // Headers are gone: say it the way vLLM does mid-stream, then close.
-      if (!res.writableEnded) res.end(`data: ${errorBody(e)}\n\ndata: [DONE]\n\n`);
+      if (!res.writableEnded) {
+        res.end(`data: ${errorBody(e)}\n\n${this.quirks.has("no-done") ? "" : "data: [DONE]\n\n"}`);
+      }
       return;
     }
-    const body = errorBody(e);
+    const body = this.quirks.has("fastapi-errors")
+      ? fastApiErrorBody(e.status, e.message, e.param)
+      : errorBody(e);
     res.writeHead(e.status, {
       "content-type": "application/json",
       "content-length": Buffer.byteLength(body),

@@ -94,6 +94,19 @@ describe("flags", () => {
     expect(() => parseServeArgs(["--port", "1"])).toThrow(/MODEL/);
     expect(() => parseServeArgs(["m", "--nnodes", "2", "--node-rank", "2"])).toThrow(/node-rank/);
   });
+
+  it("takes --sim-quirks space- or comma-separated, and refuses one it does not know", () => {
+    expect([...parseServeArgs(["m", "--sim-quirks", "no-done", "pinned-model"]).sim.quirks]).toEqual([
+      "no-done",
+      "pinned-model",
+    ]);
+    expect([...parseServeArgs(["m", "--sim-quirks=usage-on-finish,fastapi-errors"]).sim.quirks]).toEqual([
+      "usage-on-finish",
+      "fastapi-errors",
+    ]);
+    expect(parseServeArgs(["m"]).sim.quirks.size).toBe(0);
+    expect(() => parseServeArgs(["m", "--sim-quirks", "no-dne"])).toThrow(/--sim-quirks/);
+  });
 });
 
 describe("fault plan", () => {

@@ -183,6 +183,12 @@ export const endpointSchema = z.strictObject({
     .describe(
       "What the engine can hold; the edge's pool counts each request's demand against it (docs/routing.md)",
     ),
+  served_model_name: z
+    .string()
+    .min(1)
+    .max(256)
+    .optional()
+    .describe("The model name sent to this engine (its --served-model-name); default: the catalog's name"),
 });
 
 // mTLS on the agent listener (docs/agents.md, "Security: mTLS and

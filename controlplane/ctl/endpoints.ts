@@ -184,7 +184,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           e.state,
           String(e.inflight),
           num(e.saturation),
-          e.breaker,
+          e.breakerReason ? `${e.breaker} (${e.breakerReason.slice(0, 80)})` : e.breaker,
           e.loadAgeMs < 0n ? "-" : String(e.waiting),
           e.loadAgeMs < 0n ? "-" : String(e.running),
           e.loadAgeMs < 0n ? "-" : num(e.kvUsage),

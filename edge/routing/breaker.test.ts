@@ -38,3 +38,24 @@ describe("Breakers", () => {
     expect(b.canTry("e")).toBe(true);
   });
 });
+
+describe("why a breaker opened", () => {
+  it("keeps the last failure's reason while open, and forgets it on success", () => {
+    let now = 0;
+    const b = new Breakers(2, 1_000, () => now);
+    expect(b.onFailure("e", "upstream_unreachable: refused")).toBe(false);
+    expect(b.reason("e")).toBeNull();
+    expect(b.onFailure("e", "first_token_timeout: no token")).toBe(true);
+    expect([b.state("e"), b.reason("e"), b.failures("e")]).toEqual([
+      "open",
+      "first_token_timeout: no token",
+      2,
+    ]);
+    now = 1_000;
+    b.onAttempt("e");
+    expect(b.onFailure("e", "upstream_disconnected: cut")).toBe(true); // the probe failed: open again
+    expect(b.reason("e")).toBe("upstream_disconnected: cut");
+    b.onSuccess("e");
+    expect([b.state("e"), b.reason("e")]).toEqual(["closed", null]);
+  });
+});

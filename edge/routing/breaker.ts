@@ -14,6 +14,8 @@ interface Entry {
   failures: number;
   openUntil: number;
   probing: boolean;
+  /** The last failure's reason: why the breaker is open, once it is. */
+  reason: string;
 }
 
 export class Breakers {
@@ -54,12 +56,27 @@ export class Breakers {
     this.entries.delete(id);
   }
 
-  onFailure(id: string): void {
-    const e = this.entries.get(id) ?? { failures: 0, openUntil: 0, probing: false };
+  /** Counts a failure; true when it opens the breaker (the threshold reached, or a probe failed). */
+  onFailure(id: string, reason = "failed"): boolean {
+    const e = this.entries.get(id) ?? { failures: 0, openUntil: 0, probing: false, reason };
     e.failures++;
     e.probing = false;
-    if (e.failures >= this.threshold) e.openUntil = this.now() + this.cooldownMs;
+    e.reason = reason;
     this.entries.set(id, e);
+    if (e.failures < this.threshold) return false;
+    e.openUntil = this.now() + this.cooldownMs;
+    return true;
+  }
+
+  /** Why a breaker that is not closed opened: its last failure. */
+  reason(id: string): string | null {
+    const e = this.entries.get(id);
+    return e && e.failures >= this.threshold ? e.reason : null;
+  }
+
+  /** Consecutive failures so far. */
+  failures(id: string): number {
+    return this.entries.get(id)?.failures ?? 0;
   }
 
   /** The probe ended without a verdict (e.g. the client left): let another probe through. */

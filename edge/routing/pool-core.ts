@@ -65,8 +65,15 @@ export type Admission =
 export type Verdict = "ok" | "fail" | "abandon";
 
 export interface ReleaseReport {
-  /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too). */
-  attempts: { endpoint: string; verdict: Verdict }[];
+  /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too) and, for a failure, why. */
+  attempts: { endpoint: string; verdict: Verdict; reason?: string | undefined }[];
+}
+
+/** A breaker that a release opened, and why: for the pool's log. */
+export interface BreakerOpened {
+  endpoint: string;
+  failures: number;
+  reason: string;
 }
 
 export interface LoadUpdate {
@@ -116,6 +123,8 @@ export interface EndpointStatus {
   kvTokens: number | null;
   saturation: number;
   breaker: BreakerState;
+  /** Why the breaker opened (its last failure), while it is not closed. */
+  breakerReason: string | null;
   loadAgeMs: number | null;
   waiting: number | null;
   running: number | null;
@@ -292,13 +301,18 @@ export class PoolCore {
     this.tombstones.set(id, now + TOMBSTONE_MS);
   }
 
-  release(id: string, report: ReleaseReport, now: number): void {
+  /** Frees a lease and feeds the breakers; returns the breakers this opened. */
+  release(id: string, report: ReleaseReport, now: number): BreakerOpened[] {
     this.clock = now;
+    const opened: BreakerOpened[] = [];
     for (const a of report.attempts) {
       if (!this.endpoints.has(a.endpoint)) continue;
       if (a.verdict === "ok") this.breakers.onSuccess(a.endpoint);
-      else if (a.verdict === "fail") this.breakers.onFailure(a.endpoint);
-      else this.breakers.onAbandon(a.endpoint);
+      else if (a.verdict === "abandon") this.breakers.onAbandon(a.endpoint);
+      else if (this.breakers.onFailure(a.endpoint, a.reason)) {
+        const reason = this.breakers.reason(a.endpoint) ?? "failed";
+        opened.push({ endpoint: a.endpoint, failures: this.breakers.failures(a.endpoint), reason });
+      }
     }
     const lease = this.held.get(id);
     if (lease) {
@@ -306,6 +320,7 @@ export class PoolCore {
       this.free(lease);
     }
     this.drain();
+    return opened;
   }
 
   private free(lease: Held): void {
@@ -521,6 +536,7 @@ export class PoolCore {
           kvTokens: c.spec.capacity?.kvTokens ?? null,
           saturation: c.saturation,
           breaker: c.breaker,
+          breakerReason: c.breaker === "closed" ? null : this.breakers.reason(c.spec.id),
           loadAgeMs: e.load ? now - e.load.at : null,
           waiting: e.load?.waiting ?? null,
           running: e.load?.running ?? null,

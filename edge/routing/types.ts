@@ -19,6 +19,8 @@ export interface EndpointSpec {
   /** Relative capacity (heterogeneous GPUs): scales its in-flight target and its share of traffic. */
   weight: number;
   via: "direct" | "vpc" | "tunnel";
+  /** The model name this engine is sent, when it is not the catalog's (router-only, engines run by hand). */
+  servedModelName?: string | undefined;
   /** What the engine can hold, when known (engine args, its /metrics, or the operator). */
   capacity?: Capacity | undefined;
 }

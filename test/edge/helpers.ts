@@ -307,6 +307,8 @@ export interface EndpointSpec {
   pool?: string;
   /** What the engine can hold, as an endpoint file's `capacity:` says it. */
   capacity?: { maxNumSeqs?: number; kvTokens?: number };
+  /** The model name sent to this engine in place of the catalog's. */
+  servedModelName?: string;
 }
 
 export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
@@ -321,6 +323,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
       via: "direct",
       maxNumSeqs: e.capacity?.maxNumSeqs ?? 0,
       kvTokens: BigInt(e.capacity?.kvTokens ?? 0),
+      servedModelName: e.servedModelName ?? "",
     })),
   });
 }

@@ -1,0 +1,213 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  chatBody,
+  clientFor,
+  createKey,
+  type Edge,
+  keyUsage,
+  setEndpoints,
+  startEdge,
+  startSim,
+  stopStarted,
+} from "./helpers.ts";
+
+/**
+ * The edge in workerd in front of OpenAI-compatible engines that are not
+ * vLLM: the sim engine with each of its --sim-quirks (docs/sim-engine.md),
+ * driven by the openai client. Per quirk: clean streams raise nothing,
+ * carry usage exactly as asked, and never trip the breaker; a stream cut by
+ * the engine dying after its first token raises an APIError and is charged
+ * more than nothing. Then eight clients stream for 30 s against an engine
+ * with every quirk at once, and none is refused. The engines know their
+ * model by a name of their own, which the endpoints' served_model_name
+ * gives (router-only with engines run by hand).
+ */
+const QUIRK_SETS: Record<string, string[]> = {
+  "no-done": ["no-done"],
+  "usage-on-finish": ["usage-on-finish"],
+  "no-continuous-usage": ["no-continuous-usage"],
+  "fastapi-errors": ["fastapi-errors"],
+  "pinned-model": ["pinned-model"],
+  // The server issue 23 met: all of these at once.
+  all: ["no-done", "usage-on-finish", "no-continuous-usage", "fastapi-errors", "pinned-model"],
+};
+const THRESHOLD = 3;
+const LOAD_SECONDS = 30;
+
+/** Polls `check` until it returns a value, or fails after `ms`. */
+async function until<T>(check: () => Promise<T | undefined>, ms: number, what: string): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const model = (name: string, cut = false) => `${cut ? "qcut" : "q"}-${name}`;
+
+describe("edge in front of engines with other servers' quirks", () => {
+  let edge: Edge;
+  let client: OpenAI;
+
+  beforeAll(async () => {
+    const names = Object.keys(QUIRK_SETS);
+    const started = await Promise.all([
+      startEdge({ failure_threshold: THRESHOLD, cooldown: "30s" }),
+      ...names.flatMap((name) => {
+        // A pinned engine answers to its own name whatever it is asked for.
+        const flags = ["--sim-quirks", ...QUIRK_SETS[name]!, "--served-model-name", `engine-${name}`];
+        return [
+          startSim(`q-${name}`, [...flags, "--sim-speed", "50"]),
+          startSim(`qcut-${name}`, [...flags, "--sim-crash-after", "0", "--sim-speed", "5"]),
+        ];
+      }),
+    ]);
+    edge = started[0] as Edge;
+    const sims = started.slice(1) as { url: string }[];
+    // The catalog's names are not the engines': an engine that answers to
+    // its own name only is sent that name (served_model_name), a pinned one
+    // takes whatever it is sent.
+    const served = (name: string) =>
+      QUIRK_SETS[name]!.includes("pinned-model") ? {} : { servedModelName: `engine-${name}` };
+    await setEndpoints(
+      edge,
+      names.flatMap((name, i) => [
+        { id: `q-${name}`, url: sims[2 * i]!.url, models: [model(name)], ...served(name) },
+        { id: `qcut-${name}`, url: sims[2 * i + 1]!.url, models: [model(name, true)], ...served(name) },
+      ]),
+    );
+    client = clientFor(edge, (await createKey(edge)).secret);
+  }, 120_000);
+
+  afterAll(stopStarted);
+
+  describe.each(Object.keys(QUIRK_SETS))("quirks: %s", (name) => {
+    it("streams cleanly, with usage exactly as asked, and the breaker stays closed", async () => {
+      for (let i = 0; i < THRESHOLD + 2; i++) {
+        const withUsage = i % 2 === 0;
+        const stream = await client.chat.completions.create({
+          model: model(name),
+          messages: [{ role: "user", content: `Tell me something, ${i}.` }],
+          max_tokens: 12,
+          stream: true,
+          ...(withUsage ? { stream_options: { include_usage: true } } : {}),
+        });
+        let text = "";
+        let finish: string | null = null;
+        const usages: OpenAI.CompletionUsage[] = [];
+        for await (const chunk of stream) {
+          if (chunk.usage) usages.push(chunk.usage);
+          for (const c of chunk.choices) {
+            text += c.delta.content ?? "";
+            finish = c.finish_reason ?? finish;
+          }
+        }
+        expect(text.length).toBeGreaterThan(0);
+        expect(finish).not.toBeNull();
+        if (withUsage) {
+          expect(usages).toHaveLength(1);
+          expect(usages[0]!.completion_tokens).toBe(12);
+          expect(usages[0]!.prompt_tokens).toBeGreaterThan(0);
+        } else expect(usages).toEqual([]);
+      }
+      const { pools } = await edge.sync.getPoolStatus({ model: model(name) });
+      expect(pools[0]!.endpoints.map((e) => [e.id, e.breaker, e.breakerReason])).toEqual([
+        [`q-${name}`, "closed", ""],
+      ]);
+    });
+
+    it("answers a non-streamed request, and an engine's error in OpenAI's shape with its status", async () => {
+      const done = await client.chat.completions.create({
+        model: model(name),
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 5,
+      });
+      expect(done.usage?.completion_tokens).toBe(5);
+      // The sim refuses a prompt longer than its context: a 400 from the engine itself.
+      const err = await client.chat.completions
+        .create({ model: model(name), messages: [{ role: "user", content: "hi" }], max_tokens: 10_000_000 })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      const e = err as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(e.status).toBe(400);
+      expect(e.message).not.toContain("{");
+      expect(e.message).toMatch(/max_tokens|context|length/i);
+    });
+
+    it("raises an APIError for a stream cut by the engine dying, and charges it more than nothing", async () => {
+      const key = await createKey(edge);
+      const own = clientFor(edge, key.secret);
+      const stream = await own.chat.completions.create({
+        model: model(name, true),
+        messages: [{ role: "user", content: "Tell me a long story." }],
+        max_tokens: 200,
+        stream: true,
+      });
+      let chunks = 0;
+      const err = await (async () => {
+        for await (const c of stream) chunks += c.choices.length;
+      })().catch((e: unknown) => e);
+      expect(chunks).toBeGreaterThanOrEqual(1);
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      const usage = await until(
+        async () => {
+          const u = await keyUsage(edge, key.id).catch(() => undefined);
+          return u && u.requests === 1 ? u : undefined;
+        },
+        10_000,
+        "the cut stream's charge",
+      );
+      expect(usage.partial).toBe(1);
+      expect(usage.prompt).toBeGreaterThan(0);
+      expect(usage.completion).toBeGreaterThan(0);
+    });
+  });
+
+  it(`serves eight streaming clients for ${LOAD_SECONDS} s from an engine with every quirk, refusing none`, async () => {
+    const end = Date.now() + LOAD_SECONDS * 1000;
+    const failures: string[] = [];
+    let served = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, w) => {
+        while (Date.now() < end) {
+          try {
+            const stream = await client.chat.completions.create({
+              model: model("all"),
+              messages: [{ role: "user", content: `Client ${w} says hello.` }],
+              max_tokens: 16,
+              stream: true,
+              stream_options: { include_usage: true },
+            });
+            let usage = 0;
+            for await (const c of stream) if (c.usage) usage++;
+            if (usage !== 1) failures.push(`${usage} usage chunks`);
+            served++;
+          } catch (e) {
+            failures.push(String(e));
+          }
+        }
+      }),
+    );
+    expect(failures).toEqual([]);
+    expect(served).toBeGreaterThan(8);
+    const { pools } = await edge.sync.getPoolStatus({ model: model("all") });
+    expect(pools[0]!.endpoints[0]!.breaker).toBe("closed");
+  }, 90_000);
+
+  it("ends the stream of an engine that sends no [DONE] with one, and no error", async () => {
+    const r = await fetch(`${edge.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${(await createKey(edge)).secret}`,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify(chatBody(model("no-done"), { stream: true })),
+    });
+    const text = await r.text();
+    expect(text.trim().endsWith("data: [DONE]")).toBe(true);
+    expect(text).not.toContain('"error"');
+  });
+});
