@@ -9,7 +9,7 @@
  *
  * 1. session: the endpoint this session was last routed to, unless it is
  *    saturated or has more requests in flight than `session_load_factor` ×
- *    the least busy endpoint's, and four more;
+ *    the pool's mean, and AFFINITY_SLACK_REQUESTS (3) more;
  * 2. prefix: the endpoint holding the longest run of this prompt's blocks
  *    (at least half of them), under the same load guard — affinity is a
  *    filter with a release, not a weight, because a weighted blend sends a
@@ -181,15 +181,15 @@ export function nearBest(all: readonly Candidate[]): Candidate {
  */
 export const AFFINITY_SLACK_REQUESTS = 3;
 
-/** The affinity guard: not saturated, and not busier than the least busy beyond factor and slack. */
-function withinGuard(c: Candidate, least: number, factor: number): boolean {
-  return c.saturation < 1 && c.pressure <= Math.max(factor * least, least + AFFINITY_SLACK_REQUESTS);
+/** The affinity guard: not saturated, and not busier than the pool's mean beyond factor and slack. */
+function withinGuard(c: Candidate, mean: number, factor: number): boolean {
+  return c.saturation < 1 && c.pressure <= Math.max(factor * mean, mean + AFFINITY_SLACK_REQUESTS);
 }
 
 function byPrefix(
   cands: readonly Candidate[],
   ctx: PickContext,
-  least: number,
+  mean: number,
 ): [Candidate, number] | undefined {
   if (ctx.prefixBlocks === 0) return undefined;
   const need = Math.max(1, Math.ceil(ctx.prefixBlocks * MIN_PREFIX_SHARE));
@@ -201,7 +201,7 @@ function byPrefix(
       const c = byId.get(id)!;
       if (!warm || lighter(c, warm) < 0) warm = c;
     }
-    if (warm && withinGuard(warm, least, ctx.sessionLoadFactor)) return [warm, level.blocks];
+    if (warm && withinGuard(warm, mean, ctx.sessionLoadFactor)) return [warm, level.blocks];
   }
   return undefined;
 }
@@ -217,14 +217,14 @@ function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, Rout
     case "least-load":
       return [lowest(cands, ctx.random), "least-load", 0];
     case "chat": {
-      let least = 0;
-      for (const c of cands) least += c.pressure;
-      least /= cands.length;
+      let mean = 0;
+      for (const c of cands) mean += c.pressure;
+      mean /= cands.length;
       if (ctx.sessionEndpoint !== undefined) {
         const pinned = cands.find((c) => c.spec.id === ctx.sessionEndpoint);
-        if (pinned && withinGuard(pinned, least, ctx.sessionLoadFactor)) return [pinned, "session", 0];
+        if (pinned && withinGuard(pinned, mean, ctx.sessionLoadFactor)) return [pinned, "session", 0];
       }
-      const warm = byPrefix(cands, ctx, least);
+      const warm = byPrefix(cands, ctx, mean);
       if (warm) return [warm[0], "prefix", warm[1]];
       return [nearBest(cands), "load", 0];
     }
