@@ -48,20 +48,23 @@ export interface EdgeFacts {
   now: number;
 }
 
+/** A static endpoint of the config (or of `ctl endpoints set`'s file) as EdgeSync carries it. */
+export function staticEndpoint(e: EndpointConfig): Endpoint {
+  return create(EndpointSchema, {
+    id: e.id,
+    url: e.url,
+    models: [...e.models],
+    pool: e.pool,
+    weight: e.weight,
+    priority: e.priority,
+    via: e.via,
+    servedModelName: e.served_model_name ?? "",
+  });
+}
+
 /** Pure: the endpoint set the edge should have now. */
 export function endpointSet(f: EdgeFacts): Endpoint[] {
-  const out: Endpoint[] = f.staticEndpoints.map((e) =>
-    create(EndpointSchema, {
-      id: e.id,
-      url: e.url,
-      models: [...e.models],
-      pool: e.pool,
-      weight: e.weight,
-      priority: e.priority,
-      via: e.via,
-      servedModelName: e.served_model_name ?? "",
-    }),
-  );
+  const out: Endpoint[] = f.staticEndpoints.map(staticEndpoint);
   for (const r of f.replicas) {
     if (replicaStatus(r, f.now) !== "ready") continue;
     const head = r.shards.find((s) => s.rank === 0);

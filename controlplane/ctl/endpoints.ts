@@ -7,13 +7,15 @@ import { formatIssues } from "../../common/zod-issues.ts";
 import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { endpointSchema } from "../config/schema.ts";
+import { staticEndpoint } from "../edge-publisher.ts";
 import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../edgesync-client.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
- * (id, url, models, pool, weight, priority, optionally via) is validated
+ * (id, url, models, pool, weight, priority, optionally via and
+ * served_model_name) is validated
  * here with path-named errors and written straight to the edge, with no
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
@@ -53,7 +55,8 @@ const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--
        llmgw ctl endpoints check FILE
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
-FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via.
+FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via,
+served_model_name (the name sent to that engine, if not the catalog's).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops
 every request to them.
 status shows what each model's pool at the edge holds now: saturation, the
@@ -89,7 +92,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
   }
   try {
     const res = await edgeSyncClient(edge).putEndpointSets({
-      endpoints,
+      endpoints: endpoints.map(staticEndpoint),
       version: values.version ? BigInt(values.version) : 0n,
       allowEmpty: values["allow-empty"] === true,
     });
