@@ -142,7 +142,18 @@ export function formatPools(pools: readonly PoolStatus[]): string {
     );
     out.push(
       renderTable(
-        ["band", "ceiling", "queued now", "admitted", "queued", "full (429)", "expired (503)", "left"],
+        [
+          "band",
+          "ceiling",
+          "queued now",
+          "admitted",
+          "queued",
+          "full (429)",
+          "expired (503)",
+          "left",
+          "no endpoints (503)",
+          "no capacity (503)",
+        ],
         p.bands.map((b) => [
           b.name,
           num(b.ceiling),
@@ -152,6 +163,8 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           String(b.full),
           String(b.expired),
           String(b.abandoned),
+          String(b.noEndpoints),
+          String(b.noCapacity),
         ]),
       ),
     );
