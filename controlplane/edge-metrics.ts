@@ -62,17 +62,16 @@ export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBo
   );
   metrics.counter(
     "llmgw_edge_requests_total",
-    "Requests by how admission ended: admitted, full (429, queue full), expired (503, queue_ttl), abandoned (client left while queued), no_endpoints and no_capacity (503 at once: no endpoint serves the model, or none can take requests, e.g. every breaker open), fail_open (routed by a Worker without its pool; band empty).",
+    "Requests by how admission ended: admitted, full (429, queue full), expired (503, queue_ttl), abandoned (client left while queued), no_endpoints and no_capacity (503 at once: no endpoint serves the model, or none can take requests, e.g. every breaker open). Fail-opens: llmgw_edge_fail_opens_total.",
     () =>
-      answered().flatMap((p) => [
-        ...p.bands.flatMap((b) =>
+      answered().flatMap((p) =>
+        p.bands.flatMap((b) =>
           REQUEST_OUTCOMES.map((outcome) => ({
             labels: { model: p.model, band: b.name, outcome: OUTCOME_LABEL[outcome] },
             value: Number(b[outcome]),
           })),
         ),
-        { labels: { model: p.model, band: "", outcome: "fail_open" }, value: Number(p.failOpens) },
-      ]),
+      ),
   );
   metrics.counter(
     "llmgw_edge_queued_total",
