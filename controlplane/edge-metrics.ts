@@ -13,7 +13,24 @@ import type { EdgeStatusBook } from "./edge-status.ts";
  */
 
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
-export const REQUEST_OUTCOMES = ["admitted", "full", "expired", "abandoned"] as const;
+export const REQUEST_OUTCOMES = [
+  "admitted",
+  "full",
+  "expired",
+  "abandoned",
+  "noEndpoints",
+  "noCapacity",
+] as const;
+
+/** The outcome label of each band counter. */
+const OUTCOME_LABEL: Record<(typeof REQUEST_OUTCOMES)[number], string> = {
+  admitted: "admitted",
+  full: "full",
+  expired: "expired",
+  abandoned: "abandoned",
+  noEndpoints: "no_endpoints",
+  noCapacity: "no_capacity",
+};
 
 export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBook, now: () => number): void {
   // A pool that did not answer has no figures; its model shows in llmgw_edge_pool_up alone.
@@ -45,12 +62,12 @@ export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBo
   );
   metrics.counter(
     "llmgw_edge_requests_total",
-    "Requests by how admission ended: admitted, full (429, queue full), expired (503, queue_ttl), abandoned (client left while queued).",
+    "Requests by how admission ended: admitted, full (429, queue full), expired (503, queue_ttl), abandoned (client left while queued), no_endpoints and no_capacity (503 at once: no endpoint serves the model, or none can take requests, e.g. every breaker open). Fail-opens: llmgw_edge_fail_opens_total.",
     () =>
       answered().flatMap((p) =>
         p.bands.flatMap((b) =>
           REQUEST_OUTCOMES.map((outcome) => ({
-            labels: { model: p.model, band: b.name, outcome },
+            labels: { model: p.model, band: b.name, outcome: OUTCOME_LABEL[outcome] },
             value: Number(b[outcome]),
           })),
         ),

@@ -7,12 +7,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
+import { routerWarnings } from "../edge/router-config.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
-import { type LoadedConfig, placesReplicas, startupGraceMs } from "./config/load.ts";
+import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
@@ -66,6 +67,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const adminAuth = setUpAdminAuth(opts.loaded, log, opts.insecureAdmin ?? false);
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
+  for (const w of routerWarnings(config.router)) log.warn("router settings warning", { warning: w });
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
   const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now) : undefined;
   const streams = new AgentStreams({
@@ -313,7 +315,7 @@ function edgeLink(
     loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
     // The hold is for placed replicas whose agents may come back; a
     // router-only fleet (static endpoints alone) has none to wait for.
-    ...(placesReplicas(config)
+    ...(buildCatalog(config).controlPlaneMode
       ? {
           graceUntil: startedAt + startupGraceMs(config),
           holdUntil: startedAt + Math.max(startupGraceMs(config), config.control.lost_after),

@@ -93,6 +93,8 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       full: BigInt(b.full),
       expired: BigInt(b.expired),
       abandoned: BigInt(b.abandoned),
+      noEndpoints: BigInt(b.noEndpoints),
+      noCapacity: BigInt(b.noCapacity),
     })),
     routes: Object.fromEntries(Object.entries(s.routes).map(([k, v]) => [k, BigInt(v)])),
     endpoints: s.endpoints.map((e) => ({

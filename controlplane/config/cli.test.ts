@@ -29,6 +29,31 @@ describe("config check", () => {
     expect(r.catalog.get("llama-70b")?.profiles[0]?.gpusPerNode).toBe(8);
   });
 
+  it("warns that router.timeouts.dial does nothing, and accepts a served_model_name per endpoint", () => {
+    const r = checkConfig(
+      tmpFile(
+        [
+          "router:",
+          "  timeouts: { dial: 3s }",
+          "models:",
+          "  - name: hand",
+          "endpoints:",
+          "  - id: hand-1",
+          "    url: http://127.0.0.1:9",
+          "    models: [hand]",
+          "    served_model_name: org/hand-engine",
+        ].join("\n"),
+      ),
+      {},
+    );
+    if (!r.ok) throw new Error(r.issues.join("\n"));
+    expect(r.summary.join("\n")).toMatch(/warning: router\.timeouts\.dial has no effect/);
+    expect(r.loaded.config.endpoints[0]!.served_model_name).toBe("org/hand-engine");
+    const quiet = checkConfig(tmpFile("models:\n  - name: hand\n"), {});
+    if (!quiet.ok) throw new Error(quiet.issues.join("\n"));
+    expect(quiet.summary.join("\n")).not.toContain("dial");
+  });
+
   it("reports schema and catalog problems with paths", () => {
     const schemaBad = checkConfig(
       tmpFile("control:\n  interval: 5\nmodels:\n  - name: a\n    colour: red\n"),

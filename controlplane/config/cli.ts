@@ -11,6 +11,7 @@
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { formatDuration } from "../../common/duration.ts";
+import { routerWarnings } from "../../edge/router-config.ts";
 import { buildCatalog, type Catalog, CatalogError, type CatalogProfile } from "../catalog.ts";
 import { portNeeds, portsPerNode } from "../placement/ports.ts";
 import { ConfigError, type LoadedConfig, loadConfig } from "./load.ts";
@@ -127,7 +128,7 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   );
   const r = c.router;
   lines.push(
-    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts dial ${d(r.timeouts.dial)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}`,
+    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts response-header ${d(r.timeouts.response_header)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}`,
   );
   const a = r.admission;
   lines.push(
@@ -159,6 +160,6 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   lines.push(
     catalog.controlPlaneMode ? "mode: control plane (some model has profiles)" : "mode: router-only",
   );
-  for (const w of catalog.warnings) lines.push(`warning: ${w}`);
+  for (const w of [...catalog.warnings, ...routerWarnings(c.router)]) lines.push(`warning: ${w}`);
   return lines;
 }

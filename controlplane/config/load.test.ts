@@ -38,7 +38,6 @@ describe("configuration loading", () => {
       max_body_bytes: 32 * 1024 * 1024,
     });
     expect(config.router.timeouts).toEqual({
-      dial: 5_000,
       response_header: 60_000,
       first_token: 120_000,
       idle: 60_000,

@@ -96,11 +96,6 @@ export function loadConfig(path: string | undefined, env: NodeJS.ProcessEnv = pr
   return parseConfig(text, path, env);
 }
 
-/** Some model has deployment profiles: the control plane places replicas (else it is router-only). */
-export function placesReplicas(config: Config): boolean {
-  return config.models.some((m) => m.profiles.length > 0);
-}
-
 export function startupGraceMs(config: Config): number {
   return config.control.startup_grace ?? config.control.lost_after;
 }

@@ -14,7 +14,8 @@ import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
- * (id, url, models, pool, weight, priority, optionally via and capacity) is validated
+ * (id, url, models, pool, weight, priority, optionally via, capacity and
+ * served_model_name) is validated
  * here with path-named errors and written straight to the edge, with no
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
@@ -55,7 +56,8 @@ const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
 FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via,
-and capacity (max_num_seqs, kv_tokens: what the engine can hold).
+capacity (max_num_seqs, kv_tokens: what the engine can hold) and
+served_model_name (the name sent to that engine, if not the catalog's).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops
 every request to them.
 status shows what each model's pool at the edge holds now: saturation, the
@@ -147,7 +149,18 @@ export function formatPools(pools: readonly PoolStatus[]): string {
     );
     out.push(
       renderTable(
-        ["band", "ceiling", "queued now", "admitted", "queued", "full (429)", "expired (503)", "left"],
+        [
+          "band",
+          "ceiling",
+          "queued now",
+          "admitted",
+          "queued",
+          "full (429)",
+          "expired (503)",
+          "left",
+          "no endpoints (503)",
+          "no capacity (503)",
+        ],
         p.bands.map((b) => [
           b.name,
           num(b.ceiling),
@@ -157,6 +170,8 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           String(b.full),
           String(b.expired),
           String(b.abandoned),
+          String(b.noEndpoints),
+          String(b.noCapacity),
         ]),
       ),
     );

@@ -301,7 +301,13 @@ export function relay(call: Call, held: Held): Committed {
   const watchdog = call.watchdog!;
   const { reader, splitter, tracker, decoder } = held;
   watchdog.arm("idle", input.settings.timeouts.idle);
-  const client = new ClientSide((input.pipe ?? nativePipe)(), call.abort);
+  // The engine's body is cancelled through its reader, not only by aborting
+  // the fetch: an aborted body nobody cancels errors inside the runtime,
+  // which workerd logs as an uncaught "Network connection lost".
+  const client = new ClientSide((input.pipe ?? nativePipe)(), () => {
+    reader.cancel().catch(() => {});
+    call.abort();
+  });
   const onClientGone = () => client.leave();
   input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
   client.send(held.head);

@@ -166,6 +166,26 @@ describe("PoolCore admission by band", () => {
     // After the cooldown one probe goes through; a second waits for its verdict.
     expect(admit(p, req(), 10_001).a?.ok).toBe(true);
     expect(admit(p, req(), 10_002).a).toMatchObject({ code: "no_capacity" });
+    // Each refusal is counted in its band, and the open breaker says why.
+    const gold = (q: PoolCore) => q.status(10_003).bands.find((b) => b.name === "gold")!;
+    expect(gold(empty)).toMatchObject({ noEndpoints: 1, noCapacity: 0 });
+    expect(gold(p)).toMatchObject({ noEndpoints: 0, noCapacity: 2 });
+  });
+
+  it("an opening breaker is reported with its reason, and the pool's status carries it", () => {
+    const p = pool(1, { failure_threshold: 2, cooldown: "10s" });
+    const fail = (now: number) =>
+      p.release(
+        leaseOf(admit(p, req(), now)).id,
+        { attempts: [{ endpoint: "e0", verdict: "fail", reason: `upstream_disconnected: cut ${now}` }] },
+        now + 1,
+      );
+    expect(fail(0)).toEqual([]);
+    expect(fail(2)).toEqual([{ endpoint: "e0", failures: 2, reason: "upstream_disconnected: cut 2" }]);
+    expect(p.status(4).endpoints[0]).toMatchObject({
+      breaker: "open",
+      breakerReason: "upstream_disconnected: cut 2",
+    });
   });
 
   it("a breaker's probe whose lease is never released frees the probe slot when the lease expires", () => {

@@ -107,6 +107,10 @@ interface BandCounters {
   full: number;
   expired: number;
   abandoned: number;
+  /** Refused with 503 at once: no endpoint serves the model. */
+  noEndpoints: number;
+  /** Refused with 503 at once: none can take requests (breakers open, draining, down). */
+  noCapacity: number;
 }
 
 export interface EndpointStatus {
@@ -245,11 +249,13 @@ export class PoolCore {
       return;
     }
     if (this.endpoints.size === 0) {
+      this.count(this.bandOf(req.band)).noEndpoints++;
       respond(refusal(503, "no_endpoints", `No endpoint serves model ${this.model} right now.`, 1_000));
       return;
     }
     const cands = this.candidates();
     if (!cands.some(isRoutable)) {
+      this.count(this.bandOf(req.band)).noCapacity++;
       respond(
         refusal(
           503,
@@ -398,6 +404,7 @@ export class PoolCore {
     );
     this.lastRejections = rejections;
     if (!p) {
+      this.count(w.band).noCapacity++;
       respond(
         refusal(503, "no_capacity", `No endpoint for model ${this.model} can take requests now.`, 1_000),
       );
@@ -493,7 +500,7 @@ export class PoolCore {
   private count(band: string): BandCounters {
     let c = this.counters.get(band);
     if (!c) {
-      c = { admitted: 0, queued: 0, full: 0, expired: 0, abandoned: 0 };
+      c = { admitted: 0, queued: 0, full: 0, expired: 0, abandoned: 0, noEndpoints: 0, noCapacity: 0 };
       this.counters.set(band, c);
     }
     return c;

@@ -37,6 +37,7 @@ const line = z.strictObject({
   ttft_ms: z.number().min(0).nullable(),
   prompt_tokens: z.number().int().nullable(),
   completion_tokens: z.number().int().nullable(),
+  usage_estimated: z.boolean(),
   duration_ms: z.number().min(0),
   completed: z.boolean(),
   client_disconnected: z.boolean(),
@@ -88,6 +89,7 @@ describe("the edge's access log", () => {
       error_code: null,
       prompt_tokens: plain.usage!.prompt_tokens,
       completion_tokens: plain.usage!.completion_tokens,
+      usage_estimated: false,
       completed: true,
       client_disconnected: false,
     });
@@ -113,6 +115,7 @@ describe("the edge's access log", () => {
       completed: true,
       prompt_tokens: usage!.prompt_tokens,
       completion_tokens: usage!.completion_tokens,
+      usage_estimated: false,
     });
     expect(b.duration_ms).toBeGreaterThanOrEqual(b.ttft_ms!);
   });

@@ -17,7 +17,11 @@ describe("keys and endpoints CLI", () => {
   let env: NodeJS.ProcessEnv;
 
   beforeAll(async () => {
-    [edge, sim] = await Promise.all([startEdge(), startSim("hand")]);
+    // An engine run by hand that knows its model by a name of its own.
+    [edge, sim] = await Promise.all([
+      startEdge(),
+      startSim("hand", ["--served-model-name", "org/hand-engine"]),
+    ]);
     env = { LLMGW_EDGE_TOKEN: edge.token };
   }, 90_000);
 
@@ -27,7 +31,10 @@ describe("keys and endpoints CLI", () => {
 
   it("router-only mode: endpoints from a YAML file, then keys create/list/usage/revoke", async () => {
     const file = join(tmpdir(), `endpoints-${process.pid}.yaml`);
-    writeFileSync(file, `- id: hand-1\n  url: ${sim.url}\n  models: [hand]\n`);
+    writeFileSync(
+      file,
+      `- id: hand-1\n  url: ${sim.url}\n  models: [hand]\n  served_model_name: org/hand-engine\n`,
+    );
     const set = await runLlmgw(["ctl", "endpoints", "set", file, "--edge", edge.url], env);
     expect(set.stderr).toBe("");
     expect(set.stdout).toMatch(/wrote 1 endpoints .* \(version 1\)/);

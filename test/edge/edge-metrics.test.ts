@@ -103,6 +103,8 @@ describe("llmgw_edge_* counters under a band-mix overload", () => {
       want[`${band} full`] = count(band, "429 queue_full");
       want[`${band} expired`] = count(band, "503 queue_timeout");
       want[`${band} abandoned`] = 0;
+      want[`${band} no_endpoints`] = 0;
+      want[`${band} no_capacity`] = 0;
     }
     const exported = async () => {
       const f = parseExposition(await cp.metrics()).get("llmgw_edge_requests_total");

@@ -5,6 +5,7 @@ import {
   clientFor,
   createKey,
   type Edge,
+  type EndpointSpec,
   keyUsage,
   setEndpoints,
   startEdge,
@@ -53,32 +54,26 @@ describe("edge in front of engines with other servers' quirks", () => {
   let client: OpenAI;
 
   beforeAll(async () => {
-    const names = Object.keys(QUIRK_SETS);
-    const started = await Promise.all([
-      startEdge({ failure_threshold: THRESHOLD, cooldown: "30s" }),
-      ...names.flatMap((name) => {
-        // A pinned engine answers to its own name whatever it is asked for.
-        const flags = ["--sim-quirks", ...QUIRK_SETS[name]!, "--served-model-name", `engine-${name}`];
-        return [
-          startSim(`q-${name}`, [...flags, "--sim-speed", "50"]),
-          startSim(`qcut-${name}`, [...flags, "--sim-crash-after", "0", "--sim-speed", "5"]),
-        ];
-      }),
-    ]);
-    edge = started[0] as Edge;
-    const sims = started.slice(1) as { url: string }[];
-    // The catalog's names are not the engines': an engine that answers to
-    // its own name only is sent that name (served_model_name), a pinned one
-    // takes whatever it is sent.
-    const served = (name: string) =>
-      QUIRK_SETS[name]!.includes("pinned-model") ? {} : { servedModelName: `engine-${name}` };
-    await setEndpoints(
-      edge,
-      names.flatMap((name, i) => [
-        { id: `q-${name}`, url: sims[2 * i]!.url, models: [model(name)], ...served(name) },
-        { id: `qcut-${name}`, url: sims[2 * i + 1]!.url, models: [model(name, true)], ...served(name) },
-      ]),
-    );
+    const edgeUp = startEdge({ failure_threshold: THRESHOLD, cooldown: "30s" });
+    // One at a time: a dozen engines starting at once on a busy machine
+    // each take far longer than the same started in turn.
+    const endpoints: EndpointSpec[] = [];
+    for (const name of Object.keys(QUIRK_SETS)) {
+      // A pinned engine answers to its own name whatever it is asked for.
+      const flags = ["--sim-quirks", ...QUIRK_SETS[name]!, "--served-model-name", `engine-${name}`];
+      // The catalog's names are not the engines': an engine that answers to
+      // its own name only is sent that name (served_model_name), a pinned one
+      // takes whatever it is sent.
+      const served = QUIRK_SETS[name]!.includes("pinned-model") ? {} : { servedModelName: `engine-${name}` };
+      const sim = await startSim(`q-${name}`, [...flags, "--sim-speed", "50"]);
+      const cut = await startSim(`qcut-${name}`, [...flags, "--sim-crash-after", "0", "--sim-speed", "5"]);
+      endpoints.push(
+        { id: `q-${name}`, url: sim.url, models: [model(name)], ...served },
+        { id: `qcut-${name}`, url: cut.url, models: [model(name, true)], ...served },
+      );
+    }
+    edge = await edgeUp;
+    await setEndpoints(edge, endpoints);
     client = clientFor(edge, (await createKey(edge)).secret);
   }, 120_000);
 
