@@ -18,7 +18,9 @@ import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
+import { KnownFleetStore } from "./known-fleet-store.ts";
 import { LoadBoard } from "./load-board.ts";
+import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 
@@ -80,10 +82,26 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     ...(tls ? { certificates: tls.certs, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
   });
   const loads = new LoadBoard(streams);
+  const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
   const reconciler = new Reconciler(
-    { registry, streams, intents, log: log.child({ component: "reconciler" }), now },
+    {
+      registry,
+      streams,
+      intents,
+      log: log.child({ component: "reconciler" }),
+      now,
+      afterPass: () => known.save(knownFleet(reconciler.table.list(), registry.list()), now()),
+    },
     config,
     catalog,
+  );
+  // No node is lost before both the startup grace and lost_after are over.
+  awaitKnownFleet(
+    known,
+    registry,
+    reconciler,
+    log,
+    startedAt + Math.max(startupGraceMs(config), c.lost_after),
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
@@ -151,12 +169,38 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       edge?.status.stop();
       edge?.published.close();
       intents.close();
+      known.close();
       tls?.tokens.close();
       tls?.certs.close();
       streams.closeAll();
       await Promise.all([closeServer(agents.server), closeServer(admin)]);
     },
   };
+}
+
+/**
+ * The nodes and replicas the last control plane knew, taken back before the
+ * first pass: a node whose agent is slower to return than the startup grace
+ * keeps its replicas (and its place in `ctl status`) until it registers or
+ * `lost_after` from this start makes it lost.
+ */
+function awaitKnownFleet(
+  known: KnownFleetStore,
+  registry: Registry,
+  reconciler: Reconciler,
+  log: Logger,
+  lostNotBefore: number,
+): void {
+  const { fleet, error } = known.load();
+  if (error) log.warn("the fleet known before this start is unreadable: awaiting no node", { error });
+  for (const n of fleet.nodes) registry.expect(n, registry.startedAt);
+  reconciler.table.restore(fleet.replicas, registry.startedAt);
+  if (fleet.nodes.length > 0)
+    log.info("awaiting the nodes that held replicas before this start", {
+      nodes: fleet.nodes.map((n) => n.name),
+      replicas: fleet.replicas.length,
+      lostNotBefore: new Date(lostNotBefore).toISOString(),
+    });
 }
 
 /**

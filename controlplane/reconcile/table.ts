@@ -3,9 +3,10 @@
  * agents report, plus per-model backoff. It is the only mutable state the
  * reconciler has, and it changes in exactly two ways: `apply(actions)` after
  * the caller has sent the commands a plan asked for, and `observe*` when an
- * agent reports. Nothing here is persisted: after a control plane restart
- * the table is rebuilt from agent registrations (adoption), as design §1
- * asks.
+ * agent reports — besides `restore` at a control plane's start. After a
+ * restart the table is rebuilt from agent registrations (adoption), seeded
+ * with the replicas of nodes the last control plane knew (known-fleet.ts)
+ * so that a late agent's replicas are awaited, not placed again.
  *
  * Wiring, for the control plane: on every tick or event
  *   const actions = plan(table.planState(catalog, nodes, settings), now);
@@ -15,6 +16,7 @@
 import type { Catalog } from "../catalog.ts";
 import type { PlacementNode } from "../placement/types.ts";
 import { parseReplicaId } from "./ids.ts";
+import type { KnownReplica } from "./known-fleet.ts";
 import type {
   Action,
   Failure,
@@ -127,6 +129,29 @@ export class ReplicaTable {
           ...(a.explanation ? { explanation: a.explanation } : {}),
         };
       }
+    }
+  }
+
+  /**
+   * Replicas the last control plane had (known-fleet.ts), taken back as its
+   * own placements: live, so nothing is placed in their stead, and claimed
+   * like any placement when their agents register. Ids the table already
+   * holds are left alone.
+   */
+  restore(replicas: readonly KnownReplica[], now: number): void {
+    for (const k of replicas) {
+      if (this.records.has(k.id)) continue;
+      const r = this.create(k.id);
+      r.generation = k.generation;
+      r.worldNodes = k.worldNodes;
+      r.shards = k.shards.map((s) => ({
+        rank: s.rank,
+        node: s.node,
+        gpus: [...s.gpus],
+        ports: { http: s.ports.http, distInit: [...s.ports.distInit] },
+        state: s.state,
+        since: now,
+      }));
     }
   }
 
