@@ -126,8 +126,31 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     now,
   });
 
-  const agentPort = await listen(agents.server, config.agent_listen);
-  const adminPort = await listen(admin, config.admin_listen);
+  const shutdown = async () => {
+    clearInterval(ticker);
+    agents.stop();
+    reconciler.stop();
+    edge?.publisher.stop();
+    edge?.status.stop();
+    edge?.published.close();
+    intents.close();
+    known.close();
+    tls?.tokens.close();
+    tls?.certs.close();
+    streams.closeAll();
+    await Promise.all([closeServer(agents.server), closeServer(admin)]);
+  };
+  let agentPort: number;
+  let adminPort: number;
+  try {
+    agentPort = await listen(agents.server, "agent_listen", config.agent_listen);
+    adminPort = await listen(admin, "admin_listen", config.admin_listen);
+  } catch (err) {
+    // A control plane half up — agents connected, operators locked out — is
+    // worse than none: whatever started stops, and the caller exits.
+    await shutdown();
+    throw err;
+  }
   if (tls) {
     log.info("agent listener is mTLS: agents enroll with a join token (llmgw ctl tokens create)", {
       agent_listen: config.agent_listen,
@@ -161,20 +184,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       });
       log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
     },
-    async close() {
-      clearInterval(ticker);
-      agents.stop();
-      reconciler.stop();
-      edge?.publisher.stop();
-      edge?.status.stop();
-      edge?.published.close();
-      intents.close();
-      known.close();
-      tls?.tokens.close();
-      tls?.certs.close();
-      streams.closeAll();
-      await Promise.all([closeServer(agents.server), closeServer(admin)]);
-    },
+    close: shutdown,
   };
 }
 
@@ -414,12 +424,28 @@ function reloadAdminTokens(auth: AdminAuth, next: LoadedConfig, log: Logger): vo
   }
 }
 
-function listen(server: HttpServer | Http2Server | Http2SecureServer, addr: string): Promise<number> {
+/** A listener that could not bind (its port taken, its address not this host's): the server exits. */
+export class ListenError extends Error {}
+
+function listen(
+  server: HttpServer | Http2Server | Http2SecureServer,
+  key: string,
+  addr: string,
+): Promise<number> {
   const { host, port } = parseListen(addr);
   return new Promise((resolve, reject) => {
-    server.once("error", reject);
+    const fail = (err: NodeJS.ErrnoException) => {
+      const why =
+        err.code === "EADDRINUSE"
+          ? "the port is already in use (another llmgw server, or another program?)"
+          : err.code === "EADDRNOTAVAIL"
+            ? "the address is not one of this host's"
+            : err.message;
+      reject(new ListenError(`${key} ${addr}: ${why} (${err.code ?? "error"})`));
+    };
+    server.once("error", fail);
     server.listen(port, host, () => {
-      server.off("error", reject);
+      server.off("error", fail);
       resolve((server.address() as AddressInfo).port);
     });
   });
