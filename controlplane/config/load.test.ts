@@ -88,7 +88,7 @@ describe("configuration loading", () => {
     ).toEqual(
       expect.arrayContaining([
         "control.lost_aftr: unknown key",
-        "control.interval: Invalid input: expected string, received number",
+        'control.interval: a duration needs a unit: "5s", "5m" or "5ms" (a bare 5 could mean seconds or milliseconds)',
         "control.port_range: first port must not exceed the last",
         "admin_listen: must be HOST:PORT or :PORT",
       ]),
