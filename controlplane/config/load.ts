@@ -18,7 +18,8 @@ const ENV_PREFIX = "LLMGW_";
 
 /**
  * `LLMGW_CONTROL__LOST_AFTER=8s` sets `control.lost_after`. Values are read
- * as YAML scalars so numbers, booleans and `[20000, 20999]` keep their types.
+ * as YAML scalars so numbers, booleans and `[20000, 20999]` keep their types;
+ * an empty value unsets the key.
  * Only variables with a double underscore or a known top-level key are taken,
  * so unrelated LLMGW_ settings (LLMGW_EDGE_TOKEN, LLMGW_LOG_LEVEL) are not
  * mistaken for configuration.
@@ -35,6 +36,13 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
       const next = node[key];
       if (typeof next !== "object" || next === null || Array.isArray(next)) node[key] = {};
       node = node[key] as Record<string, unknown>;
+    }
+    // Empty unsets: the key falls back to its default, or to none
+    // (LLMGW_EDGE__URL= turns the file's edge link off).
+    if (value === "") {
+      delete node[path.at(-1)!];
+      applied.push(`${path.join(".")} (unset)`);
+      continue;
     }
     let parsed: unknown;
     try {
