@@ -106,10 +106,23 @@ describe("edge with the openai client", () => {
     expect(n).toBeGreaterThanOrEqual(3);
   });
 
-  it("lists the models this key may use", async () => {
-    const all = [];
-    for await (const m of client.models.list()) all.push(m.id);
-    expect(all.sort()).toEqual(["alpha", "beta", "gamma"]);
+  it("lists the models this key may use that can answer, aliases too", async () => {
+    await edge.sync.putCatalog({
+      models: [
+        { name: "alpha", aliases: ["a"], fallbacks: [], routing: "" },
+        { name: "gamma", aliases: [], fallbacks: ["alpha"], routing: "" },
+        { name: "idle", aliases: ["i"], fallbacks: [], routing: "" },
+      ],
+    });
+    const all: { id: string; root?: string }[] = [];
+    for await (const m of client.models.list()) all.push(m as { id: string; root?: string });
+    // idle (and its alias) has no endpoint, nor a fallback with one: offering it would only earn a 503.
+    expect(all.map((m) => [m.id, m.root])).toEqual([
+      ["a", "alpha"],
+      ["alpha", "alpha"],
+      ["beta", "beta"],
+      ["gamma", "gamma"],
+    ]);
     const limited = clientFor(edge, bronze.secret);
     const some = [];
     for await (const m of limited.models.list()) some.push(m.id);
