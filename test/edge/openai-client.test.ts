@@ -216,5 +216,8 @@ describe("edge with the openai client", () => {
     }
     expect(err).toBeInstanceOf(OpenAI.RateLimitError);
     expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
+    expect((err as Error).message).toContain(
+      "You exceeded this key's token budget (10 tokens per 1d); Retry-After says when the next period begins.",
+    );
   });
 });
