@@ -86,7 +86,8 @@ function drainNote(n: NodeJson, now: number): string {
   const deadline = Date.parse(n.drainDeadline);
   if (!(deadline > 0)) return "draining";
   if (deadline <= now) return "draining, deadline passed";
-  return `draining, deadline in ${ago(2 * now - deadline, now)}`;
+  // ago() words a span back from now; the deadline is as far ahead.
+  return `draining, deadline in ${ago(now - (deadline - now), now)}`;
 }
 
 export function nodesTable(rows: readonly NodeJson[], now = Date.now()): string {
