@@ -288,7 +288,9 @@ describe("llmgw bench", () => {
   it("a target that fails every request: the warmup says so and no level runs; without one, workers back off", async () => {
     const warm = await runLlmgw(["bench", "--url", failing.url, "--concurrency", "4", "--warmup", "3"]);
     expect(warm.code).toBe(1);
-    expect(warm.stderr).toMatch(/llmgw bench: no warmup request succeeded: 500: Simulated engine failure .*; no level was run/);
+    expect(warm.stderr).toMatch(
+      /llmgw bench: no warmup request succeeded: 500: Simulated engine failure .*; no level was run/,
+    );
     expect(warm.stdout).toBe("");
 
     const run = await runLlmgw([
