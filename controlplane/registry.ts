@@ -182,8 +182,12 @@ export class Registry {
     // The fault is far more likely the control plane's own network than half
     // the fleet failing together; declaring them lost would reshuffle
     // everything for nothing.
-    this.frozen = live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
     const inGrace = now - this.startedAt < this.timers.startupGraceMs;
+    // During the startup grace nothing becomes lost anyway, and a fleet
+    // awaited after a restart is all unreachable at first: no freeze to
+    // report until the agents had their chance.
+    this.frozen =
+      !inGrace && live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
     if (this.frozen || inGrace) return out;
     for (const n of this.nodes.values()) {
       const silent = now - n.lastSeen;
