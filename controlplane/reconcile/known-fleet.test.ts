@@ -164,4 +164,21 @@ describe("the fleet known across a control plane restart", () => {
     expect(actions.map((a) => `${a.kind} ${a.replicaId}`)).toEqual(["restart m/1gpu/1", "place m/1gpu/1"]);
     expect(after.table.get("m/1gpu/1")).toMatchObject({ generation: 2, shards: [{ node: "c" }] });
   });
+
+  it("takes a node's word that a kept replica is gone: its slot is placed again, no failure, no backoff", () => {
+    const S = T + 600_000;
+    const after = world(S);
+    for (const n of kept.nodes) after.registry.expect(n, S);
+    after.table.restore(kept.replicas, S);
+    // b's engine was stopped on purpose while no control plane ran (npm start's Ctrl-C).
+    after.registry.register(info("b"), S + 1_000);
+    after.table.observeRegistration("b", [], S + 1_000);
+    const r = after.table.get("m/1gpu/1")!;
+    expect(r.shards).toEqual([]);
+    const actions = after.pass(S + 6_000);
+    expect(actions.map((a) => `${a.kind} ${a.replicaId}`)).toContain("place m/1gpu/1");
+    expect(after.table.get("m/1gpu/1")).toMatchObject({ restarts: 0, generation: 2 });
+    expect(after.table.get("m/1gpu/1")?.lastFailure).toBeUndefined();
+    expect(after.table.backoff.size).toBe(0);
+  });
 });

@@ -151,6 +151,7 @@ export class ReplicaTable {
         ports: { http: s.ports.http, distInit: [...s.ports.distInit] },
         state: s.state,
         since: now,
+        unconfirmed: true,
       }));
     }
   }
@@ -203,12 +204,26 @@ export class ReplicaTable {
   observeRegistration(node: string, shards: readonly ObservedShard[], now: number): void {
     const listed = new Set(shards.map((o) => `${o.replicaId}#${o.rank}`));
     for (const r of this.records.values()) {
+      const denied = r.shards.find(
+        (s) => s.node === node && s.unconfirmed && !listed.has(`${r.id}#${s.rank}`),
+      );
+      if (denied && r.shards.length === 1) {
+        // Only the kept fleet said it ran there (its engine was stopped on
+        // purpose, or died, while no control plane watched): nothing failed
+        // that this one saw, so the slot is simply empty again.
+        r.shards = [];
+        continue;
+      }
       for (const s of r.shards) {
         if (s.node !== node || isDead(s.state) || listed.has(`${r.id}#${s.rank}`)) continue;
         const failure: Failure =
           s.state === "assigned"
             ? { reason: `start of rank ${s.rank} never reached ${node}`, at: now, countsForBackoff: false }
-            : { reason: `${node} re-registered without rank ${s.rank}`, at: now, countsForBackoff: true };
+            : {
+                reason: `${node} re-registered without rank ${s.rank}`,
+                at: now,
+                countsForBackoff: !s.unconfirmed,
+              };
         s.state = s.state === "assigned" ? "failed_startup" : "failed_running";
         s.since = now;
         s.failure = failure;
@@ -242,6 +257,7 @@ export class ReplicaTable {
     }
     if (state !== s.state) s.since = now;
     s.state = state;
+    delete s.unconfirmed;
     if (failure) {
       s.failure = failure;
       r.lastFailure = failure;
