@@ -186,8 +186,7 @@ export class Registry {
     // During the startup grace nothing becomes lost anyway, and a fleet
     // awaited after a restart is all unreachable at first: no freeze to
     // report until the agents had their chance.
-    this.frozen =
-      !inGrace && live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
+    this.frozen = !inGrace && live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
     if (this.frozen || inGrace) return out;
     for (const n of this.nodes.values()) {
       const silent = now - n.lastSeen;
