@@ -2,7 +2,6 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AsyncQueue } from "../common/async-queue.ts";
-import { Backoff } from "../common/backoff.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import {
   type AgentMessage,
@@ -12,14 +11,15 @@ import {
   type Register,
 } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { ClientTls } from "./enroll.ts";
+import { ReconnectSchedule } from "./reconnect-schedule.ts";
 import { tlsHint } from "./tls-hint.ts";
 
 /**
  * The agent's half of the one stream to the control plane. It dials out and
  * never gives up: a control plane restart must not need anyone to touch a
- * GPU node. Reconnects use full-jitter backoff, spread at least as widely as
- * the control plane asked (it knows the fleet size), so a fleet does not
- * reconnect in lockstep.
+ * GPU node. Reconnects follow a ReconnectSchedule: back within seconds of
+ * the control plane's return, spread at least as widely as the control plane
+ * asked (it knows the fleet size), so a fleet does not reconnect in lockstep.
  */
 export interface StreamClientOptions {
   url: string;
@@ -32,7 +32,9 @@ export interface StreamClientOptions {
   onScrapeSettings?: (s: { intervalMs: number; timeoutMs: number }) => void;
   /** The control plane refused this agent (a Reject before it ended the stream). */
   onReject?: (reject: { code: string; message: string }) => void;
+  /** The first reconnect delay's ceiling (default 1 s). */
   backoffBaseMs?: number;
+  /** The ceiling the delay grows to (default 5 s), unless the control plane's spread is wider. */
   backoffMaxMs?: number;
   /** A session that lasted this long resets the backoff. */
   stableAfterMs?: number;
@@ -46,7 +48,7 @@ export interface StreamClientOptions {
 export type StreamState = "connecting" | "connected" | "backoff" | "stopped";
 
 export class StreamClient {
-  private readonly backoff: Backoff;
+  private readonly schedule: ReconnectSchedule;
   private outbox: AsyncQueue<AgentMessage> | undefined;
   private abort: AbortController | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
@@ -67,9 +69,9 @@ export class StreamClient {
 
   constructor(private readonly opts: StreamClientOptions) {
     this.tls = opts.tls;
-    this.backoff = new Backoff({
+    this.schedule = new ReconnectSchedule({
       baseMs: opts.backoffBaseMs ?? 1_000,
-      maxMs: opts.backoffMaxMs ?? 60_000,
+      maxMs: opts.backoffMaxMs ?? 5_000,
       ...(opts.random ? { random: opts.random } : {}),
     });
   }
@@ -191,24 +193,13 @@ export class StreamClient {
         this.outbox = undefined;
       }
       if (this.stopped) break;
-      if (acked && Date.now() - started >= (this.opts.stableAfterMs ?? 10_000)) this.backoff.reset();
-      const delay = this.nextDelay();
+      if (acked && Date.now() - started >= (this.opts.stableAfterMs ?? 10_000)) this.schedule.reset();
+      const delay = this.schedule.next(this.spreadMs);
       this.state = "backoff";
-      log.info("reconnecting", { inMs: delay, attempt: this.backoff.attempts });
+      log.info("reconnecting", { inMs: delay, attempt: this.schedule.attempts });
       await sleep(delay, this.stopCtl.signal);
       if (!this.stopped) this.reconnects++;
     }
-  }
-
-  private nextDelay(): number {
-    const jittered = this.backoff.next();
-    // Full jitter over at least the control plane's requested spread: with a
-    // short backoff ceiling alone, a thousand agents would all land in the
-    // first second after a restart.
-    if (this.spreadMs > this.backoff.ceiling()) {
-      return Math.floor((this.opts.random ?? Math.random)() * this.spreadMs);
-    }
-    return jittered;
   }
 
   private startHeartbeat(intervalMs: number): void {

@@ -33,11 +33,18 @@ export function formatDuration(ms: number): string {
 }
 
 /** A duration field of a config schema: written as a string, parsed to milliseconds. */
-export const durationSchema = z.string().transform((s, ctx) => {
-  try {
-    return parseDuration(s);
-  } catch (err) {
-    ctx.addIssue({ code: "custom", message: (err as Error).message });
-    return z.NEVER;
-  }
-});
+export const durationSchema = z
+  .string({
+    error: (issue) =>
+      typeof issue.input === "number"
+        ? `a duration needs a unit: "${issue.input}s", "${issue.input}m" or "${issue.input}ms" (a bare ${issue.input} could mean seconds or milliseconds)`
+        : undefined,
+  })
+  .transform((s, ctx) => {
+    try {
+      return parseDuration(s);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", message: (err as Error).message });
+      return z.NEVER;
+    }
+  });

@@ -198,6 +198,11 @@ export function validateConfig(config: Config): string[] {
 }
 
 /** Builds the catalog, or throws a CatalogError carrying every problem at once. */
+/** The catalog rules' verdict on a config, without building anything. */
+export function catalogIssues(config: Config): string[] {
+  return analyse(config).issues;
+}
+
 export function buildCatalog(config: Config): Catalog {
   const { issues, catalog } = analyse(config);
   if (issues.length > 0 || !catalog) throw new CatalogError(issues);

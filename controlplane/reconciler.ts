@@ -32,6 +32,8 @@ export interface ReconcilerDeps {
   intents: IntentStore;
   log: Logger;
   now?: () => number;
+  /** After every pass, with the table as the pass left it (the known fleet is saved from here). */
+  afterPass?: () => void;
 }
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
@@ -208,6 +210,7 @@ export class Reconciler {
     for (const a of actions) this.send(a);
     this.table.apply(actions, now);
     this.passes++;
+    this.deps.afterPass?.();
     this.lastPassMs = performance.now() - started;
     const acted = actions.filter((a) => a.kind !== "wait");
     if (acted.length > 0) {

@@ -26,6 +26,12 @@ export interface NodeRecord {
   fabric: Record<string, string>;
   inventory: NodeInventory;
   connected: boolean;
+  /**
+   * Known from before a control plane restart (it held replicas then) and
+   * not registered since: unreachable, its replicas kept for it, until it
+   * registers or `lost_after` makes it lost.
+   */
+  awaiting?: boolean;
 }
 
 export interface RegistrationInfo {
@@ -104,8 +110,30 @@ export class Registry {
       from: prev ? prev.state : "new",
       to: "ready",
       at: now,
-      reason: prev ? "agent registered again" : "agent registered",
+      reason: prev?.awaiting
+        ? "agent registered after the control plane restart"
+        : prev
+          ? "agent registered again"
+          : "agent registered",
     };
+  }
+
+  /**
+   * A node the last control plane knew (known-fleet.ts), to be awaited: it
+   * counts as silent since `now`, the start, so it is lost `lost_after`
+   * later unless its agent registers first.
+   */
+  expect(info: RegistrationInfo, now: number): void {
+    if (this.nodes.has(info.name)) return;
+    this.nodes.set(info.name, {
+      ...info,
+      state: "unreachable",
+      stateSince: now,
+      lastSeen: now,
+      registeredAt: 0,
+      connected: false,
+      awaiting: true,
+    });
   }
 
   /** Any message from the node's agent proves it alive. */
@@ -154,13 +182,20 @@ export class Registry {
     // The fault is far more likely the control plane's own network than half
     // the fleet failing together; declaring them lost would reshuffle
     // everything for nothing.
-    this.frozen = live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
     const inGrace = now - this.startedAt < this.timers.startupGraceMs;
+    // During the startup grace nothing becomes lost anyway, and a fleet
+    // awaited after a restart is all unreachable at first: no freeze to
+    // report until the agents had their chance.
+    this.frozen = !inGrace && live.length > 0 && unreachable / live.length > this.timers.lostFreezeFraction;
     if (this.frozen || inGrace) return out;
     for (const n of this.nodes.values()) {
       const silent = now - n.lastSeen;
       if (n.state === "unreachable" && silent >= this.timers.lostAfterMs) {
-        out.push(this.move(n, "lost", now, `no message for ${Math.round(silent / 1000)}s`));
+        const why = n.awaiting
+          ? `not back ${Math.round(silent / 1000)}s after the control plane started`
+          : `no message for ${Math.round(silent / 1000)}s`;
+        delete n.awaiting;
+        out.push(this.move(n, "lost", now, why));
       }
     }
     return out;

@@ -3,7 +3,7 @@ import { createLogger, errorMessage } from "../common/log.ts";
 import { AdminAuthError } from "./admin/auth.ts";
 import { CatalogError } from "./catalog.ts";
 import { ConfigError, loadConfig } from "./config/load.ts";
-import { startControlPlane } from "./server.ts";
+import { ListenError, startControlPlane } from "./server.ts";
 
 const HELP = `usage: llmgw server [--config FILE] [--insecure-admin]
 
@@ -50,6 +50,10 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     if (err instanceof CatalogError || err instanceof AdminAuthError) {
       process.stderr.write(`${loaded.source}: ${err.message}\n`);
+      return 1;
+    }
+    if (err instanceof ListenError) {
+      process.stderr.write(`llmgw server: ${err.message}\n`);
       return 1;
     }
     throw err;

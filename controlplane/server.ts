@@ -19,7 +19,9 @@ import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
+import { KnownFleetStore } from "./known-fleet-store.ts";
 import { LoadBoard } from "./load-board.ts";
+import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 
@@ -82,10 +84,26 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     ...(tls ? { certificates: tls.certs, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
   });
   const loads = new LoadBoard(streams);
+  const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
   const reconciler = new Reconciler(
-    { registry, streams, intents, log: log.child({ component: "reconciler" }), now },
+    {
+      registry,
+      streams,
+      intents,
+      log: log.child({ component: "reconciler" }),
+      now,
+      afterPass: () => known.save(knownFleet(reconciler.table.list(), registry.list()), now()),
+    },
     config,
     catalog,
+  );
+  // No node is lost before both the startup grace and lost_after are over.
+  awaitKnownFleet(
+    known,
+    registry,
+    reconciler,
+    log,
+    startedAt + Math.max(startupGraceMs(config), c.lost_after),
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
@@ -110,8 +128,31 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     now,
   });
 
-  const agentPort = await listen(agents.server, config.agent_listen);
-  const adminPort = await listen(admin, config.admin_listen);
+  const shutdown = async () => {
+    clearInterval(ticker);
+    agents.stop();
+    reconciler.stop();
+    edge?.publisher.stop();
+    edge?.status.stop();
+    edge?.published.close();
+    intents.close();
+    known.close();
+    tls?.tokens.close();
+    tls?.certs.close();
+    streams.closeAll();
+    await Promise.all([closeServer(agents.server), closeServer(admin)]);
+  };
+  let agentPort: number;
+  let adminPort: number;
+  try {
+    agentPort = await listen(agents.server, "agent_listen", config.agent_listen);
+    adminPort = await listen(admin, "admin_listen", config.admin_listen);
+  } catch (err) {
+    // A control plane half up — agents connected, operators locked out — is
+    // worse than none: whatever started stops, and the caller exits.
+    await shutdown();
+    throw err;
+  }
   if (tls) {
     log.info("agent listener is mTLS: agents enroll with a join token (llmgw ctl tokens create)", {
       agent_listen: config.agent_listen,
@@ -145,20 +186,33 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       });
       log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
     },
-    async close() {
-      clearInterval(ticker);
-      agents.stop();
-      reconciler.stop();
-      edge?.publisher.stop();
-      edge?.status.stop();
-      edge?.published.close();
-      intents.close();
-      tls?.tokens.close();
-      tls?.certs.close();
-      streams.closeAll();
-      await Promise.all([closeServer(agents.server), closeServer(admin)]);
-    },
+    close: shutdown,
   };
+}
+
+/**
+ * The nodes and replicas the last control plane knew, taken back before the
+ * first pass: a node whose agent is slower to return than the startup grace
+ * keeps its replicas (and its place in `ctl status`) until it registers or
+ * `lost_after` from this start makes it lost.
+ */
+function awaitKnownFleet(
+  known: KnownFleetStore,
+  registry: Registry,
+  reconciler: Reconciler,
+  log: Logger,
+  lostNotBefore: number,
+): void {
+  const { fleet, error } = known.load();
+  if (error) log.warn("the fleet known before this start is unreadable: awaiting no node", { error });
+  for (const n of fleet.nodes) registry.expect(n, registry.startedAt);
+  reconciler.table.restore(fleet.replicas, registry.startedAt);
+  if (fleet.nodes.length > 0)
+    log.info("awaiting the nodes that held replicas before this start", {
+      nodes: fleet.nodes.map((n) => n.name),
+      replicas: fleet.replicas.length,
+      lostNotBefore: new Date(lostNotBefore).toISOString(),
+    });
 }
 
 /**
@@ -378,12 +432,28 @@ function reloadAdminTokens(auth: AdminAuth, next: LoadedConfig, log: Logger): vo
   }
 }
 
-function listen(server: HttpServer | Http2Server | Http2SecureServer, addr: string): Promise<number> {
+/** A listener that could not bind (its port taken, its address not this host's): the server exits. */
+export class ListenError extends Error {}
+
+function listen(
+  server: HttpServer | Http2Server | Http2SecureServer,
+  key: string,
+  addr: string,
+): Promise<number> {
   const { host, port } = parseListen(addr);
   return new Promise((resolve, reject) => {
-    server.once("error", reject);
+    const fail = (err: NodeJS.ErrnoException) => {
+      const why =
+        err.code === "EADDRINUSE"
+          ? "the port is already in use (another llmgw server, or another program?)"
+          : err.code === "EADDRNOTAVAIL"
+            ? "the address is not one of this host's"
+            : err.message;
+      reject(new ListenError(`${key} ${addr}: ${why} (${err.code ?? "error"})`));
+    };
+    server.once("error", fail);
     server.listen(port, host, () => {
-      server.off("error", reject);
+      server.off("error", fail);
       resolve((server.address() as AddressInfo).port);
     });
   });

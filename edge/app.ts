@@ -36,10 +36,12 @@ app.all(`${EDGESYNC_PREFIX}*`, (c) => handleEdgeSync(c.req.raw, c.env));
 app.get("/v1/models", async (c) => {
   const key = await caller(c);
   const { table } = await edgeConfig(c.env);
+  // Like vLLM with several served names: each alias is an entry of its own,
+  // its `root` the model it stands for.
   const data = table
-    .modelNames()
-    .filter((m) => modelAllowed(key, m, m))
-    .map((id) => ({ id, object: "model", created: 0, owned_by: "llmgw" }));
+    .servableNames()
+    .filter(({ id, model }) => modelAllowed(key, model, id))
+    .map(({ id, model }) => ({ id, object: "model", created: 0, owned_by: "llmgw", root: model }));
   return c.json({ object: "list", data });
 });
 

@@ -146,6 +146,19 @@ export class RoutingTable {
     return this.models.get(model)?.routing || fallback;
   }
 
+  /**
+   * Every name a request may use now — model names and aliases — whose
+   * model has an endpoint of its own or through a fallback, sorted, each
+   * with the model it resolves to. A model without either would only
+   * answer 503, so it is not offered (`GET /v1/models`).
+   */
+  servableNames(): { id: string; model: string }[] {
+    const out: { id: string; model: string }[] = [];
+    for (const [id, model] of this.canonical)
+      if (this.chain(model).some((m) => this.endpointsFor(m).length > 0)) out.push({ id, model });
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
   /** Every canonical model name, sorted. */
   modelNames(): string[] {
     return [...new Set(this.canonical.values())].sort();

@@ -1,3 +1,4 @@
+import { formatDuration } from "../common/duration.ts";
 import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
 import type { Env } from "./env.ts";
@@ -29,23 +30,24 @@ function hasLimits(key: KeyRecord): boolean {
 export async function admitKey(env: Env, key: KeyRecord, reservation: ReservationRequest): Promise<void> {
   if (!hasLimits(key)) return;
   const adm = await ledgerOf(env, key.id).admit(limitsOf(key), reservation);
-  if (!adm.ok) throw refusal(adm);
+  if (!adm.ok) throw refusal(adm, key.budget_period_ms);
 }
 
 /** A key ledger's refusal (rate-window.ts) as the error the client gets. */
-export function refusal(r: AdmitRefusal): ApiError {
+export function refusal(r: AdmitRefusal, budgetPeriodMs: number): ApiError {
+  const period = formatDuration(budgetPeriodMs);
   switch (r.reason) {
     case "revoked":
       return errors.unauthorized("This API key has been revoked.");
     case "budget":
       return errors.quotaExhausted(
-        `You exceeded this key's token budget (${r.limit} tokens per period).`,
+        `You exceeded this key's token budget (${r.limit} tokens per ${period}); Retry-After says when the next period begins.`,
         r.retryAfterMs,
       );
     case "pending":
       return r.of === "budget"
         ? errors.rateLimited(
-            `This key's requests still running may use the rest of its token budget (${r.limit} tokens per period); retry once they have finished.`,
+            `This key's requests still running may use the rest of its token budget (${r.limit} tokens per ${period}); retry once they have finished.`,
             "budget_pending",
             r.retryAfterMs,
           )

@@ -16,6 +16,7 @@ import {
   type RequestOptions,
 } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { doublingDelay } from "../common/backoff.ts";
 import { eventFields, SseSplitter } from "../common/sse.ts";
 import { percentile, type RequestResult } from "./stats.ts";
 import type { WorkloadRequest } from "./workloads.ts";
@@ -382,7 +383,18 @@ export async function openLoop(
   };
 }
 
-/** `concurrency` workers, each sending its next request as soon as its last one ends. */
+/**
+ * After a failure a closed-loop worker waits before its next request: 100 ms,
+ * doubling to 2 s, until a request succeeds. A client that fails instantly
+ * (a dead target refuses the connection in microseconds) would otherwise
+ * send tens of thousands of requests a second, measuring nothing.
+ */
+const FAILURE_BACKOFF = { baseMs: 100, maxMs: 2_000 };
+
+/**
+ * `concurrency` workers, each sending its next request as soon as its last
+ * one ends — or, after a failure, once its backoff has passed.
+ */
 export async function closedLoop(
   client: Client,
   requests: Iterator<WorkloadRequest>,
@@ -395,9 +407,17 @@ export async function closedLoop(
   const deadline = stop.seconds === undefined ? Number.POSITIVE_INFINITY : t0 + (stop.seconds / scale) * 1000;
   let sent = 0;
   const worker = async () => {
+    let failures = 0;
     while ((stop.count === undefined || sent < stop.count) && performance.now() < deadline) {
+      if (failures > 0) {
+        const wait = doublingDelay(failures, FAILURE_BACKOFF.baseMs, FAILURE_BACKOFF.maxMs);
+        await sleep(Math.min(wait, deadline - performance.now()));
+        if (performance.now() >= deadline) break;
+      }
       sent++;
-      onResult(await client.send(requests.next().value as WorkloadRequest));
+      const result = await client.send(requests.next().value as WorkloadRequest);
+      failures = result.ok ? 0 : failures + 1;
+      onResult(result);
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));

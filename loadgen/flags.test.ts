@@ -49,7 +49,9 @@ describe("llmgw bench flags", () => {
 
   it("wants exactly one kind of load and one level length", () => {
     expect(() => parse("--url http://h")).toThrow(/one of --rate .* or --concurrency/);
-    expect(() => parse("--url http://h --rate 1 --concurrency 2")).toThrow(/one of --rate/);
+    expect(() => parse("--url http://h --rate 1 --concurrency 2")).toThrow(
+      /^--rate and --concurrency: one or the other, not both/,
+    );
     expect(() => parse("--url http://h --rate 1 --duration 5s --requests 3")).toThrow(/not both/);
     expect(() => parse("--rate 1")).toThrow(/--url is required/);
     expect(parse("--url http://h --rate 0.5,2 --requests 7").level).toEqual({ requests: 7 });

@@ -256,7 +256,11 @@ export function parseBenchFlags(argv: string[], env: NodeJS.ProcessEnv): BenchFl
     throw new FlagError(`${flag}: ${issue.message}`);
   }
   const r = parsed.data;
-  if ((r.rate === undefined) === (r.concurrency === undefined))
+  if (r.rate !== undefined && r.concurrency !== undefined)
+    throw new FlagError(
+      "--rate and --concurrency: one or the other, not both (an open-loop sweep of arrival rates, or a closed-loop one of streams)",
+    );
+  if (r.rate === undefined && r.concurrency === undefined)
     throw new FlagError("give one of --rate (e.g. 1,2,4 req/s) or --concurrency (e.g. 1,8,32)");
   if (r.duration !== undefined && r.requests !== undefined)
     throw new FlagError("give --duration or --requests, not both");

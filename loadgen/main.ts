@@ -89,6 +89,8 @@ async function runLevel(
 
 const percent = (s: LevelSummary) => `${(s.successRate * 100).toFixed(1)} % ok`;
 
+class WarmupFailed extends Error {}
+
 /** The warmup, then each level in turn, one request sequence throughout; progress on stderr. */
 async function sweep(
   client: Client,
@@ -106,6 +108,9 @@ async function sweep(
     process.stderr.write(
       `warmup: ${warmup.requests} requests at ${loadLabel(loads[0]!)}, ${percent(warmup)}\n`,
     );
+    // Every level would fail the same way: say why now instead of after the sweep.
+    if (warmup.completed === 0)
+      throw new WarmupFailed(`no warmup request succeeded: ${warmup.firstError ?? "none was sent"}`);
   }
   const levels: LevelResult[] = [];
   for (const [i, load] of loads.entries()) {
@@ -194,7 +199,15 @@ export async function main(argv: string[]): Promise<number> {
     const heading = `llmgw bench: ${f.url} model ${model}; ${setup}`;
     process.stderr.write(`${heading}\n`);
 
-    const { warmup, levels } = await sweep(client, workload, f);
+    let swept: Awaited<ReturnType<typeof sweep>>;
+    try {
+      swept = await sweep(client, workload, f);
+    } catch (err) {
+      if (!(err instanceof WarmupFailed)) throw err;
+      process.stderr.write(`llmgw bench: ${err.message}; no level was run\n`);
+      return 1;
+    }
+    const { warmup, levels } = swept;
     const summaries = levels.map((l) => l.summary);
     if (f.json) {
       const out = {

@@ -22,6 +22,7 @@ import { errorMessage } from "../common/log.ts";
 import { controlClient, DEFAULT_CONTROL_PLANE } from "../controlplane/ctl/client.ts";
 import { killEngines } from "../test/harness/engines.ts";
 import { parseStackOptions, STACK_HELP, type StackOptions } from "./local-stack/options.ts";
+import { portProblem } from "./local-stack/ports.ts";
 import { awaiting } from "./local-stack/ready.ts";
 
 const REPO = join(import.meta.dirname, "..");
@@ -53,9 +54,13 @@ const AGENTS = join(opts.stateDir, "agents");
 const ADMIN_TOKEN_FILE = join(opts.stateDir, "admin.token");
 const EDGE = `http://127.0.0.1:${opts.edgePort}`;
 const ADMIN = `http://127.0.0.1:${opts.adminPort}`;
-// A fresh EdgeSync secret per run: it only has to be shared by the two
-// processes this script starts.
-const TOKEN = randomBytes(24).toString("base64url");
+// The EdgeSync secret and the API key the banner prints are kept there too,
+// like the admin token: a shell that exported LLMGW_EDGE_TOKEN, or a client
+// configured with the key, keeps working across starts.
+const EDGE_TOKEN_FILE = join(opts.stateDir, "edge.token");
+const API_KEY_FILE = join(opts.stateDir, "local-dev.key");
+mkdirSync(opts.stateDir, { recursive: true });
+const TOKEN = keptSecret(EDGE_TOKEN_FILE, () => randomBytes(24).toString("base64url"));
 const env = { ...process.env, LLMGW_EDGE_TOKEN: TOKEN };
 // The control plane's addresses follow the flags (LLMGW_ overrides of
 // infra/local/llmgw.yaml; the defaults are the file's values).
@@ -210,15 +215,41 @@ async function createKey(): Promise<string> {
   return (JSON.parse(stdout) as { secret: string }).secret;
 }
 
-function adminToken(): string {
-  if (!existsSync(ADMIN_TOKEN_FILE))
-    writeFileSync(ADMIN_TOKEN_FILE, `${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
-  return readFileSync(ADMIN_TOKEN_FILE, "utf8").trim();
+/** A secret made once per state directory and kept in `file` (0600). */
+function keptSecret(file: string, make: () => string): string {
+  if (!existsSync(file)) writeFileSync(file, `${make()}\n`, { mode: 0o600 });
+  return readFileSync(file, "utf8").trim();
+}
+
+/**
+ * The `local-dev` key of this state directory, made on the first start. The
+ * edge keeps keys in its KV under the same directory, so the kept one still
+ * works — unless the edge's state alone was deleted: then a new one.
+ */
+async function apiKey(): Promise<string> {
+  if (existsSync(API_KEY_FILE)) {
+    const kept = readFileSync(API_KEY_FILE, "utf8").trim();
+    const res = await fetch(`${EDGE}/v1/models`, { headers: { authorization: `Bearer ${kept}` } });
+    await res.body?.cancel();
+    if (res.status !== 401) return kept;
+  }
+  const secret = await createKey();
+  writeFileSync(API_KEY_FILE, `${secret}\n`, { mode: 0o600 });
+  return secret;
 }
 
 async function main(): Promise<void> {
+  const taken = await portProblem([
+    { port: opts.edgePort, what: "the edge", flag: "--edge-port" },
+    { port: opts.adminPort, what: "the control plane's admin API", flag: "--admin-port" },
+    { port: opts.agentPort, what: "the control plane's agent listener", flag: "--agent-port" },
+  ]);
+  if (taken) {
+    process.stderr.write(`npm start: ${taken}\n`);
+    process.exit(1);
+  }
   mkdirSync(AGENTS, { recursive: true });
-  const token = adminToken();
+  const token = keptSecret(ADMIN_TOKEN_FILE, () => randomBytes(32).toString("hex"));
   await killLeftEngines(); // leftovers of a run that was killed hard
   const until = <T>(p: Promise<T>) => Promise.race([p, startAborted]);
 
@@ -280,7 +311,7 @@ async function main(): Promise<void> {
     );
   }
 
-  const secret = await until(createKey());
+  const secret = await until(apiKey());
   say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
   const control = controlClient(ADMIN, token);
   await until(waitFor(() => awaiting(control, EDGE, secret), READY_DEADLINE_MS));
@@ -310,9 +341,10 @@ Call it:
 
 Look around (llmgw ctl needs the admin token, kept in ${ADMIN_TOKEN_FILE}):
   export LLMGW_ADMIN_TOKEN=$(cat ${ADMIN_TOKEN_FILE})
-  npx llmgw ctl nodes | replicas | models | explain qwen-32b${ctlFlag}
-  LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw keys usage${edgeFlag}
-  LLMGW_EDGE_TOKEN=${TOKEN} npx llmgw ctl endpoints status${edgeFlag}   (each model's pool: bands, queues, load)
+  npx llmgw ctl status${ctlFlag}   # one screen; also ctl nodes, ctl replicas, ctl models, ctl explain qwen-32b
+  export LLMGW_EDGE_TOKEN=$(cat ${EDGE_TOKEN_FILE})   # the EdgeSync secret, kept like the admin token
+  npx llmgw keys usage${edgeFlag}
+  npx llmgw ctl endpoints status${edgeFlag}   # each model's pool: bands, queues, load
   curl -H "Authorization: Bearer $LLMGW_ADMIN_TOKEN" ${ADMIN}/metrics
 
 ${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.

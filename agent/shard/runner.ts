@@ -90,6 +90,8 @@ async function elapsed(ms: number, signal: AbortSignal): Promise<boolean> {
  */
 export class ShardRunner {
   private phase = new AbortController();
+  /** The transition the log last told of (time, state, reason). */
+  private logged = "";
   private readonly queue: LifeEvent[] = [];
   private stepping = false;
   private closed = false;
@@ -206,11 +208,16 @@ export class ShardRunner {
   private perform(e: Effect, signal: AbortSignal): void {
     switch (e.kind) {
       case "report": {
-        const { state, reason } = this.life;
-        const fields = { replica: this.id, state, reason };
-        if (state === "failed_startup" || state === "failed_running")
-          this.ctx.log.warn("engine failed", fields);
-        else this.ctx.log.info("shard state", fields);
+        const { state, reason, since } = this.life;
+        // A claim re-sends the status it already has: the log keeps one line per transition.
+        const logged = `${since} ${state} ${reason}`;
+        if (logged !== this.logged) {
+          this.logged = logged;
+          const fields = { replica: this.id, state, reason };
+          if (state === "failed_startup" || state === "failed_running")
+            this.ctx.log.warn("engine failed", fields);
+          else this.ctx.log.info("shard state", fields);
+        }
         this.ctx.report(this.report());
         return;
       }

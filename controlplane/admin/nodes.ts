@@ -24,7 +24,8 @@ export function nodeToProto(
     name: n.name,
     state: STATE[n.state],
     stateSinceUnixMs: BigInt(n.stateSince),
-    lastSeenUnixMs: BigInt(n.lastSeen),
+    // An awaited node was not seen by this control plane: its clock only counts toward lost.
+    lastSeenUnixMs: BigInt(n.awaiting ? 0 : n.lastSeen),
     registeredAtUnixMs: BigInt(n.registeredAt),
     agentVersion: n.agentVersion,
     agentInstance: n.agentInstance,
@@ -36,5 +37,6 @@ export function nodeToProto(
     drainDeadlineUnixMs: BigInt(intent.drainDeadline ?? 0),
     inventory: inventoryToProto(n.inventory),
     revokedAtUnixMs: BigInt(revokedAt),
+    awaitingReconnect: n.awaiting ?? false,
   });
 }

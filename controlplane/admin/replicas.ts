@@ -22,7 +22,10 @@ export function replicaToProto(
   /** What the agent last said about a shard that the table does not keep: its PID and load. */
   live: (shard: ShardAt) => { pid?: number | undefined; load?: ShardLoad | undefined },
 ): Replica {
-  const since = Math.min(...r.shards.map((s) => s.since), r.placedAt ?? Number.POSITIVE_INFINITY);
+  // A replica on its way out is dated by its stop, not by its placement.
+  const since = r.retire
+    ? Math.max(0, ...r.retiring.map((s) => s.since))
+    : Math.min(...r.shards.map((s) => s.since), r.placedAt ?? Number.POSITIVE_INFINITY);
   const f = r.lastFailure;
   return create(ReplicaSchema, {
     id: r.id,

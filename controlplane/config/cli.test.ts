@@ -87,6 +87,31 @@ describe("config check", () => {
     }
   });
 
+  it("reports catalog problems beside the schema's, as docs/configuration.md shows", () => {
+    const mixed = checkConfig(
+      tmpFile(
+        [
+          "control:",
+          "  port_range: [21000, 20000]",
+          "models:",
+          "  - {name: a, profiles: [{name: p, engine: vllm, source: x/a}]}",
+          "  - {name: llama, profiles: [{name: p, engine: vllm, source: x/l}]}",
+          "  - name: c",
+          "    profiles: [{name: tp8, engine: vllm, source: x/c, tensor_parallel: 8, nodes: 2, gpus_per_node: 4, fabric: ib}]",
+          "  - {name: d, aliases: [llama], profiles: [{name: p, engine: vllm, source: x/d}]}",
+        ].join("\n"),
+      ),
+      {},
+    );
+    expect(mixed.ok).toBe(false);
+    if (!mixed.ok)
+      expect(mixed.issues).toEqual([
+        "control.port_range: first port must not exceed the last",
+        'models[3].aliases[0]: "llama" is already the name of models[1] (llama)',
+        "models[2].profiles[0].tensor_parallel: must divide the GPUs per node (4)",
+      ]);
+  });
+
   it("exits 0 on the example and 1 with every error listed", () => {
     const ok = spawnSync(process.execPath, [LLMGW, "config", "check", EXAMPLE], { encoding: "utf8" });
     expect(ok.status).toBe(0);

@@ -81,13 +81,24 @@ describe("configuration loading", () => {
     );
   });
 
+  it("unsets a key with an empty override: the file's edge link off, a default back", () => {
+    const { config, envOverrides } = parseConfig(
+      "edge:\n  url: http://127.0.0.1:8787\ncontrol:\n  lost_after: 2m\n",
+      "f",
+      { LLMGW_EDGE__URL: "", LLMGW_CONTROL__LOST_AFTER: "" },
+    );
+    expect(config.edge.url).toBeUndefined();
+    expect(config.control.lost_after).toBe(60_000);
+    expect(envOverrides.sort()).toEqual(["control.lost_after (unset)", "edge.url (unset)"]);
+  });
+
   it("names the path of every problem, all at once", () => {
     expect(
       issues("control:\n  lost_aftr: 5s\n  interval: 5\n  port_range: [30000, 20000]\nadmin_listen: nine\n"),
     ).toEqual(
       expect.arrayContaining([
         "control.lost_aftr: unknown key",
-        "control.interval: Invalid input: expected string, received number",
+        'control.interval: a duration needs a unit: "5s", "5m" or "5ms" (a bare 5 could mean seconds or milliseconds)',
         "control.port_range: first port must not exceed the last",
         "admin_listen: must be HOST:PORT or :PORT",
       ]),

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parseDocument, parse as parseYaml } from "yaml";
 import { formatIssues } from "../../common/zod-issues.ts";
+import { catalogIssues } from "../catalog.ts";
 import { type Config, configSchema } from "./schema.ts";
 
 /** A configuration that failed validation; each issue names its path. */
@@ -17,7 +18,8 @@ const ENV_PREFIX = "LLMGW_";
 
 /**
  * `LLMGW_CONTROL__LOST_AFTER=8s` sets `control.lost_after`. Values are read
- * as YAML scalars so numbers, booleans and `[20000, 20999]` keep their types.
+ * as YAML scalars so numbers, booleans and `[20000, 20999]` keep their types;
+ * an empty value unsets the key.
  * Only variables with a double underscore or a known top-level key are taken,
  * so unrelated LLMGW_ settings (LLMGW_EDGE_TOKEN, LLMGW_LOG_LEVEL) are not
  * mistaken for configuration.
@@ -34,6 +36,13 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
       const next = node[key];
       if (typeof next !== "object" || next === null || Array.isArray(next)) node[key] = {};
       node = node[key] as Record<string, unknown>;
+    }
+    // Empty unsets: the key falls back to its default, or to none
+    // (LLMGW_EDGE__URL= turns the file's edge link off).
+    if (value === "") {
+      delete node[path.at(-1)!];
+      applied.push(`${path.join(".")} (unset)`);
+      continue;
     }
     let parsed: unknown;
     try {
@@ -77,11 +86,33 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   }
   const envOverrides = applyEnvOverrides(raw as Record<string, unknown>, env);
   const result = configSchema.safeParse(raw);
-  if (!result.success) throw new ConfigError(source, formatIssues(result.error));
+  if (!result.success)
+    throw new ConfigError(source, [
+      ...formatIssues(result.error),
+      ...salvagedCatalogIssues(raw as Record<string, unknown>, result.error.issues),
+    ]);
   const router = (raw as Record<string, unknown>).router;
   const routerSection =
     typeof router === "object" && router !== null ? (router as Record<string, unknown>) : {};
   return { config: result.data, source, envOverrides, routerSection };
+}
+
+/**
+ * The catalog's problems, found even though the schema refused the file: an
+ * operator fixing one problem at a time would otherwise meet them only on the
+ * next run. The top-level sections the schema refused are set aside (their
+ * defaults stand in); with `models` itself refused there is nothing sound to
+ * check, since the rules refer to models by their place in the list.
+ */
+function salvagedCatalogIssues(
+  raw: Record<string, unknown>,
+  issues: readonly { path: PropertyKey[] }[],
+): string[] {
+  const refused = new Set(issues.map((i) => String(i.path[0] ?? "")));
+  if (refused.has("models") || refused.has("")) return [];
+  const rest = Object.fromEntries(Object.entries(raw).filter(([k]) => !refused.has(k)));
+  const salvaged = configSchema.safeParse(rest);
+  return salvaged.success ? catalogIssues(salvaged.data) : [];
 }
 
 /** An empty or missing path runs on the defaults. */

@@ -62,7 +62,8 @@ An empty list replaces the edge's endpoints only with --allow-empty: it stops
 every request to them.
 status shows what each model's pool at the edge holds now: saturation, the
 band queues, and per endpoint its load, requests in flight and breaker.
---edge defaults to ${DEFAULT_EDGE}; the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
+--edge defaults to $LLMGW_EDGE_URL, else ${DEFAULT_EDGE}; the EdgeSync secret is read
+from $LLMGW_EDGE_TOKEN.
 `;
 
 export async function main(argv: string[]): Promise<number | undefined> {

@@ -22,7 +22,8 @@ commands:
   revoke ID
   usage [ID] [--json]
 
---edge defaults to ${DEFAULT_EDGE}; the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
+--edge defaults to $LLMGW_EDGE_URL, else ${DEFAULT_EDGE}; the EdgeSync secret is read
+from $LLMGW_EDGE_TOKEN.
 `;
 
 export function newSecret(): string {
@@ -117,6 +118,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
           k.name,
           k.tenant || "-",
           k.maxBand,
+          // Empty: the router's admission.default_band, clamped to the key's highest band.
+          k.defaultBand || "router's",
           k.models.join(",") || "*",
           k.rpm ? String(k.rpm) : "-",
           k.tpm ? String(k.tpm) : "-",
@@ -124,7 +127,10 @@ export async function main(argv: string[]): Promise<number | undefined> {
           k.revoked ? "revoked" : "active",
         ]);
         process.stdout.write(
-          renderTable(["ID", "NAME", "TENANT", "BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"], rows),
+          renderTable(
+            ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"],
+            rows,
+          ),
         );
         return 0;
       }

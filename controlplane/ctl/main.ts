@@ -29,9 +29,11 @@ commands:
   tokens create [--ttl 1h] [--uses 1]
                         a join token for agent enrollment (mTLS), shown once
 
---control-plane defaults to ${DEFAULT_CONTROL_PLANE} (or $LLMGW_CONTROL_PLANE).
+--control-plane defaults to $LLMGW_CONTROL_PLANE, else ${DEFAULT_CONTROL_PLANE}.
 The admin token is read from $LLMGW_ADMIN_TOKEN, or from the first line of
---token-file FILE; never from the command line.
+--token-file FILE; never from the command line. The endpoints commands talk
+to the edge: --edge defaults to $LLMGW_EDGE_URL, else http://127.0.0.1:8787,
+and the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
 `;
 
 export async function main(argv: string[]): Promise<number> {

@@ -17,6 +17,10 @@ export interface NodeJson {
   revokedAt: string;
   cordoned: boolean;
   draining: boolean;
+  /** ISO time a drain stops what is left on the node; "" when not draining. */
+  drainDeadline: string;
+  /** Held replicas before a control plane restart and has not registered since. */
+  awaitingReconnect: boolean;
   agentVersion: string;
   agentInstance: string;
   advertiseAddress: string;
@@ -48,6 +52,8 @@ export function nodeJson(n: Node): NodeJson {
     revokedAt: iso(n.revokedAtUnixMs),
     cordoned: n.cordoned,
     draining: n.draining,
+    drainDeadline: n.draining ? iso(n.drainDeadlineUnixMs) : "",
+    awaitingReconnect: n.awaitingReconnect,
     agentVersion: n.agentVersion,
     agentInstance: n.agentInstance,
     advertiseAddress: n.advertiseAddress,
@@ -75,13 +81,22 @@ export async function nodesCommand(client: Client<typeof ControlService>, json: 
   return json ? `${JSON.stringify(rows, null, 2)}\n` : nodesTable(rows);
 }
 
+/** A drain's deadline, as far off as it is: what is left on the node is stopped then. */
+function drainNote(n: NodeJson, now: number): string {
+  const deadline = Date.parse(n.drainDeadline);
+  if (!(deadline > 0)) return "draining";
+  if (deadline <= now) return "draining, deadline passed";
+  // ago() words a span back from now; the deadline is as far ahead.
+  return `draining, deadline in ${ago(now - (deadline - now), now)}`;
+}
+
 export function nodesTable(rows: readonly NodeJson[], now = Date.now()): string {
   if (rows.length === 0) return "no nodes have registered\n";
   return renderTable(
     ["NODE", "STATE", "SINCE", "GPUS", "FABRIC", "AGENT", "LAST SEEN"],
     rows.map((n) => [
-      n.name + (n.cordoned ? " (cordoned)" : "") + (n.draining ? " (draining)" : ""),
-      n.revoked ? "revoked" : n.state,
+      n.name + (n.draining ? ` (${drainNote(n, now)})` : n.cordoned ? " (cordoned)" : ""),
+      n.revoked ? "revoked" : n.awaitingReconnect ? "awaiting reconnect" : n.state,
       ago(Date.parse(n.revoked ? n.revokedAt : n.since), now),
       gpuSummary(n),
       Object.entries(n.fabric)

@@ -66,11 +66,24 @@ export function replicasTable(rows: readonly ReplicaJson[], now = Date.now()): s
           s.load ? `${s.load.waiting}/${s.load.running}/${Math.round(s.load.kvUsage * 100)}%` : "-",
         )
         .join(","),
-      r.lastFailure
-        ? `${r.lastFailure.reason}${r.lastFailure.exitCode !== null ? ` (exit ${r.lastFailure.exitCode})` : ""}`
-        : "-",
+      r.lastFailure ? failureNote(r.lastFailure, now) : "-",
     ]),
   );
+}
+
+/**
+ * LAST FAILURE: the reason, dated. An agent's reason ends with what it
+ * planned at the time ("; restart 1 in 10s"); once that moment has passed
+ * it is told as past, or the column would announce a restart long done.
+ */
+export function failureNote(f: NonNullable<ReplicaJson["lastFailure"]>, now: number): string {
+  const at = f.at ? Date.parse(f.at) : 0;
+  let reason = f.reason;
+  const planned = /; restart (\d+) in (\d+(?:\.\d+)?)s$/.exec(reason);
+  if (planned && at > 0 && at + Number(planned[2]) * 1000 <= now)
+    reason = `${reason.slice(0, planned.index)}; restart ${planned[1]} was due ${planned[2]}s after`;
+  const exit = f.exitCode !== null ? ` (exit ${f.exitCode})` : "";
+  return `${reason}${exit}${at > 0 ? `, ${ago(at, now)} ago` : ""}`;
 }
 
 /** The shape `llmgw ctl models --json` promises scripts. */

@@ -3,9 +3,10 @@
  * agents report, plus per-model backoff. It is the only mutable state the
  * reconciler has, and it changes in exactly two ways: `apply(actions)` after
  * the caller has sent the commands a plan asked for, and `observe*` when an
- * agent reports. Nothing here is persisted: after a control plane restart
- * the table is rebuilt from agent registrations (adoption), as design §1
- * asks.
+ * agent reports — besides `restore` at a control plane's start. After a
+ * restart the table is rebuilt from agent registrations (adoption), seeded
+ * with the replicas of nodes the last control plane knew (known-fleet.ts)
+ * so that a late agent's replicas are awaited, not placed again.
  *
  * Wiring, for the control plane: on every tick or event
  *   const actions = plan(table.planState(catalog, nodes, settings), now);
@@ -15,6 +16,7 @@
 import type { Catalog } from "../catalog.ts";
 import type { PlacementNode } from "../placement/types.ts";
 import { parseReplicaId } from "./ids.ts";
+import type { KnownReplica } from "./known-fleet.ts";
 import type {
   Action,
   Failure,
@@ -130,6 +132,30 @@ export class ReplicaTable {
     }
   }
 
+  /**
+   * Replicas the last control plane had (known-fleet.ts), taken back as its
+   * own placements: live, so nothing is placed in their stead, and claimed
+   * like any placement when their agents register. Ids the table already
+   * holds are left alone.
+   */
+  restore(replicas: readonly KnownReplica[], now: number): void {
+    for (const k of replicas) {
+      if (this.records.has(k.id)) continue;
+      const r = this.create(k.id);
+      r.generation = k.generation;
+      r.worldNodes = k.worldNodes;
+      r.shards = k.shards.map((s) => ({
+        rank: s.rank,
+        node: s.node,
+        gpus: [...s.gpus],
+        ports: { http: s.ports.http, distInit: [...s.ports.distInit] },
+        state: s.state,
+        since: now,
+        unconfirmed: true,
+      }));
+    }
+  }
+
   /** A status report for one shard (ShardStatus on the stream). */
   observe(node: string, o: ObservedShard, now: number): void {
     const r = this.records.get(o.replicaId);
@@ -178,12 +204,26 @@ export class ReplicaTable {
   observeRegistration(node: string, shards: readonly ObservedShard[], now: number): void {
     const listed = new Set(shards.map((o) => `${o.replicaId}#${o.rank}`));
     for (const r of this.records.values()) {
+      const denied = r.shards.find(
+        (s) => s.node === node && s.unconfirmed && !listed.has(`${r.id}#${s.rank}`),
+      );
+      if (denied && r.shards.length === 1) {
+        // Only the kept fleet said it ran there (its engine was stopped on
+        // purpose, or died, while no control plane watched): nothing failed
+        // that this one saw, so the slot is simply empty again.
+        r.shards = [];
+        continue;
+      }
       for (const s of r.shards) {
         if (s.node !== node || isDead(s.state) || listed.has(`${r.id}#${s.rank}`)) continue;
         const failure: Failure =
           s.state === "assigned"
             ? { reason: `start of rank ${s.rank} never reached ${node}`, at: now, countsForBackoff: false }
-            : { reason: `${node} re-registered without rank ${s.rank}`, at: now, countsForBackoff: true };
+            : {
+                reason: `${node} re-registered without rank ${s.rank}`,
+                at: now,
+                countsForBackoff: !s.unconfirmed,
+              };
         s.state = s.state === "assigned" ? "failed_startup" : "failed_running";
         s.since = now;
         s.failure = failure;
@@ -217,6 +257,7 @@ export class ReplicaTable {
     }
     if (state !== s.state) s.since = now;
     s.state = state;
+    delete s.unconfirmed;
     if (failure) {
       s.failure = failure;
       r.lastFailure = failure;

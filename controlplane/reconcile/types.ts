@@ -46,6 +46,11 @@ export interface ShardRecord {
   state: TrackedState;
   since: number;
   failure?: Failure;
+  /**
+   * Taken back from the fleet kept across a restart (known-fleet.ts) and not
+   * yet reported by its agent: a claim, not an observation.
+   */
+  unconfirmed?: boolean;
 }
 
 /** The structural parts of a running shard's spec, compared with the profile at adoption. */

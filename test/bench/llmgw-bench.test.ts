@@ -40,13 +40,14 @@ describe("llmgw bench", () => {
   let simA: Sim;
   let simB: Sim;
   let faulty: Sim;
+  let failing: Sim;
   let edge: Edge;
   let key: TestKey;
   const plot = join(tmpdir(), `llmgw-bench-${process.pid}.svg`);
   const bandPlot = join(tmpdir(), `llmgw-bench-bands-${process.pid}.svg`);
 
   beforeAll(async () => {
-    [simA, simB, faulty, edge] = await Promise.all([
+    [simA, simB, faulty, failing, edge] = await Promise.all([
       startSim("bench"),
       startSim("bench"),
       startSim("bench", [
@@ -59,6 +60,7 @@ describe("llmgw bench", () => {
         "--sim-hang-phase",
         "mid-stream",
       ]),
+      startSim("bench", ["--sim-fail-rate", "1"]),
       startEdge(),
     ]);
     await setEndpoints(edge, [
@@ -281,6 +283,36 @@ describe("llmgw bench", () => {
     expect(level!.completed).toBe(n - fails - hangs);
     expect(level!.errors).toEqual({ "500 InternalServerError": fails, timeout: hangs });
     expect(level!.successRate).toBe((n - fails - hangs) / n);
+  });
+
+  it("a target that fails every request: the warmup says so and no level runs; without one, workers back off", async () => {
+    const warm = await runLlmgw(["bench", "--url", failing.url, "--concurrency", "4", "--warmup", "3"]);
+    expect(warm.code).toBe(1);
+    expect(warm.stderr).toMatch(
+      /llmgw bench: no warmup request succeeded: 500: Simulated engine failure .*; no level was run/,
+    );
+    expect(warm.stdout).toBe("");
+
+    const run = await runLlmgw([
+      "bench",
+      "--url",
+      failing.url,
+      "--concurrency",
+      "4",
+      "--duration",
+      "3s",
+      "--warmup",
+      "0",
+      "--json",
+    ]);
+    expect(run.code).toBe(1);
+    const [level] = (JSON.parse(run.stdout) as BenchJson).levels;
+    // Each worker waits 0.1, 0.2, 0.4, 0.8, 1.6 s after its failures: at
+    // most seven requests each in 3 s, where an instant failure would
+    // otherwise be sent thousands of times.
+    expect(level!.completed).toBe(0);
+    expect(level!.requests).toBeGreaterThanOrEqual(4);
+    expect(level!.requests).toBeLessThanOrEqual(4 * 7);
   });
 
   it("an unreachable URL is a clear error, exit 1, at once", async () => {

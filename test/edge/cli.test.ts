@@ -87,7 +87,9 @@ describe("keys and endpoints CLI", () => {
     expect(u.budget_used).toBe(u.total_tokens);
 
     const table = await runLlmgw(["keys", "list", "--edge", edge.url], env);
-    expect(table.stdout).toMatch(/^ID\s+NAME/);
+    expect(table.stdout).toMatch(/^ID\s+NAME\s+TENANT\s+BAND\s+DEFAULT BAND\s+MODELS/);
+    // No --default-band: the router's default applies, clamped to silver.
+    expect(table.stdout).toMatch(new RegExp(`^${id}\\s+ci\\s+t1\\s+silver\\s+router's\\s`, "m"));
 
     expect((await runLlmgw(["keys", "revoke", id, "--edge", edge.url], env)).code).toBe(0);
     await expect(

@@ -106,10 +106,23 @@ describe("edge with the openai client", () => {
     expect(n).toBeGreaterThanOrEqual(3);
   });
 
-  it("lists the models this key may use", async () => {
-    const all = [];
-    for await (const m of client.models.list()) all.push(m.id);
-    expect(all.sort()).toEqual(["alpha", "beta", "gamma"]);
+  it("lists the models this key may use that can answer, aliases too", async () => {
+    await edge.sync.putCatalog({
+      models: [
+        { name: "alpha", aliases: ["a"], fallbacks: [], routing: "" },
+        { name: "gamma", aliases: [], fallbacks: ["alpha"], routing: "" },
+        { name: "idle", aliases: ["i"], fallbacks: [], routing: "" },
+      ],
+    });
+    const all: { id: string; root?: string }[] = [];
+    for await (const m of client.models.list()) all.push(m as { id: string; root?: string });
+    // idle (and its alias) has no endpoint, nor a fallback with one: offering it would only earn a 503.
+    expect(all.map((m) => [m.id, m.root])).toEqual([
+      ["a", "alpha"],
+      ["alpha", "alpha"],
+      ["beta", "beta"],
+      ["gamma", "gamma"],
+    ]);
     const limited = clientFor(edge, bronze.secret);
     const some = [];
     for await (const m of limited.models.list()) some.push(m.id);
@@ -203,5 +216,8 @@ describe("edge with the openai client", () => {
     }
     expect(err).toBeInstanceOf(OpenAI.RateLimitError);
     expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
+    expect((err as Error).message).toContain(
+      "You exceeded this key's token budget (10 tokens per 1d); Retry-After says when the next period begins.",
+    );
   });
 });

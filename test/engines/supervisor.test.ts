@@ -156,6 +156,28 @@ describe("Supervisor", () => {
     expect(existsSync(join(r.dir, "logs", `${s.replicaId}.prev.log`))).toBe(true);
   });
 
+  it("logs a failure once, however often the control plane's claim makes the agent report it again", async () => {
+    const warnings: string[] = [];
+    const logger = {
+      debug() {},
+      info() {},
+      warn: (msg: string) => warnings.push(msg),
+      error() {},
+      child: () => undefined as never,
+    };
+    const r = await rig({ logger, restart: { baseMs: 30_000, maxMs: 60_000, resetAfterMs: 60_000 } });
+    const s = await spec();
+    await r.sup.start(s);
+    const ready = await r.waitState(s.replicaId, "ready");
+    process.kill(ready.pid, "SIGKILL");
+    await r.waitState(s.replicaId, "failed_running");
+    // Waiting out its restart backoff, the shard is claimed twice (the same generation again).
+    await r.sup.start(s);
+    await r.sup.start(s);
+    expect(r.events.filter((e) => e.state === "failed_running")).toHaveLength(3);
+    expect(warnings.filter((w) => w === "engine failed")).toEqual(["engine failed"]);
+  });
+
   it("stop escalates SIGTERM to SIGKILL for the whole group of an engine that ignores SIGTERM", async () => {
     const r = await rig();
     const s = await spec({ env: { FAKE_IGNORE_SIGTERM: "1", FAKE_CHILD: "1" } });

@@ -174,7 +174,10 @@ describe("placement, the reconciler and explain (real processes)", () => {
       "small replicas adopted",
       async () => {
         const list = (await replicasWithPids()).filter((r) => r.model === "small");
-        return list.length === 3 && list.every((r) => r.state === "ready") ? list : undefined;
+        // Ready from the start (the fleet kept in llmgw.db); adopted once each agent reported its engine.
+        return list.length === 3 && list.every((r) => r.state === "ready" && r.shards[0]!.pid)
+          ? list
+          : undefined;
       },
       30_000,
       250,

@@ -52,6 +52,8 @@ export interface StackRun {
   stateDir: string;
   output(): string;
   banner: Promise<Banner>;
+  /** npm's exit code, once it exited. */
+  exited: Promise<number | null>;
   /** Ctrl-C: SIGINT to the whole group; resolves with npm's exit code and how long it took. */
   interrupt(): Promise<{ code: number | null; ms: number }>;
   /** Clean-up after a failed test: SIGKILL to every process of the run. */
@@ -126,6 +128,7 @@ export function startStack(stateDir: string, ports: StackPorts, bannerTimeoutMs 
     stateDir,
     output: () => out,
     banner,
+    exited,
     async interrupt() {
       const t = Date.now();
       process.kill(-pid, "SIGINT");

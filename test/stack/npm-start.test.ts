@@ -51,9 +51,13 @@ describe("npm start, as a new user runs it", () => {
 
   it("serves the README's curl at the banner, stops whole on Ctrl-C, and starts again without counting a crash", async () => {
     const ports = await stackPorts();
+    const keys: string[] = [];
+    const edgeTokens: string[] = [];
     for (const cycle of [1, 2]) {
       run = startStack(stateDir, ports);
       const banner = await run.banner;
+      keys.push(banner.key);
+      edgeTokens.push(readFileSync(join(stateDir, "edge.token"), "utf8"));
       const curl = await runCurl(banner.curl);
       expect(curl.status, `cycle ${cycle}: ${curl.output}`).toBe(200);
       expect(curl.content.length).toBeGreaterThan(0);
@@ -69,5 +73,8 @@ describe("npm start, as a new user runs it", () => {
       expect(stopped.code).toBe(0);
       expect(stackProcesses(run.mark), run.output().slice(-3000)).toEqual([]);
     }
+    // One state directory, one API key and one EdgeSync secret, like its admin token.
+    expect(keys[1]).toBe(keys[0]);
+    expect(edgeTokens[1]).toBe(edgeTokens[0]);
   }, 400_000);
 });
