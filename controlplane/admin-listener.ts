@@ -67,7 +67,10 @@ export function adminListener(d: AdminListenerDeps): Server {
   const { auth, metrics, log, now } = d;
   let refusedLoggedAt = 0;
   let refusedSinceLog = 0;
+  // Each second, so `listeners.auth_timeout` on request headers holds to
+  // about a second rather than Node's default 30 s check.
   return createServer(
+    { connectionsCheckingInterval: 1_000 },
     connectNodeAdapter({
       routes: controlRoutes(d.control),
       interceptors: [

@@ -10,6 +10,7 @@ import { MetricsRegistry } from "../common/prometheus.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
+import { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
@@ -18,6 +19,8 @@ import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
+import { guardAdminListener } from "./listener/guard.ts";
+import { registerListenerMetrics } from "./listener/metrics.ts";
 import { LoadBoard } from "./load-board.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
@@ -67,7 +70,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
-  const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now) : undefined;
+  const claims = new ClaimRefusals();
+  const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now, claims) : undefined;
   const streams = new AgentStreams({
     registry,
     log: log.child({ component: "agentsvc" }),
@@ -77,7 +81,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     scrape: { intervalMs: config.router.scrape_interval, timeoutMs: config.router.scrape_timeout },
     readMaxBytes: c.max_message_bytes,
     now,
-    ...(tls ? { certificates: tls.certs, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
+    ...(tls
+      ? { certificates: tls.certs, claims, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) }
+      : {}),
   });
   const loads = new LoadBoard(streams);
   const reconciler = new Reconciler(
@@ -87,10 +93,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
+  // A replacing enrollment revokes the node the way an operator would.
+  if (tls && revocation) tls.enrollment.revokeNode = (node) => revocation.revoke(node);
   const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
-  const agents = agentListener(streams, tls, c.max_message_bytes, log);
+  const agents = agentListener(streams, tls, c.max_message_bytes, log, config.listeners);
   const admin = adminListener({
     control: {
       registry,
@@ -99,7 +107,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       loads,
       now,
       ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
-      ...(tls ? { joinTokens: tls.enrollment } : {}),
+      ...(tls ? { joinTokens: tls.enrollment, claims } : {}),
       ...(revocation ? { revocation } : {}),
     },
     auth: adminAuth,
@@ -107,6 +115,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     log,
     now,
   });
+  registerListenerMetrics(metrics, [agents.guard, guardAdminListener(admin, config.listeners, log)]);
 
   const agentPort = await listen(agents.server, config.agent_listen);
   const adminPort = await listen(admin, config.admin_listen);

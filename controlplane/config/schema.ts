@@ -227,6 +227,38 @@ export const adminSchema = z.strictObject({
     ),
 });
 
+// What one client may hold on either listener (docs/security.md): anyone
+// who reaches a port can open connections, so their number and idle time
+// are bounded.
+export const listenersSchema = z.strictObject({
+  max_connections: z
+    .number()
+    .int()
+    .min(1)
+    .max(1_000_000)
+    .default(4096)
+    .describe(
+      "Connections each listener holds at once; more are refused (agent_listen: at least one per node)",
+    ),
+  max_connections_per_address: z
+    .number()
+    .int()
+    .min(1)
+    .max(1_000_000)
+    .default(64)
+    .describe("Connections each listener holds at once from one source address (IPv6: per /64)"),
+  auth_timeout: duration
+    .prefault("5s")
+    .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
+    .describe(
+      "A connection must finish its TLS handshake and open a stream (agent_listen without a client certificate) or send its request headers (admin_listen) within this",
+    ),
+  idle_timeout: duration
+    .prefault("60s")
+    .refine((ms) => ms >= 1_000 && ms <= 3_600_000, "must be between 1s and 1h")
+    .describe("A connection with no stream or request in flight for this long is closed"),
+});
+
 export const configSchema = z.strictObject({
   // Separate from the agents' port so diagnostics and the operator API can be
   // firewalled apart from the fleet-facing surface.
@@ -235,6 +267,7 @@ export const configSchema = z.strictObject({
   data_dir: z.string().default(".data"),
   admin: adminSchema.prefault({}),
   agent_tls: agentTlsSchema.prefault({}),
+  listeners: listenersSchema.prefault({}),
   edge: z
     .strictObject({
       url: z.string().optional(),
@@ -263,6 +296,7 @@ export const configSchema = z.strictObject({
 export type Config = z.output<typeof configSchema>;
 export type ControlConfig = Config["control"];
 export type AgentTlsConfig = Config["agent_tls"];
+export type ListenersConfig = Config["listeners"];
 export type AdminConfig = Config["admin"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file control/v1/control.proto.
  */
 export const file_control_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEi0wMKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASISChBMaXN0Tm9kZXNSZXF1ZXN0IjQKEUxpc3ROb2Rlc1Jlc3BvbnNlEh8KBW5vZGVzGAEgAygLMhAuY29udHJvbC52MS5Ob2RlIh4KDkdldE5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiMQoPR2V0Tm9kZVJlc3BvbnNlEh4KBG5vZGUYASABKAsyEC5jb250cm9sLnYxLk5vZGUixAEKDlNoYXJkUGxhY2VtZW50EgwKBHJhbmsYASABKA0SEQoJbm9kZV9uYW1lGAIgASgJEhMKC2dwdV9pbmRpY2VzGAMgAygNEicKBXBvcnRzGAQgASgLMhguYWdlbnQudjEuUG9ydEFzc2lnbm1lbnQSIwoFc3RhdGUYBSABKA4yFC5hZ2VudC52MS5TaGFyZFN0YXRlEiEKBGxvYWQYBiABKAsyEy5hZ2VudC52MS5TaGFyZExvYWQSCwoDcGlkGAcgASgNImwKB0ZhaWx1cmUSDgoGcmVhc29uGAEgASgJEhEKCWV4aXRfY29kZRgCIAEoBRIVCg1oYXNfZXhpdF9jb2RlGAMgASgIEhMKC291dHB1dF90YWlsGAQgAygJEhIKCmF0X3VuaXhfbXMYBSABKAMi4gEKB1JlcGxpY2ESCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIqCgZzaGFyZHMYBSADKAsyGi5jb250cm9sLnYxLlNoYXJkUGxhY2VtZW50EhUKDXNpbmNlX3VuaXhfbXMYBiABKAMSKQoMbGFzdF9mYWlsdXJlGAcgASgLMhMuY29udHJvbC52MS5GYWlsdXJlEhAKCHJlc3RhcnRzGAggASgNEhwKFG5leHRfYXR0ZW1wdF91bml4X21zGAkgASgDIhUKE0xpc3RSZXBsaWNhc1JlcXVlc3QiPQoUTGlzdFJlcGxpY2FzUmVzcG9uc2USJQoIcmVwbGljYXMYASADKAsyEy5jb250cm9sLnYxLlJlcGxpY2EiqgEKDE1vZGVsU3VtbWFyeRIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkSEAoIcHJvZmlsZXMYBSADKAkSGAoQcmVwbGljYXNfZGVzaXJlZBgGIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgHIAEoDRITCgtyb3V0ZXJfb25seRgIIAEoCCITChFMaXN0TW9kZWxzUmVxdWVzdCI+ChJMaXN0TW9kZWxzUmVzcG9uc2USKAoGbW9kZWxzGAEgAygLMhguY29udHJvbC52MS5Nb2RlbFN1bW1hcnkiHwoORXhwbGFpblJlcXVlc3QSDQoFbW9kZWwYASABKAkiLgoPRXhwbGFpblJlc3BvbnNlEg0KBWxpbmVzGAEgAygJEgwKBGpzb24YAiABKAkiHQoNQ29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhAKDkNvcmRvblJlc3BvbnNlIh8KD1VuY29yZG9uUmVxdWVzdBIMCgRub2RlGAEgASgJIhIKEFVuY29yZG9uUmVzcG9uc2UiMQoMRHJhaW5SZXF1ZXN0EgwKBG5vZGUYASABKAkSEwoLZGVhZGxpbmVfbXMYAiABKA0iDwoNRHJhaW5SZXNwb25zZSI2ChZDcmVhdGVKb2luVG9rZW5SZXF1ZXN0Eg4KBnR0bF9tcxgBIAEoBBIMCgR1c2VzGAIgASgNImoKF0NyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAxIMCgR1c2VzGAMgASgNEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiOwoSUmV2b2tlTm9kZVJlc3BvbnNlEg8KB3NlcmlhbHMYASADKAkSFAoMZGlzY29ubmVjdGVkGAIgASgIIiUKFEdldEVkZ2VTdGF0dXNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIskBCgpFZGdlU2FtcGxlEhIKCmF0X3VuaXhfbXMYASABKAMSEgoKc2F0dXJhdGlvbhgCIAEoARI7CgtxdWV1ZV9kZXB0aBgDIAMoCzImLmNvbnRyb2wudjEuRWRnZVNhbXBsZS5RdWV1ZURlcHRoRW50cnkSIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGAQgASgBGjEKD1F1ZXVlRGVwdGhFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBIpEBCglFZGdlTW9kZWwSDQoFbW9kZWwYASABKAkSIQoEcG9vbBgCIAEoCzITLmVkZ2UudjEuUG9vbFN0YXR1cxIZChFwb2xsZWRfYXRfdW5peF9tcxgDIAEoAxIOCgZhZ2VfbXMYBCABKAMSJwoHaGlzdG9yeRgFIAMoCzIWLmNvbnRyb2wudjEuRWRnZVNhbXBsZSLnAQoVR2V0RWRnZVN0YXR1c1Jlc3BvbnNlEhIKCmNvbmZpZ3VyZWQYASABKAgSEAoIZWRnZV91cmwYAiABKAkSGAoQcG9sbF9pbnRlcnZhbF9tcxgDIAEoDRIlCgZtb2RlbHMYBCADKAsyFS5jb250cm9sLnYxLkVkZ2VNb2RlbBISCgpsYXN0X2Vycm9yGAUgASgJEh0KFWxhc3RfZXJyb3JfYXRfdW5peF9tcxgGIAEoAxITCgtwb2xsX2Vycm9ycxgHIAEoBBIfChdsYXN0X3N1Y2Nlc3NfYXRfdW5peF9tcxgIIAEoAyIUChJHZXRLZXlVc2FnZVJlcXVlc3QiNwoTR2V0S2V5VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2UqbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADMroHCg5Db250cm9sU2VydmljZRJNCglMaXN0Tm9kZXMSHC5jb250cm9sLnYxLkxpc3ROb2Rlc1JlcXVlc3QaHS5jb250cm9sLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlIgOQAgESRwoHR2V0Tm9kZRIaLmNvbnRyb2wudjEuR2V0Tm9kZVJlcXVlc3QaGy5jb250cm9sLnYxLkdldE5vZGVSZXNwb25zZSIDkAIBElYKDExpc3RSZXBsaWNhcxIfLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBogLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2UiA5ACARJQCgpMaXN0TW9kZWxzEh0uY29udHJvbC52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLmNvbnRyb2wudjEuTGlzdE1vZGVsc1Jlc3BvbnNlIgOQAgESRwoHRXhwbGFpbhIaLmNvbnRyb2wudjEuRXhwbGFpblJlcXVlc3QaGy5jb250cm9sLnYxLkV4cGxhaW5SZXNwb25zZSIDkAIBEj8KBkNvcmRvbhIZLmNvbnRyb2wudjEuQ29yZG9uUmVxdWVzdBoaLmNvbnRyb2wudjEuQ29yZG9uUmVzcG9uc2USRQoIVW5jb3Jkb24SGy5jb250cm9sLnYxLlVuY29yZG9uUmVxdWVzdBocLmNvbnRyb2wudjEuVW5jb3Jkb25SZXNwb25zZRI8CgVEcmFpbhIYLmNvbnRyb2wudjEuRHJhaW5SZXF1ZXN0GhkuY29udHJvbC52MS5EcmFpblJlc3BvbnNlEloKD0NyZWF0ZUpvaW5Ub2tlbhIiLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVxdWVzdBojLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVzcG9uc2USSwoKUmV2b2tlTm9kZRIdLmNvbnRyb2wudjEuUmV2b2tlTm9kZVJlcXVlc3QaHi5jb250cm9sLnYxLlJldm9rZU5vZGVSZXNwb25zZRJZCg1HZXRFZGdlU3RhdHVzEiAuY29udHJvbC52MS5HZXRFZGdlU3RhdHVzUmVxdWVzdBohLmNvbnRyb2wudjEuR2V0RWRnZVN0YXR1c1Jlc3BvbnNlIgOQAgESUwoLR2V0S2V5VXNhZ2USHi5jb250cm9sLnYxLkdldEtleVVzYWdlUmVxdWVzdBofLmNvbnRyb2wudjEuR2V0S2V5VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_agent_v1_agent, file_edge_v1_edgesync]);
+  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEiiQQKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMSNAoSbGFzdF9yZWZ1c2VkX2NsYWltGBAgASgLMhguY29udHJvbC52MS5DbGFpbVJlZnVzYWwaLQoLRmFicmljRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQCgxDbGFpbVJlZnVzYWwSEgoKYXRfdW5peF9tcxgBIAEoAxIOCgZyZWFzb24YAiABKAkSDAoEZnJvbRgDIAEoCRIOCgZzZXJpYWwYBCABKAkiEgoQTGlzdE5vZGVzUmVxdWVzdCI0ChFMaXN0Tm9kZXNSZXNwb25zZRIfCgVub2RlcxgBIAMoCzIQLmNvbnRyb2wudjEuTm9kZSIeCg5HZXROb2RlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjEKD0dldE5vZGVSZXNwb25zZRIeCgRub2RlGAEgASgLMhAuY29udHJvbC52MS5Ob2RlIsQBCg5TaGFyZFBsYWNlbWVudBIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRITCgtncHVfaW5kaWNlcxgDIAMoDRInCgVwb3J0cxgEIAEoCzIYLmFnZW50LnYxLlBvcnRBc3NpZ25tZW50EiMKBXN0YXRlGAUgASgOMhQuYWdlbnQudjEuU2hhcmRTdGF0ZRIhCgRsb2FkGAYgASgLMhMuYWdlbnQudjEuU2hhcmRMb2FkEgsKA3BpZBgHIAEoDSJsCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIRCglleGl0X2NvZGUYAiABKAUSFQoNaGFzX2V4aXRfY29kZRgDIAEoCBITCgtvdXRwdXRfdGFpbBgEIAMoCRISCgphdF91bml4X21zGAUgASgDIuIBCgdSZXBsaWNhEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkSDQoFc3RhdGUYBCABKAkSKgoGc2hhcmRzGAUgAygLMhouY29udHJvbC52MS5TaGFyZFBsYWNlbWVudBIVCg1zaW5jZV91bml4X21zGAYgASgDEikKDGxhc3RfZmFpbHVyZRgHIAEoCzITLmNvbnRyb2wudjEuRmFpbHVyZRIQCghyZXN0YXJ0cxgIIAEoDRIcChRuZXh0X2F0dGVtcHRfdW5peF9tcxgJIAEoAyIVChNMaXN0UmVwbGljYXNSZXF1ZXN0Ij0KFExpc3RSZXBsaWNhc1Jlc3BvbnNlEiUKCHJlcGxpY2FzGAEgAygLMhMuY29udHJvbC52MS5SZXBsaWNhIqoBCgxNb2RlbFN1bW1hcnkSDAoEbmFtZRgBIAEoCRIPCgdhbGlhc2VzGAIgAygJEhEKCWZhbGxiYWNrcxgDIAMoCRIPCgdyb3V0aW5nGAQgASgJEhAKCHByb2ZpbGVzGAUgAygJEhgKEHJlcGxpY2FzX2Rlc2lyZWQYBiABKA0SFgoOcmVwbGljYXNfcmVhZHkYByABKA0SEwoLcm91dGVyX29ubHkYCCABKAgiEwoRTGlzdE1vZGVsc1JlcXVlc3QiPgoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvbnRyb2wudjEuTW9kZWxTdW1tYXJ5Ih8KDkV4cGxhaW5SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIi4KD0V4cGxhaW5SZXNwb25zZRINCgVsaW5lcxgBIAMoCRIMCgRqc29uGAIgASgJIh0KDUNvcmRvblJlcXVlc3QSDAoEbm9kZRgBIAEoCSIQCg5Db3Jkb25SZXNwb25zZSIfCg9VbmNvcmRvblJlcXVlc3QSDAoEbm9kZRgBIAEoCSISChBVbmNvcmRvblJlc3BvbnNlIjEKDERyYWluUmVxdWVzdBIMCgRub2RlGAEgASgJEhMKC2RlYWRsaW5lX21zGAIgASgNIg8KDURyYWluUmVzcG9uc2UiVQoWQ3JlYXRlSm9pblRva2VuUmVxdWVzdBIOCgZ0dGxfbXMYASABKAQSDAoEdXNlcxgCIAEoDRIMCgRub2RlGAMgASgJEg8KB3JlcGxhY2UYBCABKAgiagoXQ3JlYXRlSm9pblRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAkSGgoSZXhwaXJlc19hdF91bml4X21zGAIgASgDEgwKBHVzZXMYAyABKA0SFgoOY2FfZmluZ2VycHJpbnQYBCABKAkiIQoRUmV2b2tlTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSI7ChJSZXZva2VOb2RlUmVzcG9uc2USDwoHc2VyaWFscxgBIAMoCRIUCgxkaXNjb25uZWN0ZWQYAiABKAgiJQoUR2V0RWRnZVN0YXR1c1JlcXVlc3QSDQoFbW9kZWwYASABKAkiyQEKCkVkZ2VTYW1wbGUSEgoKYXRfdW5peF9tcxgBIAEoAxISCgpzYXR1cmF0aW9uGAIgASgBEjsKC3F1ZXVlX2RlcHRoGAMgAygLMiYuY29udHJvbC52MS5FZGdlU2FtcGxlLlF1ZXVlRGVwdGhFbnRyeRIjChtnZW5lcmF0ZWRfdG9rZW5zX3Blcl9zZWNvbmQYBCABKAEaMQoPUXVldWVEZXB0aEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEikQEKCUVkZ2VNb2RlbBINCgVtb2RlbBgBIAEoCRIhCgRwb29sGAIgASgLMhMuZWRnZS52MS5Qb29sU3RhdHVzEhkKEXBvbGxlZF9hdF91bml4X21zGAMgASgDEg4KBmFnZV9tcxgEIAEoAxInCgdoaXN0b3J5GAUgAygLMhYuY29udHJvbC52MS5FZGdlU2FtcGxlIucBChVHZXRFZGdlU3RhdHVzUmVzcG9uc2USEgoKY29uZmlndXJlZBgBIAEoCBIQCghlZGdlX3VybBgCIAEoCRIYChBwb2xsX2ludGVydmFsX21zGAMgASgNEiUKBm1vZGVscxgEIAMoCzIVLmNvbnRyb2wudjEuRWRnZU1vZGVsEhIKCmxhc3RfZXJyb3IYBSABKAkSHQoVbGFzdF9lcnJvcl9hdF91bml4X21zGAYgASgDEhMKC3BvbGxfZXJyb3JzGAcgASgEEh8KF2xhc3Rfc3VjY2Vzc19hdF91bml4X21zGAggASgDIhQKEkdldEtleVVzYWdlUmVxdWVzdCI3ChNHZXRLZXlVc2FnZVJlc3BvbnNlEiAKBXVzYWdlGAEgAygLMhEuZWRnZS52MS5LZXlVc2FnZSpuCglOb2RlU3RhdGUSGgoWTk9ERV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEE5PREVfU1RBVEVfUkVBRFkQARIaChZOT0RFX1NUQVRFX1VOUkVBQ0hBQkxFEAISEwoPTk9ERV9TVEFURV9MT1NUEAMyugcKDkNvbnRyb2xTZXJ2aWNlEk0KCUxpc3ROb2RlcxIcLmNvbnRyb2wudjEuTGlzdE5vZGVzUmVxdWVzdBodLmNvbnRyb2wudjEuTGlzdE5vZGVzUmVzcG9uc2UiA5ACARJHCgdHZXROb2RlEhouY29udHJvbC52MS5HZXROb2RlUmVxdWVzdBobLmNvbnRyb2wudjEuR2V0Tm9kZVJlc3BvbnNlIgOQAgESVgoMTGlzdFJlcGxpY2FzEh8uY29udHJvbC52MS5MaXN0UmVwbGljYXNSZXF1ZXN0GiAuY29udHJvbC52MS5MaXN0UmVwbGljYXNSZXNwb25zZSIDkAIBElAKCkxpc3RNb2RlbHMSHS5jb250cm9sLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4uY29udHJvbC52MS5MaXN0TW9kZWxzUmVzcG9uc2UiA5ACARJHCgdFeHBsYWluEhouY29udHJvbC52MS5FeHBsYWluUmVxdWVzdBobLmNvbnRyb2wudjEuRXhwbGFpblJlc3BvbnNlIgOQAgESPwoGQ29yZG9uEhkuY29udHJvbC52MS5Db3Jkb25SZXF1ZXN0GhouY29udHJvbC52MS5Db3Jkb25SZXNwb25zZRJFCghVbmNvcmRvbhIbLmNvbnRyb2wudjEuVW5jb3Jkb25SZXF1ZXN0GhwuY29udHJvbC52MS5VbmNvcmRvblJlc3BvbnNlEjwKBURyYWluEhguY29udHJvbC52MS5EcmFpblJlcXVlc3QaGS5jb250cm9sLnYxLkRyYWluUmVzcG9uc2USWgoPQ3JlYXRlSm9pblRva2VuEiIuY29udHJvbC52MS5DcmVhdGVKb2luVG9rZW5SZXF1ZXN0GiMuY29udHJvbC52MS5DcmVhdGVKb2luVG9rZW5SZXNwb25zZRJLCgpSZXZva2VOb2RlEh0uY29udHJvbC52MS5SZXZva2VOb2RlUmVxdWVzdBoeLmNvbnRyb2wudjEuUmV2b2tlTm9kZVJlc3BvbnNlElkKDUdldEVkZ2VTdGF0dXMSIC5jb250cm9sLnYxLkdldEVkZ2VTdGF0dXNSZXF1ZXN0GiEuY29udHJvbC52MS5HZXRFZGdlU3RhdHVzUmVzcG9uc2UiA5ACARJTCgtHZXRLZXlVc2FnZRIeLmNvbnRyb2wudjEuR2V0S2V5VXNhZ2VSZXF1ZXN0Gh8uY29udHJvbC52MS5HZXRLZXlVc2FnZVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_agent_v1_agent, file_edge_v1_edgesync]);
 
 /**
  * @generated from message control.v1.Node
@@ -103,6 +103,15 @@ export type Node = Message<"control.v1.Node"> & {
    * @generated from field: int64 revoked_at_unix_ms = 15;
    */
   revokedAtUnixMs: bigint;
+
+  /**
+   * The last refused attempt on this node's name (mTLS), since the control
+   * plane started: an Enroll while the name holds a certificate, or a stream
+   * with a certificate other than the one on record. Unset when none.
+   *
+   * @generated from field: control.v1.ClaimRefusal last_refused_claim = 16;
+   */
+  lastRefusedClaim?: ClaimRefusal | undefined;
 };
 
 /**
@@ -111,6 +120,44 @@ export type Node = Message<"control.v1.Node"> & {
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
   messageDesc(file_control_v1_control, 0);
+
+/**
+ * @generated from message control.v1.ClaimRefusal
+ */
+export type ClaimRefusal = Message<"control.v1.ClaimRefusal"> & {
+  /**
+   * @generated from field: int64 at_unix_ms = 1;
+   */
+  atUnixMs: bigint;
+
+  /**
+   * name_taken, token_other_node, wrong_certificate or name_in_use.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * The caller's source address.
+   *
+   * @generated from field: string from = 3;
+   */
+  from: string;
+
+  /**
+   * Serial (hex) of the client certificate it presented, if any.
+   *
+   * @generated from field: string serial = 4;
+   */
+  serial: string;
+};
+
+/**
+ * Describes the message control.v1.ClaimRefusal.
+ * Use `create(ClaimRefusalSchema)` to create a new message.
+ */
+export const ClaimRefusalSchema: GenMessage<ClaimRefusal> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 1);
 
 /**
  * @generated from message control.v1.ListNodesRequest
@@ -123,7 +170,7 @@ export type ListNodesRequest = Message<"control.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 1);
+  messageDesc(file_control_v1_control, 2);
 
 /**
  * @generated from message control.v1.ListNodesResponse
@@ -140,7 +187,7 @@ export type ListNodesResponse = Message<"control.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 2);
+  messageDesc(file_control_v1_control, 3);
 
 /**
  * @generated from message control.v1.GetNodeRequest
@@ -157,7 +204,7 @@ export type GetNodeRequest = Message<"control.v1.GetNodeRequest"> & {
  * Use `create(GetNodeRequestSchema)` to create a new message.
  */
 export const GetNodeRequestSchema: GenMessage<GetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 3);
+  messageDesc(file_control_v1_control, 4);
 
 /**
  * @generated from message control.v1.GetNodeResponse
@@ -174,7 +221,7 @@ export type GetNodeResponse = Message<"control.v1.GetNodeResponse"> & {
  * Use `create(GetNodeResponseSchema)` to create a new message.
  */
 export const GetNodeResponseSchema: GenMessage<GetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 4);
+  messageDesc(file_control_v1_control, 5);
 
 /**
  * @generated from message control.v1.ShardPlacement
@@ -221,7 +268,7 @@ export type ShardPlacement = Message<"control.v1.ShardPlacement"> & {
  * Use `create(ShardPlacementSchema)` to create a new message.
  */
 export const ShardPlacementSchema: GenMessage<ShardPlacement> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 5);
+  messageDesc(file_control_v1_control, 6);
 
 /**
  * @generated from message control.v1.Failure
@@ -258,7 +305,7 @@ export type Failure = Message<"control.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 6);
+  messageDesc(file_control_v1_control, 7);
 
 /**
  * @generated from message control.v1.Replica
@@ -317,7 +364,7 @@ export type Replica = Message<"control.v1.Replica"> & {
  * Use `create(ReplicaSchema)` to create a new message.
  */
 export const ReplicaSchema: GenMessage<Replica> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 7);
+  messageDesc(file_control_v1_control, 8);
 
 /**
  * @generated from message control.v1.ListReplicasRequest
@@ -330,7 +377,7 @@ export type ListReplicasRequest = Message<"control.v1.ListReplicasRequest"> & {
  * Use `create(ListReplicasRequestSchema)` to create a new message.
  */
 export const ListReplicasRequestSchema: GenMessage<ListReplicasRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 8);
+  messageDesc(file_control_v1_control, 9);
 
 /**
  * @generated from message control.v1.ListReplicasResponse
@@ -347,7 +394,7 @@ export type ListReplicasResponse = Message<"control.v1.ListReplicasResponse"> & 
  * Use `create(ListReplicasResponseSchema)` to create a new message.
  */
 export const ListReplicasResponseSchema: GenMessage<ListReplicasResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 9);
+  messageDesc(file_control_v1_control, 10);
 
 /**
  * @generated from message control.v1.ModelSummary
@@ -399,7 +446,7 @@ export type ModelSummary = Message<"control.v1.ModelSummary"> & {
  * Use `create(ModelSummarySchema)` to create a new message.
  */
 export const ModelSummarySchema: GenMessage<ModelSummary> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 10);
+  messageDesc(file_control_v1_control, 11);
 
 /**
  * @generated from message control.v1.ListModelsRequest
@@ -412,7 +459,7 @@ export type ListModelsRequest = Message<"control.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 11);
+  messageDesc(file_control_v1_control, 12);
 
 /**
  * @generated from message control.v1.ListModelsResponse
@@ -429,7 +476,7 @@ export type ListModelsResponse = Message<"control.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 12);
+  messageDesc(file_control_v1_control, 13);
 
 /**
  * @generated from message control.v1.ExplainRequest
@@ -446,7 +493,7 @@ export type ExplainRequest = Message<"control.v1.ExplainRequest"> & {
  * Use `create(ExplainRequestSchema)` to create a new message.
  */
 export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 13);
+  messageDesc(file_control_v1_control, 14);
 
 /**
  * @generated from message control.v1.ExplainResponse
@@ -472,7 +519,7 @@ export type ExplainResponse = Message<"control.v1.ExplainResponse"> & {
  * Use `create(ExplainResponseSchema)` to create a new message.
  */
 export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 14);
+  messageDesc(file_control_v1_control, 15);
 
 /**
  * @generated from message control.v1.CordonRequest
@@ -489,7 +536,7 @@ export type CordonRequest = Message<"control.v1.CordonRequest"> & {
  * Use `create(CordonRequestSchema)` to create a new message.
  */
 export const CordonRequestSchema: GenMessage<CordonRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 15);
+  messageDesc(file_control_v1_control, 16);
 
 /**
  * @generated from message control.v1.CordonResponse
@@ -502,7 +549,7 @@ export type CordonResponse = Message<"control.v1.CordonResponse"> & {
  * Use `create(CordonResponseSchema)` to create a new message.
  */
 export const CordonResponseSchema: GenMessage<CordonResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 16);
+  messageDesc(file_control_v1_control, 17);
 
 /**
  * @generated from message control.v1.UncordonRequest
@@ -519,7 +566,7 @@ export type UncordonRequest = Message<"control.v1.UncordonRequest"> & {
  * Use `create(UncordonRequestSchema)` to create a new message.
  */
 export const UncordonRequestSchema: GenMessage<UncordonRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 17);
+  messageDesc(file_control_v1_control, 18);
 
 /**
  * @generated from message control.v1.UncordonResponse
@@ -532,7 +579,7 @@ export type UncordonResponse = Message<"control.v1.UncordonResponse"> & {
  * Use `create(UncordonResponseSchema)` to create a new message.
  */
 export const UncordonResponseSchema: GenMessage<UncordonResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 18);
+  messageDesc(file_control_v1_control, 19);
 
 /**
  * @generated from message control.v1.DrainRequest
@@ -554,7 +601,7 @@ export type DrainRequest = Message<"control.v1.DrainRequest"> & {
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema: GenMessage<DrainRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 19);
+  messageDesc(file_control_v1_control, 20);
 
 /**
  * @generated from message control.v1.DrainResponse
@@ -567,7 +614,7 @@ export type DrainResponse = Message<"control.v1.DrainResponse"> & {
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema: GenMessage<DrainResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 20);
+  messageDesc(file_control_v1_control, 21);
 
 /**
  * @generated from message control.v1.CreateJoinTokenRequest
@@ -586,6 +633,22 @@ export type CreateJoinTokenRequest = Message<"control.v1.CreateJoinTokenRequest"
    * @generated from field: uint32 uses = 2;
    */
   uses: number;
+
+  /**
+   * Only this node name may enroll with the token; empty: any name that
+   * holds no unrevoked, unexpired certificate.
+   *
+   * @generated from field: string node = 3;
+   */
+  node: string;
+
+  /**
+   * With node: enrolling revokes the certificates the node holds (its stream
+   * is closed) and issues the new one. Needs node and one use.
+   *
+   * @generated from field: bool replace = 4;
+   */
+  replace: boolean;
 };
 
 /**
@@ -593,7 +656,7 @@ export type CreateJoinTokenRequest = Message<"control.v1.CreateJoinTokenRequest"
  * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
  */
 export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 21);
+  messageDesc(file_control_v1_control, 22);
 
 /**
  * @generated from message control.v1.CreateJoinTokenResponse
@@ -627,7 +690,7 @@ export type CreateJoinTokenResponse = Message<"control.v1.CreateJoinTokenRespons
  * Use `create(CreateJoinTokenResponseSchema)` to create a new message.
  */
 export const CreateJoinTokenResponseSchema: GenMessage<CreateJoinTokenResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 22);
+  messageDesc(file_control_v1_control, 23);
 
 /**
  * @generated from message control.v1.RevokeNodeRequest
@@ -644,7 +707,7 @@ export type RevokeNodeRequest = Message<"control.v1.RevokeNodeRequest"> & {
  * Use `create(RevokeNodeRequestSchema)` to create a new message.
  */
 export const RevokeNodeRequestSchema: GenMessage<RevokeNodeRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 23);
+  messageDesc(file_control_v1_control, 24);
 
 /**
  * @generated from message control.v1.RevokeNodeResponse
@@ -670,7 +733,7 @@ export type RevokeNodeResponse = Message<"control.v1.RevokeNodeResponse"> & {
  * Use `create(RevokeNodeResponseSchema)` to create a new message.
  */
 export const RevokeNodeResponseSchema: GenMessage<RevokeNodeResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 24);
+  messageDesc(file_control_v1_control, 25);
 
 /**
  * @generated from message control.v1.GetEdgeStatusRequest
@@ -689,7 +752,7 @@ export type GetEdgeStatusRequest = Message<"control.v1.GetEdgeStatusRequest"> & 
  * Use `create(GetEdgeStatusRequestSchema)` to create a new message.
  */
 export const GetEdgeStatusRequestSchema: GenMessage<GetEdgeStatusRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 25);
+  messageDesc(file_control_v1_control, 26);
 
 /**
  * One poll's figures for one model, kept 15 minutes.
@@ -730,7 +793,7 @@ export type EdgeSample = Message<"control.v1.EdgeSample"> & {
  * Use `create(EdgeSampleSchema)` to create a new message.
  */
 export const EdgeSampleSchema: GenMessage<EdgeSample> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 26);
+  messageDesc(file_control_v1_control, 27);
 
 /**
  * @generated from message control.v1.EdgeModel
@@ -774,7 +837,7 @@ export type EdgeModel = Message<"control.v1.EdgeModel"> & {
  * Use `create(EdgeModelSchema)` to create a new message.
  */
 export const EdgeModelSchema: GenMessage<EdgeModel> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 27);
+  messageDesc(file_control_v1_control, 28);
 
 /**
  * @generated from message control.v1.GetEdgeStatusResponse
@@ -836,7 +899,7 @@ export type GetEdgeStatusResponse = Message<"control.v1.GetEdgeStatusResponse"> 
  * Use `create(GetEdgeStatusResponseSchema)` to create a new message.
  */
 export const GetEdgeStatusResponseSchema: GenMessage<GetEdgeStatusResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 28);
+  messageDesc(file_control_v1_control, 29);
 
 /**
  * @generated from message control.v1.GetKeyUsageRequest
@@ -849,7 +912,7 @@ export type GetKeyUsageRequest = Message<"control.v1.GetKeyUsageRequest"> & {
  * Use `create(GetKeyUsageRequestSchema)` to create a new message.
  */
 export const GetKeyUsageRequestSchema: GenMessage<GetKeyUsageRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 29);
+  messageDesc(file_control_v1_control, 30);
 
 /**
  * @generated from message control.v1.GetKeyUsageResponse
@@ -866,7 +929,7 @@ export type GetKeyUsageResponse = Message<"control.v1.GetKeyUsageResponse"> & {
  * Use `create(GetKeyUsageResponseSchema)` to create a new message.
  */
 export const GetKeyUsageResponseSchema: GenMessage<GetKeyUsageResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 30);
+  messageDesc(file_control_v1_control, 31);
 
 /**
  * @generated from enum control.v1.NodeState
