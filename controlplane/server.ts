@@ -8,7 +8,7 @@ import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
-import { adminListener, setUpAdminAuth } from "./admin-listener.ts";
+import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
 import { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { AgentStreams } from "./agentsvc/service.ts";
@@ -111,6 +111,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       ...(revocation ? { revocation } : {}),
     },
     auth: adminAuth,
+    hosts: adminHostNames(opts.loaded),
     metrics,
     log,
     now,

@@ -6,7 +6,7 @@ import { caller } from "./caller.ts";
 import type { RoutingTable } from "./catalog.ts";
 import { type EdgeConfig, edgeConfig } from "./config-store.ts";
 import type { Env } from "./env.ts";
-import { type KeyRecord, modelAllowed, resolveBand } from "./key-rules.ts";
+import { allowedChain, type KeyRecord, modelAllowed, resolveBand } from "./key-rules.ts";
 import { admitKey, charge } from "./key-usage.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { admit, ClientGone } from "./pool-client.ts";
@@ -56,14 +56,14 @@ async function body(c: Ctx, schema: Schema, config: EdgeConfig) {
   return { parsed: validate(schema, parseJsonBody(bytes)), size: bytes.byteLength };
 }
 
-/** The canonical model and its fallbacks, if the key may use it. */
+/** The canonical model and those of its fallbacks the key may use, if the key may use it. */
 function model(table: RoutingTable, requested: string, key: KeyRecord): string[] {
   const canonical = table.resolve(requested);
   if (!canonical) throw errors.modelNotFound(requested);
   if (!modelAllowed(key, canonical, requested)) {
     throw errors.forbidden(`This key may not use the model \`${requested}\`.`, "model_not_allowed", "model");
   }
-  return table.chain(canonical);
+  return allowedChain(key, table.chain(canonical), (name) => table.resolve(name));
 }
 
 function band(c: Ctx, key: KeyRecord, config: EdgeConfig): string {

@@ -97,3 +97,19 @@ export function resolveBand(
 export function modelAllowed(key: KeyRecord, canonical: string, requested: string): boolean {
   return key.models.length === 0 || key.models.includes(canonical) || key.models.includes(requested);
 }
+
+/**
+ * The requested model's chain (it, then its fallbacks) without the
+ * fallbacks this key may not use: a key limited to X is never served by
+ * X's fallback Y unless it may use Y too, by Y's name or one of its
+ * aliases. The requested model itself was checked by `modelAllowed`.
+ */
+export function allowedChain(
+  key: KeyRecord,
+  chain: readonly string[],
+  resolve: (name: string) => string | undefined,
+): string[] {
+  if (key.models.length === 0) return [...chain];
+  const allowed = new Set(key.models.map((m) => resolve(m) ?? m));
+  return chain.filter((m, i) => i === 0 || allowed.has(m));
+}

@@ -223,7 +223,20 @@ export const adminSchema = z.strictObject({
     .max(64)
     .default([])
     .describe(
-      "Networks whose read-only calls (nodes, replicas, models, explain, /metrics) need no token; never the calls that change something",
+      "Networks whose calls that read the fleet (nodes, replicas, models, explain, /metrics) need no token; never the calls that change something, key usage or the edge's view",
+    ),
+  allowed_hosts: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(253)
+        .regex(/^[A-Za-z0-9.-]+$/, "a host name: letters, digits, . and - only"),
+    )
+    .max(64)
+    .default([])
+    .describe(
+      "Names besides localhost, the machine's hostname and admin_listen's host that the admin listener answers to (the Host header); IP addresses always work",
     ),
 });
 

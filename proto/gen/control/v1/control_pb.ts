@@ -4,9 +4,10 @@
 
 // The operator's API: `llmgw ctl` (connect-node) and the dashboard
 // (connect-web) speak it to the control plane's admin listener. Every call
-// needs the admin token (docs/security.md); the calls marked
-// NO_SIDE_EFFECTS are the read-only ones `admin.read_only_networks` may open
-// to a trusted network without it.
+// needs the admin token (docs/security.md), except that
+// `admin.read_only_networks` may call those controlplane/admin/access.ts
+// opens to them (nodes, replicas, models, explain) without it.
+// NO_SIDE_EFFECTS only says a call changes nothing.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
