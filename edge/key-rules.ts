@@ -17,6 +17,8 @@ export const keyRecordSchema = z.object({
   // 0 means unlimited.
   rpm: z.number().int().min(0).default(0),
   tpm: z.number().int().min(0).default(0),
+  // Requests in flight at once; 0 means unlimited.
+  max_concurrent: z.number().int().min(0).default(0),
   budget_tokens: z.number().int().min(0).default(0),
   budget_period_ms: z.number().int().min(0).default(0),
   created_at_unix_ms: z.number().int().default(0),
@@ -34,6 +36,8 @@ export interface KeyLimits {
   tpm: number;
   budgetTokens: number;
   budgetPeriodMs: number;
+  /** Requests in flight at once; 0: no limit. */
+  maxConcurrent: number;
 }
 
 export function limitsOf(key: KeyRecord): KeyLimits {
@@ -42,6 +46,7 @@ export function limitsOf(key: KeyRecord): KeyLimits {
     tpm: key.tpm,
     budgetTokens: key.budget_tokens,
     budgetPeriodMs: key.budget_period_ms,
+    maxConcurrent: key.max_concurrent,
   };
 }
 
