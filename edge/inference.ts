@@ -14,6 +14,7 @@ import { type ApiPath, type Outcome, proxy } from "./proxy.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
 import { reservationFor } from "./reservations.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
+import { newRequestId, unhandledError } from "./unhandled.ts";
 import { upstreamFor } from "./upstream.ts";
 
 /**
@@ -32,10 +33,6 @@ type Ctx = Context<{ Bindings: Env }>;
 type Schema = z.ZodType<Record<string, unknown> & { model: string }>;
 
 const MAX_SESSION_ID = 256;
-
-function newRequestId(): string {
-  return `req_${crypto.randomUUID().replaceAll("-", "")}`;
-}
 
 /** What the steps after the checks need of a request. */
 interface Inbound {
@@ -226,7 +223,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       );
       access.end(Date.now());
       if (err instanceof ApiError) return err.toResponse({ "x-request-id": requestId });
-      throw err;
+      return unhandledError(err, requestId);
     }
   };
 }
