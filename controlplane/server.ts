@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
 import type { Server as HttpServer } from "node:http";
 import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -6,6 +7,7 @@ import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
+import { ownerOnlyDir, ownerOnlyFiles } from "../common/owner-only.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
@@ -69,6 +71,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const adminAuth = setUpAdminAuth(opts.loaded, log, opts.insecureAdmin ?? false);
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
+  ownerOnlyDir(config.data_dir, log);
+  if (existsSync(join(config.data_dir, "pki"))) ownerOnlyDir(join(config.data_dir, "pki"), log);
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
   const claims = new ClaimRefusals();
   const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now, claims) : undefined;
@@ -118,6 +122,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   });
   registerListenerMetrics(metrics, [agents.guard, guardAdminListener(admin, config.listeners, log)]);
 
+  // Every store has opened the database by now, so its WAL files exist too.
+  const db = join(config.data_dir, "llmgw.db");
+  ownerOnlyFiles([db, `${db}-wal`, `${db}-shm`], log);
   const agentPort = await listen(agents.server, config.agent_listen);
   const adminPort = await listen(admin, config.admin_listen);
   if (tls) {
