@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fchmodSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import type { EngineLaunch } from "./engines/adapter.ts";
 
 /**
@@ -157,7 +157,10 @@ function killGroup(pgid: number, signal: NodeJS.Signals): void {
 export function spawnEngine(launch: EngineLaunch, logPath: string, cwd: string): EngineProcess {
   const [cmd, ...args] = launch.argv;
   if (!cmd) throw new Error("empty argv");
-  const fd = openSync(logPath, "a");
+  // Engine logs hold full command lines and environments' effects: owner-only,
+  // including a log an older release left readable.
+  const fd = openSync(logPath, "a", 0o600);
+  fchmodSync(fd, 0o600);
   writeSync(fd, `--- llmgw: ${new Date().toISOString()} starting: ${launch.argv.join(" ")}\n`);
   let child: ChildProcess;
   try {

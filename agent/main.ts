@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
-import { mkdirSync } from "node:fs";
 import type { Server } from "node:http";
 import { create } from "@bufbuild/protobuf";
 import { createLogger, errorMessage } from "../common/log.ts";
+import { ownerOnlyDir } from "../common/owner-only.ts";
 import pkg from "../package.json" with { type: "json" };
 import { AgentMessageSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { ClientTls } from "./enroll.ts";
@@ -38,7 +38,7 @@ export async function main(argv: string[]): Promise<number> {
     process.stderr.write(`llmgw agent: ${errorMessage(err)}\n`);
     return 2;
   }
-  mkdirSync(f.stateDir, { recursive: true });
+  ownerOnlyDir(f.stateDir, log);
   let unlock: () => void;
   try {
     unlock = lockStateDir(f.stateDir);

@@ -1,6 +1,6 @@
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { createLogger, errorMessage, type Logger } from "../common/log.ts";
+import { ownerOnlyDir } from "../common/owner-only.ts";
 import type { ShardLoad, StartShard } from "../proto/gen/agent/v1/agent_pb.ts";
 import { groupMembers } from "./engine-process.ts";
 import type { NodeContext } from "./engines/adapter.ts";
@@ -130,7 +130,7 @@ export class Supervisor {
   /** Opens the state dir and adopts every engine a previous agent left running. */
   static async open(options: SupervisorOptions): Promise<Supervisor> {
     const sup = new Supervisor(options);
-    mkdirSync(sup.logDir, { recursive: true });
+    ownerOnlyDir(sup.logDir, sup.log);
     const { records, problems } = readStateFile(sup.statePath);
     for (const p of problems) sup.log.warn("state file entry skipped", { problem: p });
     for (const rec of records) {

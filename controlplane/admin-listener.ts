@@ -1,6 +1,8 @@
 import { createServer, type Server } from "node:http";
+import { hostname } from "node:os";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { parseListen } from "../common/listen.ts";
 import type { Logger } from "../common/log.ts";
 import type { MetricsRegistry } from "../common/prometheus.ts";
 import {
@@ -12,6 +14,7 @@ import {
 } from "./admin/auth.ts";
 import { type ControlServiceDeps, controlRoutes } from "./admin/control-service.ts";
 import { serveDashboard } from "./admin/dashboard.ts";
+import { hostAllowed, hostOf } from "./admin/host-check.ts";
 import type { LoadedConfig } from "./config/load.ts";
 
 /**
@@ -55,8 +58,21 @@ export function setUpAdminAuth(loaded: LoadedConfig, log: Logger, insecure: bool
   return auth;
 }
 
+/** The names the admin listener answers to besides IP addresses (admin/host-check.ts). */
+export function adminHostNames(loaded: LoadedConfig): Set<string> {
+  const { config } = loaded;
+  const listenHost = parseListen(config.admin_listen).host;
+  return new Set(
+    ["localhost", hostname(), ...(listenHost ? [listenHost] : []), ...config.admin.allowed_hosts].map((h) =>
+      h.toLowerCase(),
+    ),
+  );
+}
+
 export interface AdminListenerDeps {
   control: ControlServiceDeps;
+  /** What the Host header may name (adminHostNames). */
+  hosts: ReadonlySet<string>;
   auth: AdminAuth;
   metrics: MetricsRegistry;
   log: Logger;
@@ -67,48 +83,57 @@ export function adminListener(d: AdminListenerDeps): Server {
   const { auth, metrics, log, now } = d;
   let refusedLoggedAt = 0;
   let refusedSinceLog = 0;
-  return createServer(
-    connectNodeAdapter({
-      routes: controlRoutes(d.control),
-      interceptors: [
-        auth.interceptor((v, method, remote) => {
-          // Someone guessing tokens must not flood the log: a line a second at most.
-          refusedSinceLog++;
-          if (now() - refusedLoggedAt < 1_000) return;
-          log.warn("admin call refused", {
-            method,
-            reason: v.reason,
-            from: remote,
-            refused: refusedSinceLog,
-          });
-          refusedLoggedAt = now();
-          refusedSinceLog = 0;
-        }),
-      ],
-      contextValues: (req) => createContextValues().set(remoteAddressKey, req.socket.remoteAddress),
-      fallback: (req, res) => {
-        if (req.url === "/healthz") {
-          res.writeHead(200, { "content-type": "text/plain" });
-          res.end("ok\n");
-        } else if (
-          req.url === "/metrics" &&
-          !auth.allowsRead(req.headers.authorization ?? null, req.socket.remoteAddress)
-        ) {
-          res.writeHead(401, { "content-type": "text/plain", "www-authenticate": "Bearer" });
-          res.end(
-            "/metrics needs the admin token (Authorization: Bearer …) or a read_only_networks address\n",
-          );
-        } else if (req.url === "/metrics") {
-          res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
-          res.end(metrics.render());
-        } else {
-          void serveDashboard(req, res).then((served) => {
-            if (served) return;
-            res.writeHead(404, { "content-type": "text/plain" });
-            res.end("not found\n");
-          });
-        }
-      },
-    }),
-  );
+  const handler = connectNodeAdapter({
+    routes: controlRoutes(d.control),
+    interceptors: [
+      auth.interceptor((v, method, remote) => {
+        // Someone guessing tokens must not flood the log: a line a second at most.
+        refusedSinceLog++;
+        if (now() - refusedLoggedAt < 1_000) return;
+        log.warn("admin call refused", {
+          method,
+          reason: v.reason,
+          from: remote,
+          refused: refusedSinceLog,
+        });
+        refusedLoggedAt = now();
+        refusedSinceLog = 0;
+      }),
+    ],
+    contextValues: (req) => createContextValues().set(remoteAddressKey, req.socket.remoteAddress),
+    fallback: (req, res) => {
+      if (req.url === "/healthz") {
+        res.writeHead(200, { "content-type": "text/plain" });
+        res.end("ok\n");
+      } else if (
+        req.url === "/metrics" &&
+        !auth.allowsRead(req.headers.authorization ?? null, req.socket.remoteAddress)
+      ) {
+        res.writeHead(401, { "content-type": "text/plain", "www-authenticate": "Bearer" });
+        res.end("/metrics needs the admin token (Authorization: Bearer …) or a read_only_networks address\n");
+      } else if (req.url === "/metrics") {
+        res.writeHead(200, { "content-type": "text/plain; version=0.0.4" });
+        res.end(metrics.render());
+      } else {
+        void serveDashboard(req, res).then((served) => {
+          if (served) return;
+          res.writeHead(404, { "content-type": "text/plain" });
+          res.end("not found\n");
+        });
+      }
+    },
+  });
+  // Connections are checked each second, so `listeners.auth_timeout` on
+  // request headers holds to about a second rather than Node's default 30 s.
+  return createServer({ connectionsCheckingInterval: 1_000 }, (req, res) => {
+    // /healthz says only "ok": probes may use any name.
+    if (req.url !== "/healthz" && !hostAllowed(req.headers.host, d.hosts)) {
+      res.writeHead(403, { "content-type": "text/plain" });
+      res.end(
+        `Host "${hostOf(req.headers.host ?? "")}" is not a name of this control plane: use its address, or add the name to admin.allowed_hosts\n`,
+      );
+      return;
+    }
+    handler(req, res);
+  });
 }

@@ -18,11 +18,14 @@ import {
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../common/log.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+import type { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { Enrollment, type EnrollPeer } from "./agentsvc/enroll.ts";
 import { type AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { type CertFacts, CertificateStore, certFacts } from "./certificates.ts";
 import type { LoadedConfig } from "./config/load.ts";
+import type { ListenersConfig } from "./config/schema.ts";
 import { JoinTokenStore } from "./join-tokens.ts";
+import { guardAgentListener, type ListenerGuard } from "./listener/guard.ts";
 import { type Ca, ensureServerCert, loadOrCreateCa, type ServerCert } from "./pki/ca.ts";
 
 /**
@@ -49,7 +52,12 @@ export function defaultTlsHostnames(configured: readonly string[] | undefined): 
 }
 
 /** The CA, the listener's certificate and the token store, under data_dir. */
-export async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () => number): Promise<AgentTls> {
+export async function setUpAgentTls(
+  loaded: LoadedConfig,
+  log: Logger,
+  now: () => number,
+  claims?: ClaimRefusals,
+): Promise<AgentTls> {
   const { config } = loaded;
   const t = config.agent_tls;
   const hostnames = defaultTlsHostnames(t.hostnames);
@@ -71,6 +79,10 @@ export async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () =
   await issue();
   const tokens = new JoinTokenStore(join(config.data_dir, "llmgw.db"));
   const certs = new CertificateStore(join(config.data_dir, "llmgw.db"));
+  if (created) {
+    const forgotten = certs.forgetAll();
+    if (forgotten > 0) log.warn("a new agent CA: forgot the certificates of the old one", { forgotten });
+  }
   const enrollment = new Enrollment({
     ca,
     tokens,
@@ -80,6 +92,7 @@ export async function setUpAgentTls(loaded: LoadedConfig, log: Logger, now: () =
     defaultTokenTtlMs: t.join_token_ttl,
     log: log.child({ component: "enroll" }),
     now,
+    ...(claims ? { claims } : {}),
   });
   return {
     ca,
@@ -102,6 +115,8 @@ const enrollPeerKey = createContextKey<EnrollPeer>({}, { description: "the Enrol
 
 export interface AgentListener {
   server: Http2Server | Http2SecureServer;
+  /** Its connection caps and idle rules, for /metrics. */
+  guard: ListenerGuard;
   /** Stops renewing the listener's certificate. */
   stop(): void;
 }
@@ -111,6 +126,7 @@ export function agentListener(
   tls: AgentTls | undefined,
   readMaxBytes: number,
   log: Logger,
+  limits: ListenersConfig,
 ): AgentListener {
   const router = connectNodeAdapter({
     routes: (r: ConnectRouter) => {
@@ -143,12 +159,18 @@ export function agentListener(
       if (req.url === CONNECT_PATH) streams.handle(req, res);
       else router(req, res);
     });
-    return { server, stop() {} };
+    return { server, guard: guardAgentListener(server, limits, log), stop() {} };
   }
   // With mTLS every client may connect (rejectUnauthorized: false) so that
   // a new agent can call Enroll; the stream itself demands a certificate.
   const server = createSecureServer(
-    { ...tls.context(), requestCert: true, rejectUnauthorized: false, allowHTTP1: false },
+    {
+      ...tls.context(),
+      requestCert: true,
+      rejectUnauthorized: false,
+      allowHTTP1: false,
+      handshakeTimeout: limits.auth_timeout,
+    },
     (req, res) => {
       if (req.url === CONNECT_PATH) streams.handle(req, res, peerCertificate(req));
       else router(req, res);
@@ -165,7 +187,7 @@ export function agentListener(
       .catch((err) => log.error("agent listener certificate renewal failed", { error: String(err) }));
   }, 12 * 3_600_000);
   timer.unref();
-  return { server, stop: () => clearInterval(timer) };
+  return { server, guard: guardAgentListener(server, limits, log), stop: () => clearInterval(timer) };
 }
 
 const CLIENT_AUTH = "1.3.6.1.5.5.7.3.2";

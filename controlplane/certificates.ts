@@ -49,6 +49,11 @@ export class CertificateStore {
         revoked_at INTEGER
       );
       CREATE INDEX IF NOT EXISTS agent_certificates_node ON agent_certificates (node);
+      CREATE TABLE IF NOT EXISTS agent_node_serials (
+        node TEXT PRIMARY KEY,
+        serial TEXT NOT NULL,
+        bound_at INTEGER NOT NULL
+      );
     `);
     for (const r of this.db
       .prepare("SELECT serial FROM agent_certificates WHERE revoked_at IS NOT NULL")
@@ -84,6 +89,64 @@ export class CertificateStore {
     }
     this.prune(now);
     return serials;
+  }
+
+  /** Serials of `node`'s certificates that could still be presented: unexpired and not revoked. */
+  liveSerials(node: string, now: number): string[] {
+    return this.db
+      .prepare(
+        "SELECT serial FROM agent_certificates WHERE node = ? AND revoked_at IS NULL AND not_after > ? ORDER BY not_before",
+      )
+      .all(node, now)
+      .map((r) => String(r.serial));
+  }
+
+  /**
+   * The serial on record for a node: the certificate it was last enrolled
+   * or renewed with. Only that certificate may hold the node's stream, so a
+   * second certificate for the name — however it was obtained — never
+   * takes the node over.
+   */
+  boundSerial(node: string): string | undefined {
+    const row = this.db.prepare("SELECT serial FROM agent_node_serials WHERE node = ?").get(node);
+    return row ? String(row.serial) : undefined;
+  }
+
+  /** Records `cert` as the one its node speaks with from now on. */
+  bind(cert: CertFacts, now: number): void {
+    this.db
+      .prepare(
+        "INSERT INTO agent_node_serials (node, serial, bound_at) VALUES (?, ?, ?) ON CONFLICT (node) DO UPDATE SET serial = excluded.serial, bound_at = excluded.bound_at",
+      )
+      .run(cert.node, normalizeSerial(cert.serial), now);
+  }
+
+  /**
+   * A stream opened with `cert`: recorded, and bound when its node has no
+   * serial on record yet (a node enrolled before the record existed).
+   * Returns the serial on record when it is another one: the stream is not
+   * the node's.
+   */
+  claim(cert: CertFacts, now: number): string | undefined {
+    this.note(cert);
+    const bound = this.boundSerial(cert.node);
+    if (bound === undefined) {
+      this.bind(cert, now);
+      return undefined;
+    }
+    return bound === normalizeSerial(cert.serial) ? undefined : bound;
+  }
+
+  /**
+   * Forgets every certificate: called when a new CA was created, since none
+   * issued by the old one can be presented any more, and their names are
+   * free to enroll again.
+   */
+  forgetAll(): number {
+    const n = Number(this.db.prepare("DELETE FROM agent_certificates").run().changes);
+    this.db.exec("DELETE FROM agent_node_serials");
+    this.revoked.clear();
+    return n;
   }
 
   /** Whether any certificate was ever recorded for `node`. */

@@ -10,10 +10,19 @@ import { openDatabase } from "./sqlite.ts";
  * let anyone enroll.
  */
 export type TokenCheck =
-  | { ok: true; usesLeft: number; expiresAt: number }
+  | { ok: true; usesLeft: number; expiresAt: number; binding?: TokenBinding }
   | { ok: false; reason: "unknown" | "expired" | "used_up"; message: string };
 
 export const MAX_TOKEN_USES = 10_000;
+
+/**
+ * A token made for one node name (`ctl tokens create --node NAME`); with
+ * `replace`, enrolling revokes the certificates that name already holds.
+ */
+export interface TokenBinding {
+  node: string;
+  replace: boolean;
+}
 
 function hash(secret: string): string {
   return createHash("sha256").update(secret).digest("hex");
@@ -34,21 +43,38 @@ export class JoinTokenStore {
         last_used_by TEXT
       );
     `);
+    // Databases from before tokens could be bound to a name gain the columns.
+    const columns = new Set(
+      this.db
+        .prepare("PRAGMA table_info(join_tokens)")
+        .all()
+        .map((c) => String(c.name)),
+    );
+    if (!columns.has("node")) this.db.exec("ALTER TABLE join_tokens ADD COLUMN node TEXT");
+    if (!columns.has("replace_node"))
+      this.db.exec("ALTER TABLE join_tokens ADD COLUMN replace_node INTEGER NOT NULL DEFAULT 0");
   }
 
   /**
    * A new secret (32 random bytes, hex: it never starts with "-", which a
    * command line would read as a flag). Only its hash is kept.
    */
-  create(ttlMs: number, uses: number, now: number): { secret: string; expiresAt: number } {
+  create(
+    ttlMs: number,
+    uses: number,
+    now: number,
+    binding?: TokenBinding,
+  ): { secret: string; expiresAt: number } {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new RangeError("ttl must be positive");
     if (!Number.isInteger(uses) || uses < 1 || uses > MAX_TOKEN_USES)
       throw new RangeError(`uses must be between 1 and ${MAX_TOKEN_USES}`);
     const secret = randomBytes(32).toString("hex");
     const expiresAt = now + ttlMs;
     this.db
-      .prepare("INSERT INTO join_tokens (hash, created_at, expires_at, uses_left) VALUES (?, ?, ?, ?)")
-      .run(hash(secret), now, expiresAt, uses);
+      .prepare(
+        "INSERT INTO join_tokens (hash, created_at, expires_at, uses_left, node, replace_node) VALUES (?, ?, ?, ?, ?, ?)",
+      )
+      .run(hash(secret), now, expiresAt, uses, binding?.node ?? null, binding?.replace ? 1 : 0);
     this.prune(now);
     return { secret, expiresAt };
   }
@@ -56,7 +82,7 @@ export class JoinTokenStore {
   /** Whether `secret` would be accepted now, without using it. */
   check(secret: string, now: number): TokenCheck {
     const row = this.db
-      .prepare("SELECT expires_at, uses_left FROM join_tokens WHERE hash = ?")
+      .prepare("SELECT expires_at, uses_left, node, replace_node FROM join_tokens WHERE hash = ?")
       .get(hash(secret));
     if (!row)
       return { ok: false, reason: "unknown", message: "the join token is not known to this control plane" };
@@ -70,7 +96,9 @@ export class JoinTokenStore {
         reason: "expired",
         message: `the join token expired at ${new Date(expiresAt).toISOString()}`,
       };
-    return { ok: true, usesLeft, expiresAt };
+    const binding =
+      row.node === null ? undefined : { node: String(row.node), replace: Number(row.replace_node) === 1 };
+    return { ok: true, usesLeft, expiresAt, ...(binding ? { binding } : {}) };
   }
 
   /**

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
 import type { Server as HttpServer } from "node:http";
 import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -6,11 +7,13 @@ import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
+import { ownerOnlyDir, ownerOnlyFiles } from "../common/owner-only.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
 import { routerWarnings } from "../edge/router-config.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
-import { adminListener, setUpAdminAuth } from "./admin-listener.ts";
+import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
+import { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { AgentStreams } from "./agentsvc/service.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
@@ -20,6 +23,8 @@ import { EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { KnownFleetStore } from "./known-fleet-store.ts";
+import { guardAdminListener } from "./listener/guard.ts";
+import { registerListenerMetrics } from "./listener/metrics.ts";
 import { LoadBoard } from "./load-board.ts";
 import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
@@ -70,8 +75,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
   for (const w of routerWarnings(config.router)) log.warn("router settings warning", { warning: w });
+  ownerOnlyDir(config.data_dir, log);
+  if (existsSync(join(config.data_dir, "pki"))) ownerOnlyDir(join(config.data_dir, "pki"), log);
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
-  const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now) : undefined;
+  const claims = new ClaimRefusals();
+  const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now, claims) : undefined;
   const streams = new AgentStreams({
     registry,
     log: log.child({ component: "agentsvc" }),
@@ -81,7 +89,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     scrape: { intervalMs: config.router.scrape_interval, timeoutMs: config.router.scrape_timeout },
     readMaxBytes: c.max_message_bytes,
     now,
-    ...(tls ? { certificates: tls.certs, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
+    ...(tls
+      ? { certificates: tls.certs, claims, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) }
+      : {}),
   });
   const loads = new LoadBoard(streams);
   const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
@@ -107,10 +117,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   );
   const ticker = watchNodes(registry, reconciler, log, now, c.unreachable_after);
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
+  // A replacing enrollment revokes the node the way an operator would.
+  if (tls && revocation) tls.enrollment.revokeNode = (node) => revocation.revoke(node);
   const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
-  const agents = agentListener(streams, tls, c.max_message_bytes, log);
+  const agents = agentListener(streams, tls, c.max_message_bytes, log, config.listeners);
   const admin = adminListener({
     control: {
       registry,
@@ -119,15 +131,20 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       loads,
       now,
       ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
-      ...(tls ? { joinTokens: tls.enrollment } : {}),
+      ...(tls ? { joinTokens: tls.enrollment, claims } : {}),
       ...(revocation ? { revocation } : {}),
     },
     auth: adminAuth,
+    hosts: adminHostNames(opts.loaded),
     metrics,
     log,
     now,
   });
+  registerListenerMetrics(metrics, [agents.guard, guardAdminListener(admin, config.listeners, log)]);
 
+  // Every store has opened the database by now, so its WAL files exist too.
+  const db = join(config.data_dir, "llmgw.db");
+  ownerOnlyFiles([db, `${db}-wal`, `${db}-shm`], log);
   const shutdown = async () => {
     clearInterval(ticker);
     agents.stop();

@@ -19,6 +19,7 @@ export function recordFields(k: ApiKey) {
     models: k.models,
     rpm: k.rpm,
     tpm: k.tpm,
+    max_concurrent: k.maxConcurrent,
   };
 }
 
@@ -34,6 +35,7 @@ export function apiKeyOf(k: KeyRecord) {
     models: k.models,
     rpm: k.rpm,
     tpm: k.tpm,
+    maxConcurrent: k.max_concurrent,
     budget:
       k.budget_tokens > 0
         ? { tokens: BigInt(k.budget_tokens), period: formatDuration(k.budget_period_ms) }

@@ -7,6 +7,7 @@ import { inference } from "./inference.ts";
 import { modelAllowed } from "./key-rules.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { chatRequest, completionRequest, embeddingRequest } from "./request-schema.ts";
+import { newRequestId, unhandledError } from "./unhandled.ts";
 
 /**
  * The Worker's routes: the OpenAI surface (inference.ts has the request
@@ -17,8 +18,7 @@ export const app = new Hono<{ Bindings: Env }>();
 
 app.onError((err) => {
   if (err instanceof ApiError) return err.toResponse();
-  console.error("unhandled error", err);
-  return errors.internal(`Internal error: ${err instanceof Error ? err.message : String(err)}`).toResponse();
+  return unhandledError(err, newRequestId());
 });
 
 app.notFound(() =>

@@ -6,7 +6,7 @@ import { caller } from "./caller.ts";
 import type { RoutingTable } from "./catalog.ts";
 import { type EdgeConfig, edgeConfig } from "./config-store.ts";
 import type { Env } from "./env.ts";
-import { type KeyRecord, modelAllowed, resolveBand } from "./key-rules.ts";
+import { allowedChain, type KeyRecord, modelAllowed, resolveBand } from "./key-rules.ts";
 import { admitKey, charge } from "./key-usage.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { admit, ClientGone } from "./pool-client.ts";
@@ -15,6 +15,7 @@ import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
 import { reservationFor } from "./reservations.ts";
 import { predictDemand } from "./routing/demand.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
+import { newRequestId, unhandledError } from "./unhandled.ts";
 import { upstreamFor } from "./upstream.ts";
 
 /**
@@ -33,10 +34,6 @@ type Ctx = Context<{ Bindings: Env }>;
 type Schema = z.ZodType<Record<string, unknown> & { model: string }>;
 
 const MAX_SESSION_ID = 256;
-
-function newRequestId(): string {
-  return `req_${crypto.randomUUID().replaceAll("-", "")}`;
-}
 
 /** What the steps after the checks need of a request. */
 interface Inbound {
@@ -57,14 +54,14 @@ async function body(c: Ctx, schema: Schema, config: EdgeConfig) {
   return { parsed: validate(schema, parseJsonBody(bytes)), size: bytes.byteLength };
 }
 
-/** The canonical model and its fallbacks, if the key may use it. */
+/** The canonical model and those of its fallbacks the key may use, if the key may use it. */
 function model(table: RoutingTable, requested: string, key: KeyRecord): string[] {
   const canonical = table.resolve(requested);
   if (!canonical) throw errors.modelNotFound(requested);
   if (!modelAllowed(key, canonical, requested)) {
     throw errors.forbidden(`This key may not use the model \`${requested}\`.`, "model_not_allowed", "model");
   }
-  return table.chain(canonical);
+  return allowedChain(key, table.chain(canonical), (name) => table.resolve(name));
 }
 
 function band(c: Ctx, key: KeyRecord, config: EdgeConfig): string {
@@ -230,7 +227,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       );
       access.end(Date.now());
       if (err instanceof ApiError) return err.toResponse({ "x-request-id": requestId });
-      throw err;
+      return unhandledError(err, requestId);
     }
   };
 }

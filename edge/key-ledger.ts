@@ -7,7 +7,7 @@ import {
   admit,
   type BudgetState,
   budgetPeriodStart,
-  reservesTokens,
+  holdsReservations,
   SlidingWindow,
   waitBeforeRetry,
 } from "./rate-window.ts";
@@ -103,12 +103,13 @@ export class KeyLedger extends DurableObject<object> {
           tokens: this.tokens,
           budget: this.budget(),
           reserved: this.holds.tokens(),
+          inFlight: this.holds.size,
         },
         now,
       );
       if (r.ok) {
         this.requests.add(now, 1);
-        if (reservesTokens(limits))
+        if (holdsReservations(limits))
           this.reserve({ id: hold.id, tokens: hold.tokens, expiresAt: now + hold.ttlMs });
         return r;
       }

@@ -17,6 +17,8 @@ export const keyRecordSchema = z.object({
   // 0 means unlimited.
   rpm: z.number().int().min(0).default(0),
   tpm: z.number().int().min(0).default(0),
+  // Requests in flight at once; 0 means unlimited.
+  max_concurrent: z.number().int().min(0).default(0),
   budget_tokens: z.number().int().min(0).default(0),
   budget_period_ms: z.number().int().min(0).default(0),
   created_at_unix_ms: z.number().int().default(0),
@@ -34,6 +36,8 @@ export interface KeyLimits {
   tpm: number;
   budgetTokens: number;
   budgetPeriodMs: number;
+  /** Requests in flight at once; 0: no limit. */
+  maxConcurrent: number;
 }
 
 export function limitsOf(key: KeyRecord): KeyLimits {
@@ -42,6 +46,7 @@ export function limitsOf(key: KeyRecord): KeyLimits {
     tpm: key.tpm,
     budgetTokens: key.budget_tokens,
     budgetPeriodMs: key.budget_period_ms,
+    maxConcurrent: key.max_concurrent,
   };
 }
 
@@ -96,4 +101,20 @@ export function resolveBand(
 /** A key that lists models may use those (by canonical name or by the alias it asked for). */
 export function modelAllowed(key: KeyRecord, canonical: string, requested: string): boolean {
   return key.models.length === 0 || key.models.includes(canonical) || key.models.includes(requested);
+}
+
+/**
+ * The requested model's chain (it, then its fallbacks) without the
+ * fallbacks this key may not use: a key limited to X is never served by
+ * X's fallback Y unless it may use Y too, by Y's name or one of its
+ * aliases. The requested model itself was checked by `modelAllowed`.
+ */
+export function allowedChain(
+  key: KeyRecord,
+  chain: readonly string[],
+  resolve: (name: string) => string | undefined,
+): string[] {
+  if (key.models.length === 0) return [...chain];
+  const allowed = new Set(key.models.map((m) => resolve(m) ?? m));
+  return chain.filter((m, i) => i === 0 || allowed.has(m));
 }

@@ -19,7 +19,12 @@ function ledgerOf(env: Env, keyId: string) {
 }
 
 function hasLimits(key: KeyRecord): boolean {
-  return key.rpm > 0 || key.tpm > 0 || (key.budget_tokens > 0 && key.budget_period_ms > 0);
+  return (
+    key.rpm > 0 ||
+    key.tpm > 0 ||
+    (key.budget_tokens > 0 && key.budget_period_ms > 0) ||
+    key.max_concurrent > 0
+  );
 }
 
 /**
@@ -56,6 +61,12 @@ export function refusal(r: AdmitRefusal, budgetPeriodMs: number): ApiError {
             "rate_limit_exceeded",
             r.retryAfterMs,
           );
+    case "concurrency":
+      return errors.rateLimited(
+        `This key already has ${r.limit} requests in flight, its limit; retry once one has finished.`,
+        "concurrency_limit",
+        r.retryAfterMs,
+      );
     default:
       return errors.rateLimited(
         `Rate limit reached: ${r.limit} ${r.reason === "rpm" ? "requests" : "tokens"} per minute.`,

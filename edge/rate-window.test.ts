@@ -3,21 +3,29 @@ import {
   ADMIT_WAIT_MS,
   admit,
   budgetPeriodStart,
+  holdsReservations,
   type LedgerView,
   PENDING_RETRY_MS,
-  reservesTokens,
   SlidingWindow,
   waitBeforeRetry,
 } from "./rate-window.ts";
 
 describe("rate windows and admission", () => {
-  const limits = { rpm: 2, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0 };
+  const limits = { rpm: 2, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0, maxConcurrent: 0 };
   const view = (v: Partial<LedgerView> = {}): LedgerView => ({
     requests: new SlidingWindow(),
     tokens: new SlidingWindow(),
     budget: { periodStart: 0, used: 0 },
     reserved: 0,
+    inFlight: 0,
     ...v,
+  });
+  it("refuses at max_concurrent requests in flight, at once, and admits once one has finished", () => {
+    const capped = { ...limits, rpm: 0, tpm: 0, maxConcurrent: 2 };
+    const r = admit(capped, view({ inFlight: 2 }), 1_000);
+    expect(r).toMatchObject({ ok: false, reason: "concurrency", limit: 2, retryAfterMs: PENDING_RETRY_MS });
+    if (!r.ok) expect(waitBeforeRetry(r, 1_000, 1_000 + ADMIT_WAIT_MS, undefined)).toBeUndefined();
+    expect(admit(capped, view({ inFlight: 1 }), 1_000).ok).toBe(true);
   });
   it("refuses past RPM until the window slides, with a Retry-After", () => {
     const v = view();
@@ -41,14 +49,14 @@ describe("rate windows and admission", () => {
     const v = view();
     v.tokens.add(0, 150);
     expect(admit(limits, v, 10)).toMatchObject({ reason: "tpm", retryAfterMs: 59_990 });
-    const b = { rpm: 0, tpm: 0, budgetTokens: 10, budgetPeriodMs: 86_400_000 };
+    const b = { rpm: 0, tpm: 0, budgetTokens: 10, budgetPeriodMs: 86_400_000, maxConcurrent: 0 };
     const spent = view({ budget: { periodStart: 0, used: 10 } });
     expect(admit(b, spent, 1000)).toMatchObject({ reason: "budget", retryAfterMs: 86_399_000 });
     expect(admit(b, spent, 86_400_001).ok).toBe(true);
     expect(budgetPeriodStart(86_400_001, 86_400_000)).toBe(86_400_000);
   });
   it("admits a budget key while charged plus reserved is under the budget, so only the crossing request runs past it", () => {
-    const b = { rpm: 0, tpm: 0, budgetTokens: 30, budgetPeriodMs: 86_400_000 };
+    const b = { rpm: 0, tpm: 0, budgetTokens: 30, budgetPeriodMs: 86_400_000, maxConcurrent: 0 };
     const at = (used: number, reserved: number) =>
       admit(b, view({ budget: { periodStart: 0, used }, reserved }), 1_000);
     expect(at(0, 0).ok).toBe(true);
@@ -69,7 +77,7 @@ describe("rate windows and admission", () => {
     expect(at(38, 500)).toMatchObject({ reason: "budget" });
   });
   it("counts reservations against TPM, and its Retry-After waits for the window to free room beside them", () => {
-    const t = { rpm: 0, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0 };
+    const t = { rpm: 0, tpm: 100, budgetTokens: 0, budgetPeriodMs: 0, maxConcurrent: 0 };
     const v = view({ reserved: 40 });
     v.tokens.add(5_000, 30);
     v.tokens.add(20_000, 40);
@@ -86,9 +94,11 @@ describe("rate windows and admission", () => {
     expect(admit(t, v, 22_000)).toMatchObject({ reason: "tpm", retryAfterMs: 58_000 });
   });
   it("holds reservations only for TPM and budget keys", () => {
-    expect(reservesTokens({ rpm: 5, tpm: 0, budgetTokens: 0, budgetPeriodMs: 0 })).toBe(false);
-    expect(reservesTokens({ rpm: 0, tpm: 5, budgetTokens: 0, budgetPeriodMs: 0 })).toBe(true);
-    expect(reservesTokens({ rpm: 0, tpm: 0, budgetTokens: 5, budgetPeriodMs: 1 })).toBe(true);
+    const none = { rpm: 0, tpm: 0, budgetTokens: 0, budgetPeriodMs: 0, maxConcurrent: 0 };
+    expect(holdsReservations({ ...none, rpm: 5 })).toBe(false);
+    expect(holdsReservations({ ...none, tpm: 5 })).toBe(true);
+    expect(holdsReservations({ ...none, budgetTokens: 5, budgetPeriodMs: 1, maxConcurrent: 0 })).toBe(true);
+    expect(holdsReservations({ ...none, maxConcurrent: 2 })).toBe(true);
   });
   it("waits for a pending decision until a reservation closes or expires, its retry time, or the deadline", () => {
     const pending = { ok: false, reason: "pending", of: "budget", retryAfterMs: 1_000, limit: 30 } as const;

@@ -59,7 +59,7 @@ export class SlidingWindow {
 export type AdmitResult =
   | { ok: true }
   | { ok: false; reason: "revoked" }
-  | { ok: false; reason: "rpm" | "tpm" | "budget"; retryAfterMs: number; limit: number }
+  | { ok: false; reason: "rpm" | "tpm" | "budget" | "concurrency"; retryAfterMs: number; limit: number }
   | {
       ok: false;
       /** What is charged is under the limit, but what is running could reach it. */
@@ -85,6 +85,8 @@ export interface LedgerView {
   budget: BudgetState;
   /** Tokens held by open reservations: admitted requests whose charge has not landed (reservations.ts). */
   reserved: number;
+  /** Open reservations: requests admitted whose charge has not landed — the key's requests in flight. */
+  inFlight: number;
 }
 
 /**
@@ -115,7 +117,10 @@ export function budgetPeriodStart(now: number, periodMs: number): number {
  *
  * The refusals: `budget`/`rpm`/`tpm` when what is charged (or admitted) has
  * reached the limit; `pending` when only the reservations could reach it —
- * the ledger then waits for charges (waitBeforeRetry) and decides again.
+ * the ledger then waits for charges (waitBeforeRetry) and decides again;
+ * `concurrency` when the key has `maxConcurrent` requests in flight, which
+ * is answered at once: a client that holds that many streams is told so
+ * rather than queued behind itself.
  */
 export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitResult {
   const hasBudget = limits.budgetTokens > 0 && limits.budgetPeriodMs > 0;
@@ -128,6 +133,9 @@ export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitRe
       retryAfterMs: start + limits.budgetPeriodMs - now,
       limit: limits.budgetTokens,
     };
+  }
+  if (limits.maxConcurrent > 0 && view.inFlight >= limits.maxConcurrent) {
+    return { ok: false, reason: "concurrency", retryAfterMs: PENDING_RETRY_MS, limit: limits.maxConcurrent };
   }
   if (limits.rpm > 0 && view.requests.sum(now) >= limits.rpm) {
     return {
@@ -166,9 +174,12 @@ export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitRe
   return { ok: true };
 }
 
-/** Whether a key's admissions hold reservations: only TPM and the budget count tokens. */
-export function reservesTokens(limits: KeyLimits): boolean {
-  return limits.tpm > 0 || (limits.budgetTokens > 0 && limits.budgetPeriodMs > 0);
+/**
+ * Whether a key's admissions hold reservations until their charge: TPM and
+ * the budget count their tokens, `maxConcurrent` counts them.
+ */
+export function holdsReservations(limits: KeyLimits): boolean {
+  return limits.tpm > 0 || (limits.budgetTokens > 0 && limits.budgetPeriodMs > 0) || limits.maxConcurrent > 0;
 }
 
 /**

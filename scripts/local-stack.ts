@@ -204,10 +204,30 @@ setInterval(() => {
   if (process.ppid !== parent) void stop(0);
 }, 1_000).unref();
 
+/**
+ * The key's requests in flight at once (README): one client holding
+ * hundreds of streams gets 429s beyond this instead of exhausting the
+ * local edge's file descriptors under wrangler dev.
+ */
+const LOCAL_MAX_CONCURRENT = "32";
+
 async function createKey(): Promise<string> {
   const { stdout } = await promisify(execFile)(
     process.execPath,
-    [LLMGW, "keys", "create", "--name", "local-dev", "--band", "platinum", "--edge", EDGE, "--json"],
+    [
+      LLMGW,
+      "keys",
+      "create",
+      "--name",
+      "local-dev",
+      "--band",
+      "platinum",
+      "--max-concurrent",
+      LOCAL_MAX_CONCURRENT,
+      "--edge",
+      EDGE,
+      "--json",
+    ],
     { cwd: REPO, env },
   ).catch((err: { stderr?: string }) => {
     throw new Error(`creating the API key failed: ${err.stderr ?? errorMessage(err)}`);

@@ -2,16 +2,16 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { BlockList, isIPv4, isIPv6 } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
 import { parseListen } from "../../common/listen.ts";
 import type { AdminConfig } from "../config/schema.ts";
+import { opensToReadOnlyNetworks } from "./access.ts";
 
 /**
  * Who may call ControlService (docs/security.md). With a token configured,
- * every call needs `Authorization: Bearer <token>`; the read-only calls
- * (NO_SIDE_EFFECTS in control.proto) may instead come from a network the
- * operator trusts. Without a token the API is open, which the server only
+ * every call needs `Authorization: Bearer <token>`; the calls access.ts
+ * opens to read_only_networks may instead come from a network the operator
+ * trusts. Without a token the API is open, which the server only
  * allows on a loopback admin_listen or with --insecure-admin.
  */
 
@@ -112,7 +112,7 @@ export class AdminAuth {
     if (!this.enabled) return { ok: true, by: "open" };
     const presented = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1];
     if (presented !== undefined && this.matches(presented)) return { ok: true, by: "token" };
-    if (method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS && this.fromTrusted(remote))
+    if (opensToReadOnlyNetworks(method.localName) && this.fromTrusted(remote))
       return { ok: true, by: "network" };
     return presented === undefined
       ? {
@@ -124,11 +124,14 @@ export class AdminAuth {
       : { ok: false, reason: "wrong", message: "the admin token is not valid for this control plane" };
   }
 
-  /** /metrics: read-only, so a token or a trusted network. */
+  /** /metrics: a token, or a trusted network as access.ts says. */
   allowsRead(authorization: string | null, remote: string | undefined): boolean {
     if (!this.enabled) return true;
     const presented = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1];
-    return (presented !== undefined && this.matches(presented)) || this.fromTrusted(remote);
+    return (
+      (presented !== undefined && this.matches(presented)) ||
+      (opensToReadOnlyNetworks("/metrics") && this.fromTrusted(remote))
+    );
   }
 
   /**

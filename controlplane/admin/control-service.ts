@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
+import type { ClaimRefusals } from "../agentsvc/claim-refusals.ts";
 import type { EdgeStatusPoller } from "../edge-status.ts";
 import type { EdgeSyncClient } from "../edgesync-client.ts";
 import type { IntentStore } from "../intent-store.ts";
@@ -26,8 +27,11 @@ export interface ControlServiceDeps {
     createToken(
       ttlMs: number,
       uses: number,
+      binding?: { node: string; replace: boolean },
     ): { token: string; expiresAt: number; uses: number; caFingerprint: string };
   };
+  /** Present when agent_tls is enabled: the last refused claim on each node name. */
+  claims?: Pick<ClaimRefusals, "latest">;
   /** Present when agent_tls is enabled: node revocation (server.ts). */
   revocation?: {
     /** Throws NotFound for a node neither the registry nor the certificate record knows. */
@@ -58,7 +62,9 @@ export function controlRoutes(deps: ControlServiceDeps) {
   // the registry of it, until it enrolls again.
   const nodes = () => {
     const revoked = deps.revocation?.revokedNodes() ?? new Map<string, number>();
-    const listed = registry.list().map((n) => nodeToProto(n, intents.get(n.name), revoked.get(n.name)));
+    const listed = registry
+      .list()
+      .map((n) => nodeToProto(n, intents.get(n.name), revoked.get(n.name), deps.claims?.latest(n.name)));
     for (const [name, at] of revoked) {
       if (registry.get(name)) continue;
       listed.push(create(NodeSchema, { name, state: NodeState.LOST, revokedAtUnixMs: BigInt(at) }));
@@ -119,7 +125,16 @@ export function controlRoutes(deps: ControlServiceDeps) {
         const ttl = Number(req.ttlMs);
         if (!Number.isSafeInteger(ttl))
           throw new ConnectError("ttl_ms is out of range", Code.InvalidArgument);
-        const t = deps.joinTokens.createToken(ttl, req.uses);
+        if (req.replace && !req.node)
+          throw new ConnectError(
+            "replace needs node: the node whose certificates the token replaces",
+            Code.InvalidArgument,
+          );
+        const t = deps.joinTokens.createToken(
+          ttl,
+          req.uses,
+          req.node ? { node: req.node, replace: req.replace } : undefined,
+        );
         return {
           token: t.token,
           expiresAtUnixMs: BigInt(t.expiresAt),

@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { inventoryToProto } from "../../common/inventory.ts";
 import { type Node, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
+import type { ClaimRefusal } from "../agentsvc/claim-refusals.ts";
 import type { NodeRecord } from "../registry.ts";
 
 const STATE: Record<NodeRecord["state"], NodeState> = {
@@ -19,6 +20,7 @@ export function nodeToProto(
   n: NodeRecord,
   intent: NodeIntent = { cordoned: false, draining: false },
   revokedAt = 0,
+  refused?: ClaimRefusal,
 ): Node {
   return create(NodeSchema, {
     name: n.name,
@@ -38,5 +40,15 @@ export function nodeToProto(
     inventory: inventoryToProto(n.inventory),
     revokedAtUnixMs: BigInt(revokedAt),
     awaitingReconnect: n.awaiting ?? false,
+    ...(refused
+      ? {
+          lastRefusedClaim: {
+            atUnixMs: BigInt(refused.at),
+            reason: refused.reason,
+            from: refused.from,
+            serial: refused.serial ?? "",
+          },
+        }
+      : {}),
   });
 }

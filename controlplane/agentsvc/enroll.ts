@@ -3,8 +3,9 @@ import { formatJoinToken, parseJoinToken } from "../../common/join-token.ts";
 import type { Logger } from "../../common/log.ts";
 import type { EnrollRequest } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type CertFacts, type CertificateStore, certFacts } from "../certificates.ts";
-import type { JoinTokenStore } from "../join-tokens.ts";
+import type { JoinTokenStore, TokenBinding } from "../join-tokens.ts";
 import { type Ca, CsrError, signClientCsr } from "../pki/ca.ts";
+import type { ClaimRefusals } from "./claim-refusals.ts";
 import { EnrollLimiter } from "./enroll-limit.ts";
 import { NODE_NAME } from "./register.ts";
 
@@ -15,6 +16,12 @@ import { NODE_NAME } from "./register.ts";
  * does not burn a one-time token. Calls are limited per source address.
  * Renewal — a CSR on an authenticated stream, no token — is here too, as
  * is the record of every certificate issued (for revocation).
+ *
+ * A name is enrolled once: while it holds a certificate that is neither
+ * revoked nor expired, Enroll refuses it, unless the token was made to
+ * replace that node (`--node NAME --replace`), which revokes the old
+ * certificates first. Otherwise a second join token would buy a second
+ * certificate for a node that is someone else's.
  */
 export interface EnrollmentOptions {
   ca: Ca;
@@ -26,6 +33,8 @@ export interface EnrollmentOptions {
   enrollPerMinute?: number;
   log: Logger;
   now?: () => number;
+  /** Where refused claims on a name are kept for `ctl nodes`. */
+  claims?: ClaimRefusals;
 }
 
 /** Who called Enroll: the TCP peer, and the client certificate it presented, if any. */
@@ -42,41 +51,62 @@ export interface CreatedToken {
   expiresAt: number;
   uses: number;
   caFingerprint: string;
+  binding?: TokenBinding;
 }
 
 export const MAX_TOKEN_TTL_MS = 365 * 86_400_000;
+
+/** Refusals that are an attempt on a particular node name, kept for `ctl nodes`. */
+const CLAIM_REASONS = new Set(["name_taken", "token_other_node"]);
 
 export class Enrollment {
   readonly stats = { enrolled: 0, renewed: 0, refused: {} as Record<string, number> };
   private readonly now: () => number;
   private readonly limiter: EnrollLimiter;
   private readonly renewals = new Map<string, { at: number; inFlight: boolean }>();
+  /**
+   * Revokes a node's certificates, closes its stream and makes it lost —
+   * what `ctl nodes revoke` does; server.ts sets it once the streams exist.
+   * An enrollment with a replacing token calls it before issuing.
+   */
+  revokeNode: (node: string) => void = (node) => {
+    this.opts.certs.revokeNode(node, this.now());
+  };
 
   constructor(private readonly opts: EnrollmentOptions) {
     this.now = opts.now ?? Date.now;
     this.limiter = new EnrollLimiter(opts.enrollPerMinute ?? 10);
   }
 
-  createToken(ttlMs: number, uses: number): CreatedToken {
+  createToken(ttlMs: number, uses: number, binding?: TokenBinding): CreatedToken {
     const ttl = ttlMs || this.opts.defaultTokenTtlMs;
     const n = uses || 1;
     if (ttl > MAX_TOKEN_TTL_MS)
       throw new ConnectError("a join token may live at most 365d", Code.InvalidArgument);
+    if (binding && !NODE_NAME.test(binding.node))
+      throw new ConnectError(
+        "node: must be 1-63 letters, digits, . _ -, starting alphanumeric",
+        Code.InvalidArgument,
+      );
+    if (binding?.replace && n !== 1)
+      throw new ConnectError("a token that replaces a node allows exactly one use", Code.InvalidArgument);
     let created: { secret: string; expiresAt: number };
     try {
-      created = this.opts.tokens.create(ttl, n, this.now());
+      created = this.opts.tokens.create(ttl, n, this.now(), binding);
     } catch (err) {
       throw new ConnectError((err as Error).message, Code.InvalidArgument);
     }
     this.opts.log.info("join token created", {
       expiresAt: new Date(created.expiresAt).toISOString(),
       uses: n,
+      ...(binding ? { node: binding.node, replace: binding.replace } : {}),
     });
     return {
       token: formatJoinToken({ secret: created.secret, fingerprint: this.opts.ca.fingerprint }),
       expiresAt: created.expiresAt,
       uses: n,
       caFingerprint: this.opts.ca.fingerprint,
+      ...(binding ? { binding } : {}),
     };
   }
 
@@ -93,6 +123,13 @@ export class Enrollment {
     const refuse: (reason: string, message: string, code: Code) => never = (reason, message, code) => {
       this.count(reason);
       budget.source.failures++;
+      if (CLAIM_REASONS.has(reason))
+        this.opts.claims?.note(node, {
+          at: t,
+          reason,
+          from,
+          ...(peer.cert ? { serial: peer.cert.serial } : {}),
+        });
       // A flood from one source is one log line per window, not one per call.
       const limited = reason === "rate_limited";
       if (!limited || t - budget.source.loggedAt >= 60_000) {
@@ -145,6 +182,28 @@ export class Enrollment {
     }
     const checked = this.opts.tokens.check(secret, this.now());
     if (!checked.ok) refuse(`token_${checked.reason}`, checked.message, Code.PermissionDenied);
+    const binding = checked.binding;
+    if (binding && binding.node !== req.nodeName) {
+      refuse(
+        "token_other_node",
+        `this join token was made for node "${binding.node}", not "${req.nodeName}"`,
+        Code.PermissionDenied,
+      );
+    }
+    // Checked again after signing: another enrollment may have taken the
+    // name while this one waited for the signature.
+    const nameFree = () => {
+      const held = this.opts.certs.liveSerials(req.nodeName, this.now());
+      if (held.length > 0 && !binding?.replace) {
+        refuse(
+          "name_taken",
+          `node "${req.nodeName}" already holds a certificate (serial ${held.at(-1)}): revoke it first (llmgw ctl nodes revoke ${req.nodeName}) or enroll with a token made by llmgw ctl tokens create --node ${req.nodeName} --replace`,
+          Code.PermissionDenied,
+        );
+      }
+      return held;
+    };
+    nameFree();
     let certPem: string;
     try {
       certPem = await signClientCsr(
@@ -158,16 +217,27 @@ export class Enrollment {
       if (err instanceof CsrError) refuse("bad_csr", err.message, Code.InvalidArgument);
       throw err;
     }
+    const held = nameFree();
     const used = this.opts.tokens.consume(secret, this.now(), req.nodeName);
     if (!used.ok) refuse(`token_${used.reason}`, used.message, Code.PermissionDenied);
+    if (held.length > 0) {
+      this.opts.log.warn("enrollment replaces the node's certificates", {
+        node: req.nodeName,
+        serials: held,
+        from,
+      });
+      this.revokeNode(req.nodeName);
+    }
     const facts = certFacts(certPem);
     this.opts.certs.note(facts);
+    this.opts.certs.bind(facts, this.now());
     this.stats.enrolled++;
     this.opts.log.info("agent enrolled", {
       node: req.nodeName,
       tokenUsesLeft: used.usesLeft,
       serial: facts.serial,
       from,
+      ...(held.length > 0 ? { replaced: held } : {}),
     });
     return { certPem, caPem: this.opts.ca.certPem };
   }
@@ -209,6 +279,10 @@ export class Enrollment {
       );
       const facts = certFacts(certPem);
       this.opts.certs.note(facts);
+      // The renewed certificate becomes the node's, unless the node was
+      // bound to another one while this signature was made.
+      const bound = this.opts.certs.boundSerial(node);
+      if (bound === undefined || bound === cert.serial) this.opts.certs.bind(facts, this.now());
       this.stats.renewed++;
       this.opts.log.info("agent certificate renewed", {
         node,

@@ -11,6 +11,7 @@ import {
 } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { CertFacts } from "../certificates.ts";
 import type { Registry, Transition } from "../registry.ts";
+import type { ClaimRefusals } from "./claim-refusals.ts";
 import { type BidiCallbacks, type BidiStream, serveConnectBidi } from "./connect-bidi.ts";
 import { checkRegister, checkShardLoad, checkShardStatus } from "./register.ts";
 
@@ -58,9 +59,14 @@ export interface AgentServiceOptions {
    */
   certificates?: {
     isRevoked(serial: string): boolean;
-    /** Records a certificate first seen on a stream (one enrolled before revocation existed). */
-    note(cert: CertFacts): void;
+    /**
+     * Records the certificate a stream was opened with; returns the serial
+     * on record for its node when that is another one (certificates.ts).
+     */
+    claim(cert: CertFacts, now: number): string | undefined;
   };
+  /** Where refused claims on a name are kept for `ctl nodes`. */
+  claims?: ClaimRefusals;
 }
 
 interface Session {
@@ -169,7 +175,7 @@ export class AgentStreams {
       input: AgentMessageSchema,
       output: ControlMessageSchema,
       readMaxBytes: this.opts.readMaxBytes,
-      open: (stream) => this.open(stream, identity),
+      open: (stream) => this.open(stream, identity, req.socket.remoteAddress ?? "unknown"),
     });
   }
 
@@ -183,7 +189,11 @@ export class AgentStreams {
     stream.end();
   }
 
-  private open(stream: BidiStream<ControlMessage>, identity?: CertFacts): BidiCallbacks<AgentMessage> {
+  private open(
+    stream: BidiStream<ControlMessage>,
+    identity: CertFacts | undefined,
+    from: string,
+  ): BidiCallbacks<AgentMessage> {
     let session: Session | undefined;
     const timer = setTimeout(() => {
       if (!session) this.refuse(stream, "protocol", "no Register within the timeout");
@@ -193,7 +203,7 @@ export class AgentStreams {
         if (stream.ended) return;
         if (!session) {
           clearTimeout(timer);
-          session = this.register(stream, msg, identity);
+          session = this.register(stream, msg, identity, from);
           return;
         }
         this.onMessage(session, msg);
@@ -214,6 +224,7 @@ export class AgentStreams {
     stream: BidiStream<ControlMessage>,
     msg: AgentMessage,
     identity: CertFacts | undefined,
+    from: string,
   ): Session | undefined {
     const { registry, log } = this.opts;
     if (msg.msg.case !== "register") {
@@ -254,6 +265,27 @@ export class AgentStreams {
         );
         return undefined;
       }
+      const bound = certs.claim(identity, this.now());
+      if (bound !== undefined) {
+        log.warn("agent refused: node is bound to another certificate", {
+          node: claimed,
+          serial: identity.serial,
+          boundSerial: bound,
+          from,
+        });
+        this.opts.claims?.note(claimed, {
+          at: this.now(),
+          reason: "wrong_certificate",
+          from,
+          serial: identity.serial,
+        });
+        this.refuse(
+          stream,
+          "wrong_certificate",
+          `node "${claimed}" is bound to another certificate (serial ${bound}): this one (serial ${identity.serial}) cannot speak for it`,
+        );
+        return undefined;
+      }
     }
     const checked = checkRegister(msg.msg.value);
     if (!checked.ok) {
@@ -269,7 +301,12 @@ export class AgentStreams {
       // A live node keeps its name: a second agent claiming it is far more
       // likely a copy-pasted --node flag than a legitimate replacement.
       if (silentMs < this.opts.heartbeatIntervalMs * 3) {
-        log.warn("agent refused: node name is in use by a connected agent", { node: info.name });
+        log.warn("agent refused: node name is in use by a connected agent", {
+          node: info.name,
+          instance: info.agentInstance,
+          from,
+        });
+        this.opts.claims?.note(info.name, { at: this.now(), reason: "name_in_use", from });
         this.refuse(stream, "name_in_use", `node name "${info.name}" is in use by a connected agent`);
         return undefined;
       }
@@ -288,7 +325,6 @@ export class AgentStreams {
       stream,
       ...(identity ? { cert: identity } : {}),
     };
-    if (identity) certs?.note(identity);
     this.sessions.set(info.name, session);
     this.stats.registrations++;
     this.transition(registry.register(info, this.now()));

@@ -252,8 +252,53 @@ export const adminSchema = z.strictObject({
     .max(64)
     .default([])
     .describe(
-      "Networks whose read-only calls (nodes, replicas, models, explain, /metrics) need no token; never the calls that change something",
+      "Networks whose calls that read the fleet (nodes, replicas, models, explain, /metrics) need no token; never the calls that change something, key usage or the edge's view",
     ),
+  allowed_hosts: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(253)
+        .regex(/^[A-Za-z0-9.-]+$/, "a host name: letters, digits, . and - only"),
+    )
+    .max(64)
+    .default([])
+    .describe(
+      "Names besides localhost, the machine's hostname and admin_listen's host that the admin listener answers to (the Host header); IP addresses always work",
+    ),
+});
+
+// What one client may hold on either listener (docs/security.md): anyone
+// who reaches a port can open connections, so their number and idle time
+// are bounded.
+export const listenersSchema = z.strictObject({
+  max_connections: z
+    .number()
+    .int()
+    .min(1)
+    .max(1_000_000)
+    .default(4096)
+    .describe(
+      "Connections each listener holds at once; more are refused (agent_listen: at least one per node)",
+    ),
+  max_connections_per_address: z
+    .number()
+    .int()
+    .min(1)
+    .max(1_000_000)
+    .default(64)
+    .describe("Connections each listener holds at once from one source address (IPv6: per /64)"),
+  auth_timeout: duration
+    .prefault("5s")
+    .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
+    .describe(
+      "A connection must finish its TLS handshake and open a stream (agent_listen without a client certificate) or send its request headers (admin_listen) within this",
+    ),
+  idle_timeout: duration
+    .prefault("60s")
+    .refine((ms) => ms >= 1_000 && ms <= 3_600_000, "must be between 1s and 1h")
+    .describe("A connection with no stream or request in flight for this long is closed"),
 });
 
 export const configSchema = z.strictObject({
@@ -264,6 +309,7 @@ export const configSchema = z.strictObject({
   data_dir: z.string().default(".data"),
   admin: adminSchema.prefault({}),
   agent_tls: agentTlsSchema.prefault({}),
+  listeners: listenersSchema.prefault({}),
   edge: z
     .strictObject({
       url: z.string().optional(),
@@ -292,6 +338,7 @@ export const configSchema = z.strictObject({
 export type Config = z.output<typeof configSchema>;
 export type ControlConfig = Config["control"];
 export type AgentTlsConfig = Config["agent_tls"];
+export type ListenersConfig = Config["listeners"];
 export type AdminConfig = Config["admin"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;

@@ -18,6 +18,7 @@ const HELP = `usage: llmgw keys <command> [--edge URL]
 commands:
   create --name N --band BAND [--default-band B] [--tenant T] [--models a,b]
          [--rpm N] [--tpm N] [--budget TOKENS/PERIOD]   e.g. --budget 1000000/30d
+         [--max-concurrent N]   requests in flight at once; more get 429 concurrency_limit
   list [--json]
   revoke ID
   usage [ID] [--json]
@@ -69,6 +70,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     rpm: { type: "string" },
     tpm: { type: "string" },
     budget: { type: "string" },
+    "max-concurrent": { type: "string" },
   });
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
@@ -96,6 +98,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
             : [],
           rpm: positiveInt("rpm", values.rpm),
           tpm: positiveInt("tpm", values.tpm),
+          maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
           budget: parseBudget(values.budget),
           createdAtUnixMs: BigInt(Date.now()),
         };

@@ -26,8 +26,11 @@ commands:
                         move NODE's replicas elsewhere, then stop what is left by the deadline
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
   endpoints status      each model's pool at the edge: saturation, band queues, endpoints' load
-  tokens create [--ttl 1h] [--uses 1]
-                        a join token for agent enrollment (mTLS), shown once
+  tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]]
+                        a join token for agent enrollment (mTLS), shown once; it enrolls a
+                        name that holds no certificate, or only NAME (--node); --replace
+                        lets it enroll NAME in place of the node's current certificate,
+                        which it revokes
 
 --control-plane defaults to $LLMGW_CONTROL_PLANE, else ${DEFAULT_CONTROL_PLANE}.
 The admin token is read from $LLMGW_ADMIN_TOKEN, or from the first line of
@@ -47,6 +50,8 @@ export async function main(argv: string[]): Promise<number> {
     deadline: { type: "string" },
     ttl: { type: "string" },
     uses: { type: "string" },
+    node: { type: "string" },
+    replace: { type: "boolean" },
     "token-file": { type: "string" },
     watch: { type: "boolean" },
     interval: { type: "string" },
@@ -121,12 +126,21 @@ export async function main(argv: string[]): Promise<number> {
       }
       case "tokens": {
         if (positionals[0] !== "create")
-          throw new Error("usage: llmgw ctl tokens create [--ttl 1h] [--uses 1] [--json]");
+          throw new Error(
+            "usage: llmgw ctl tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]] [--json]",
+          );
+        if (values.replace && !values.node)
+          throw new Error("--replace needs --node NAME: the node whose certificate the token replaces");
         const ttlMs = values.ttl ? parseDuration(values.ttl) : 0;
         if (values.ttl && ttlMs <= 0) throw new Error("--ttl must be positive");
         const uses = values.uses === undefined ? 1 : Number(values.uses);
         if (!Number.isInteger(uses) || uses < 1) throw new Error("--uses must be a positive integer");
-        const t = await client.createJoinToken({ ttlMs: BigInt(ttlMs), uses });
+        const t = await client.createJoinToken({
+          ttlMs: BigInt(ttlMs),
+          uses,
+          node: values.node ?? "",
+          replace: values.replace ?? false,
+        });
         const expires = new Date(Number(t.expiresAtUnixMs)).toISOString();
         if (values.json) {
           process.stdout.write(
@@ -135,8 +149,8 @@ export async function main(argv: string[]): Promise<number> {
         } else {
           process.stdout.write(`${t.token}\n`);
           process.stderr.write(
-            `join token for ${t.uses} enrollment${t.uses === 1 ? "" : "s"}, valid until ${expires}; it is not shown again.\n` +
-              `start an agent with: llmgw agent --control-plane https://HOST:PORT --node NAME --join-token ${t.token}\n`,
+            `join token for ${t.uses} enrollment${t.uses === 1 ? "" : "s"}${values.node ? ` of node ${values.node}${values.replace ? ", replacing its current certificate" : ""}` : ""}, valid until ${expires}; it is not shown again.\n` +
+              `start an agent with: llmgw agent --control-plane https://HOST:PORT --node ${values.node ?? "NAME"} --join-token ${t.token}\n`,
           );
         }
         return 0;

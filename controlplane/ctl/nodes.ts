@@ -29,6 +29,8 @@ export interface NodeJson {
   cpuCores: number;
   ramTotalMiB: number;
   gpus: GpuInfo[];
+  /** The last refused attempt on this name (mTLS): who tried, when, why. */
+  lastRefusedClaim: { at: string; reason: string; from: string; serial: string } | null;
 }
 
 const STATE_NAME: Record<number, NodeJson["state"]> = {
@@ -62,6 +64,14 @@ export function nodeJson(n: Node): NodeJson {
     cpuCores: inv.cpuCores,
     ramTotalMiB: inv.ramTotalMiB,
     gpus: inv.gpus,
+    lastRefusedClaim: n.lastRefusedClaim
+      ? {
+          at: iso(n.lastRefusedClaim.atUnixMs),
+          reason: n.lastRefusedClaim.reason,
+          from: n.lastRefusedClaim.from,
+          serial: n.lastRefusedClaim.serial,
+        }
+      : null,
   };
 }
 
@@ -92,6 +102,21 @@ function drainNote(n: NodeJson, now: number): string {
 
 export function nodesTable(rows: readonly NodeJson[], now = Date.now()): string {
   if (rows.length === 0) return "no nodes have registered\n";
+  return nodeRows(rows, now) + refusedClaims(rows, now);
+}
+
+/** Below the table: who last tried to take a node's name and was refused. */
+function refusedClaims(rows: readonly NodeJson[], now: number): string {
+  const lines = rows.flatMap((n) => {
+    const c = n.lastRefusedClaim;
+    if (!c) return [];
+    const serial = c.serial ? `, certificate serial ${c.serial}` : "";
+    return [`  ${n.name}: ${c.reason} from ${c.from}${serial}, ${ago(Date.parse(c.at), now)} ago\n`];
+  });
+  return lines.length > 0 ? `\nrefused claims on node names:\n${lines.join("")}` : "";
+}
+
+function nodeRows(rows: readonly NodeJson[], now: number): string {
   return renderTable(
     ["NODE", "STATE", "SINCE", "GPUS", "FABRIC", "AGENT", "LAST SEEN"],
     rows.map((n) => [

@@ -59,6 +59,7 @@ describe("ctl nodes", () => {
     draining: false,
     drainDeadline: "",
     awaitingReconnect: false,
+    lastRefusedClaim: null,
     agentVersion: "0.1.0",
     agentInstance: "i",
     advertiseAddress: "10.0.0.1",

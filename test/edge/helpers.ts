@@ -275,6 +275,7 @@ export async function createKey(
     models?: string[];
     rpm?: number;
     tpm?: number;
+    maxConcurrent?: number;
     budget?: { tokens: number; period: string };
   } = {},
 ): Promise<TestKey> {
@@ -290,6 +291,7 @@ export async function createKey(
       models: opts.models ?? [],
       rpm: opts.rpm ?? 0,
       tpm: opts.tpm ?? 0,
+      maxConcurrent: opts.maxConcurrent ?? 0,
       budget: opts.budget ? { tokens: BigInt(opts.budget.tokens), period: opts.budget.period } : undefined,
       createdAtUnixMs: BigInt(Date.now()),
     },

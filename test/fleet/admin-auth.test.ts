@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
@@ -217,20 +218,62 @@ describe("admin token configuration (real processes)", () => {
     for (const p of procs) await p.kill();
   });
 
-  it("opens only the read-only calls to read_only_networks", async () => {
+  it("opens exactly the calls docs/security.md lists to read_only_networks, each checked", async () => {
     const cp = await startControlPlane("admin:\n  read_only_networks: [127.0.0.0/8]\n", {
       adminToken: token(),
     });
     procs.push(cp.proc);
-    const anon = rawClient(cp.adminUrl);
-    expect(await code(anon.listNodes({}))).toBe("ok");
-    expect(await code(anon.listReplicas({}))).toBe("ok");
-    expect(await code(anon.listModels({}))).toBe("ok");
-    expect((await fetch(`${cp.adminUrl}/metrics`)).status).toBe(200);
-    for (const m of ["cordon", "uncordon", "drain", "createJoinToken", "revokeNode"]) {
-      const client = anon as unknown as Record<string, AnyCall>;
-      expect(await code(client[m]!(requestFor(m, "x"))), m).toBe(Code.Unauthenticated);
+    // What docs/security.md promises: these, and nothing else, without a token.
+    const open = new Set(["listNodes", "getNode", "listReplicas", "listModels", "explain"]);
+    const anon = rawClient(cp.adminUrl) as unknown as Record<string, AnyCall>;
+    const methods = Object.keys(ControlService.method);
+    expect(methods).toEqual(expect.arrayContaining([...open, "getKeyUsage", "getEdgeStatus"]));
+    for (const m of methods) {
+      const got = await code(anon[m]!(requestFor(m, "x")));
+      if (open.has(m)) expect(got, m).not.toBe(Code.Unauthenticated);
+      else expect(got, m).toBe(Code.Unauthenticated);
     }
+    expect((await fetch(`${cp.adminUrl}/metrics`)).status).toBe(200);
+  });
+
+  it("answers only requests addressed to its own names or addresses (DNS rebinding)", async () => {
+    const cp = await startControlPlane("admin:\n  allowed_hosts: [cp.example]\n");
+    procs.push(cp.proc);
+    const { port } = new URL(cp.adminUrl);
+    const get = (path: string, host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(
+          {
+            host: "127.0.0.1",
+            port: Number(port),
+            path,
+            method: path.startsWith("/control") ? "POST" : "GET",
+            headers: { host, "content-type": "application/json" },
+          },
+          (res) => {
+            let body = "";
+            res.on("data", (c) => (body += c));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on("error", reject);
+        req.end(path.startsWith("/control") ? "{}" : undefined);
+      });
+    const list = "/control.v1.ControlService/ListNodes";
+    // A page at evil.example whose name now resolves to 127.0.0.1: the browser sends its own name.
+    for (const path of [list, "/", "/metrics"]) {
+      const r = await get(path, `evil.example:${port}`);
+      expect(r.status, path).toBe(403);
+      expect(r.body).toContain('Host "evil.example" is not a name of this control plane');
+    }
+    for (const host of [
+      `127.0.0.1:${port}`,
+      `localhost:${port}`,
+      `cp.example:${port}`,
+      `CP.example.:${port}`,
+    ])
+      expect((await get(list, host)).status, host).toBe(200);
+    expect((await get("/healthz", "evil.example")).status).toBe(200);
   });
 
   it("refuses to start on a reachable admin_listen without a token, unless --insecure-admin", async () => {

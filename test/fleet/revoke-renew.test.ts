@@ -7,6 +7,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildRegister } from "../../agent/wire.ts";
 import { createCsr } from "../../common/x509.ts";
+import { CertificateStore, certFacts } from "../../controlplane/certificates.ts";
 import { loadOrCreateCa, signClientCsr } from "../../controlplane/pki/ca.ts";
 import { AgentMessageSchema, AgentService } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { killEngines } from "../harness/engines.ts";
@@ -186,6 +187,12 @@ describe("revocation and renewal of agent certificates (real processes)", () => 
     writeFileSync(join(dir, "agent.key"), keyPem, { mode: 0o600 });
     writeFileSync(join(dir, "agent.crt"), shortLived);
     const oldSerial = serial(shortLived);
+    // Recorded as the node's certificate, as if the control plane had issued
+    // it: only the serial on record may hold a node's stream (docs/agents.md).
+    const record = new CertificateStore(join(cp.dir, "data", "llmgw.db"));
+    record.note(certFacts(shortLived));
+    record.bind(certFacts(shortLived), Date.now());
+    record.close();
 
     // The agent starts while the control plane is down, renews once it is back.
     const a = agent(node);

@@ -4,9 +4,10 @@
 
 // The operator's API: `llmgw ctl` (connect-node) and the dashboard
 // (connect-web) speak it to the control plane's admin listener. Every call
-// needs the admin token (docs/security.md); the calls marked
-// NO_SIDE_EFFECTS are the read-only ones `admin.read_only_networks` may open
-// to a trusted network without it.
+// needs the admin token (docs/security.md), except that
+// `admin.read_only_networks` may call those controlplane/admin/access.ts
+// opens to them (nodes, replicas, models, explain) without it.
+// NO_SIDE_EFFECTS only says a call changes nothing.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
@@ -20,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file control/v1/control.proto.
  */
 export const file_control_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEi7wMKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMSGgoSYXdhaXRpbmdfcmVjb25uZWN0GBAgASgIGi0KC0ZhYnJpY0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiEgoQTGlzdE5vZGVzUmVxdWVzdCI0ChFMaXN0Tm9kZXNSZXNwb25zZRIfCgVub2RlcxgBIAMoCzIQLmNvbnRyb2wudjEuTm9kZSIeCg5HZXROb2RlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjEKD0dldE5vZGVSZXNwb25zZRIeCgRub2RlGAEgASgLMhAuY29udHJvbC52MS5Ob2RlIsQBCg5TaGFyZFBsYWNlbWVudBIMCgRyYW5rGAEgASgNEhEKCW5vZGVfbmFtZRgCIAEoCRITCgtncHVfaW5kaWNlcxgDIAMoDRInCgVwb3J0cxgEIAEoCzIYLmFnZW50LnYxLlBvcnRBc3NpZ25tZW50EiMKBXN0YXRlGAUgASgOMhQuYWdlbnQudjEuU2hhcmRTdGF0ZRIhCgRsb2FkGAYgASgLMhMuYWdlbnQudjEuU2hhcmRMb2FkEgsKA3BpZBgHIAEoDSJsCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIRCglleGl0X2NvZGUYAiABKAUSFQoNaGFzX2V4aXRfY29kZRgDIAEoCBITCgtvdXRwdXRfdGFpbBgEIAMoCRISCgphdF91bml4X21zGAUgASgDIuIBCgdSZXBsaWNhEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkSDQoFc3RhdGUYBCABKAkSKgoGc2hhcmRzGAUgAygLMhouY29udHJvbC52MS5TaGFyZFBsYWNlbWVudBIVCg1zaW5jZV91bml4X21zGAYgASgDEikKDGxhc3RfZmFpbHVyZRgHIAEoCzITLmNvbnRyb2wudjEuRmFpbHVyZRIQCghyZXN0YXJ0cxgIIAEoDRIcChRuZXh0X2F0dGVtcHRfdW5peF9tcxgJIAEoAyIVChNMaXN0UmVwbGljYXNSZXF1ZXN0Ij0KFExpc3RSZXBsaWNhc1Jlc3BvbnNlEiUKCHJlcGxpY2FzGAEgAygLMhMuY29udHJvbC52MS5SZXBsaWNhIqoBCgxNb2RlbFN1bW1hcnkSDAoEbmFtZRgBIAEoCRIPCgdhbGlhc2VzGAIgAygJEhEKCWZhbGxiYWNrcxgDIAMoCRIPCgdyb3V0aW5nGAQgASgJEhAKCHByb2ZpbGVzGAUgAygJEhgKEHJlcGxpY2FzX2Rlc2lyZWQYBiABKA0SFgoOcmVwbGljYXNfcmVhZHkYByABKA0SEwoLcm91dGVyX29ubHkYCCABKAgiEwoRTGlzdE1vZGVsc1JlcXVlc3QiPgoSTGlzdE1vZGVsc1Jlc3BvbnNlEigKBm1vZGVscxgBIAMoCzIYLmNvbnRyb2wudjEuTW9kZWxTdW1tYXJ5Ih8KDkV4cGxhaW5SZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIi4KD0V4cGxhaW5SZXNwb25zZRINCgVsaW5lcxgBIAMoCRIMCgRqc29uGAIgASgJIh0KDUNvcmRvblJlcXVlc3QSDAoEbm9kZRgBIAEoCSIQCg5Db3Jkb25SZXNwb25zZSIfCg9VbmNvcmRvblJlcXVlc3QSDAoEbm9kZRgBIAEoCSISChBVbmNvcmRvblJlc3BvbnNlIjEKDERyYWluUmVxdWVzdBIMCgRub2RlGAEgASgJEhMKC2RlYWRsaW5lX21zGAIgASgNIg8KDURyYWluUmVzcG9uc2UiNgoWQ3JlYXRlSm9pblRva2VuUmVxdWVzdBIOCgZ0dGxfbXMYASABKAQSDAoEdXNlcxgCIAEoDSJqChdDcmVhdGVKb2luVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCRIaChJleHBpcmVzX2F0X3VuaXhfbXMYAiABKAMSDAoEdXNlcxgDIAEoDRIWCg5jYV9maW5nZXJwcmludBgEIAEoCSIhChFSZXZva2VOb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjsKElJldm9rZU5vZGVSZXNwb25zZRIPCgdzZXJpYWxzGAEgAygJEhQKDGRpc2Nvbm5lY3RlZBgCIAEoCCIlChRHZXRFZGdlU3RhdHVzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSLJAQoKRWRnZVNhbXBsZRISCgphdF91bml4X21zGAEgASgDEhIKCnNhdHVyYXRpb24YAiABKAESOwoLcXVldWVfZGVwdGgYAyADKAsyJi5jb250cm9sLnYxLkVkZ2VTYW1wbGUuUXVldWVEZXB0aEVudHJ5EiMKG2dlbmVyYXRlZF90b2tlbnNfcGVyX3NlY29uZBgEIAEoARoxCg9RdWV1ZURlcHRoRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASKRAQoJRWRnZU1vZGVsEg0KBW1vZGVsGAEgASgJEiEKBHBvb2wYAiABKAsyEy5lZGdlLnYxLlBvb2xTdGF0dXMSGQoRcG9sbGVkX2F0X3VuaXhfbXMYAyABKAMSDgoGYWdlX21zGAQgASgDEicKB2hpc3RvcnkYBSADKAsyFi5jb250cm9sLnYxLkVkZ2VTYW1wbGUi5wEKFUdldEVkZ2VTdGF0dXNSZXNwb25zZRISCgpjb25maWd1cmVkGAEgASgIEhAKCGVkZ2VfdXJsGAIgASgJEhgKEHBvbGxfaW50ZXJ2YWxfbXMYAyABKA0SJQoGbW9kZWxzGAQgAygLMhUuY29udHJvbC52MS5FZGdlTW9kZWwSEgoKbGFzdF9lcnJvchgFIAEoCRIdChVsYXN0X2Vycm9yX2F0X3VuaXhfbXMYBiABKAMSEwoLcG9sbF9lcnJvcnMYByABKAQSHwoXbGFzdF9zdWNjZXNzX2F0X3VuaXhfbXMYCCABKAMiFAoSR2V0S2V5VXNhZ2VSZXF1ZXN0IjcKE0dldEtleVVzYWdlUmVzcG9uc2USIAoFdXNhZ2UYASADKAsyES5lZGdlLnYxLktleVVzYWdlKm4KCU5vZGVTdGF0ZRIaChZOT0RFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQTk9ERV9TVEFURV9SRUFEWRABEhoKFk5PREVfU1RBVEVfVU5SRUFDSEFCTEUQAhITCg9OT0RFX1NUQVRFX0xPU1QQAzK6BwoOQ29udHJvbFNlcnZpY2USTQoJTGlzdE5vZGVzEhwuY29udHJvbC52MS5MaXN0Tm9kZXNSZXF1ZXN0Gh0uY29udHJvbC52MS5MaXN0Tm9kZXNSZXNwb25zZSIDkAIBEkcKB0dldE5vZGUSGi5jb250cm9sLnYxLkdldE5vZGVSZXF1ZXN0GhsuY29udHJvbC52MS5HZXROb2RlUmVzcG9uc2UiA5ACARJWCgxMaXN0UmVwbGljYXMSHy5jb250cm9sLnYxLkxpc3RSZXBsaWNhc1JlcXVlc3QaIC5jb250cm9sLnYxLkxpc3RSZXBsaWNhc1Jlc3BvbnNlIgOQAgESUAoKTGlzdE1vZGVscxIdLmNvbnRyb2wudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5jb250cm9sLnYxLkxpc3RNb2RlbHNSZXNwb25zZSIDkAIBEkcKB0V4cGxhaW4SGi5jb250cm9sLnYxLkV4cGxhaW5SZXF1ZXN0GhsuY29udHJvbC52MS5FeHBsYWluUmVzcG9uc2UiA5ACARI/CgZDb3Jkb24SGS5jb250cm9sLnYxLkNvcmRvblJlcXVlc3QaGi5jb250cm9sLnYxLkNvcmRvblJlc3BvbnNlEkUKCFVuY29yZG9uEhsuY29udHJvbC52MS5VbmNvcmRvblJlcXVlc3QaHC5jb250cm9sLnYxLlVuY29yZG9uUmVzcG9uc2USPAoFRHJhaW4SGC5jb250cm9sLnYxLkRyYWluUmVxdWVzdBoZLmNvbnRyb2wudjEuRHJhaW5SZXNwb25zZRJaCg9DcmVhdGVKb2luVG9rZW4SIi5jb250cm9sLnYxLkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QaIy5jb250cm9sLnYxLkNyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEksKClJldm9rZU5vZGUSHS5jb250cm9sLnYxLlJldm9rZU5vZGVSZXF1ZXN0Gh4uY29udHJvbC52MS5SZXZva2VOb2RlUmVzcG9uc2USWQoNR2V0RWRnZVN0YXR1cxIgLmNvbnRyb2wudjEuR2V0RWRnZVN0YXR1c1JlcXVlc3QaIS5jb250cm9sLnYxLkdldEVkZ2VTdGF0dXNSZXNwb25zZSIDkAIBElMKC0dldEtleVVzYWdlEh4uY29udHJvbC52MS5HZXRLZXlVc2FnZVJlcXVlc3QaHy5jb250cm9sLnYxLkdldEtleVVzYWdlUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_agent_v1_agent, file_edge_v1_edgesync]);
+  fileDesc("Chhjb250cm9sL3YxL2NvbnRyb2wucHJvdG8SCmNvbnRyb2wudjEipQQKBE5vZGUSDAoEbmFtZRgBIAEoCRIkCgVzdGF0ZRgCIAEoDjIVLmNvbnRyb2wudjEuTm9kZVN0YXRlEhsKE3N0YXRlX3NpbmNlX3VuaXhfbXMYAyABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBCABKAMSFQoNYWdlbnRfdmVyc2lvbhgFIAEoCRImCglpbnZlbnRvcnkYBiABKAsyEy5hZ2VudC52MS5JbnZlbnRvcnkSLAoGZmFicmljGAcgAygLMhwuY29udHJvbC52MS5Ob2RlLkZhYnJpY0VudHJ5EhkKEWFkdmVydGlzZV9hZGRyZXNzGAggASgJEhAKCGNvcmRvbmVkGAkgASgIEhAKCGRyYWluaW5nGAogASgIEh4KFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYCyABKAMSEQoJY29ubmVjdGVkGAwgASgIEh0KFXJlZ2lzdGVyZWRfYXRfdW5peF9tcxgNIAEoAxIWCg5hZ2VudF9pbnN0YW5jZRgOIAEoCRIaChJyZXZva2VkX2F0X3VuaXhfbXMYDyABKAMSGgoSYXdhaXRpbmdfcmVjb25uZWN0GBAgASgIEjQKEmxhc3RfcmVmdXNlZF9jbGFpbRgRIAEoCzIYLmNvbnRyb2wudjEuQ2xhaW1SZWZ1c2FsGi0KC0ZhYnJpY0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUAoMQ2xhaW1SZWZ1c2FsEhIKCmF0X3VuaXhfbXMYASABKAMSDgoGcmVhc29uGAIgASgJEgwKBGZyb20YAyABKAkSDgoGc2VyaWFsGAQgASgJIhIKEExpc3ROb2Rlc1JlcXVlc3QiNAoRTGlzdE5vZGVzUmVzcG9uc2USHwoFbm9kZXMYASADKAsyEC5jb250cm9sLnYxLk5vZGUiHgoOR2V0Tm9kZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSIxCg9HZXROb2RlUmVzcG9uc2USHgoEbm9kZRgBIAEoCzIQLmNvbnRyb2wudjEuTm9kZSLEAQoOU2hhcmRQbGFjZW1lbnQSDAoEcmFuaxgBIAEoDRIRCglub2RlX25hbWUYAiABKAkSEwoLZ3B1X2luZGljZXMYAyADKA0SJwoFcG9ydHMYBCABKAsyGC5hZ2VudC52MS5Qb3J0QXNzaWdubWVudBIjCgVzdGF0ZRgFIAEoDjIULmFnZW50LnYxLlNoYXJkU3RhdGUSIQoEbG9hZBgGIAEoCzITLmFnZW50LnYxLlNoYXJkTG9hZBILCgNwaWQYByABKA0ibAoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSEQoJZXhpdF9jb2RlGAIgASgFEhUKDWhhc19leGl0X2NvZGUYAyABKAgSEwoLb3V0cHV0X3RhaWwYBCADKAkSEgoKYXRfdW5peF9tcxgFIAEoAyLiAQoHUmVwbGljYRIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIPCgdwcm9maWxlGAMgASgJEg0KBXN0YXRlGAQgASgJEioKBnNoYXJkcxgFIAMoCzIaLmNvbnRyb2wudjEuU2hhcmRQbGFjZW1lbnQSFQoNc2luY2VfdW5peF9tcxgGIAEoAxIpCgxsYXN0X2ZhaWx1cmUYByABKAsyEy5jb250cm9sLnYxLkZhaWx1cmUSEAoIcmVzdGFydHMYCCABKA0SHAoUbmV4dF9hdHRlbXB0X3VuaXhfbXMYCSABKAMiFQoTTGlzdFJlcGxpY2FzUmVxdWVzdCI9ChRMaXN0UmVwbGljYXNSZXNwb25zZRIlCghyZXBsaWNhcxgBIAMoCzITLmNvbnRyb2wudjEuUmVwbGljYSKqAQoMTW9kZWxTdW1tYXJ5EgwKBG5hbWUYASABKAkSDwoHYWxpYXNlcxgCIAMoCRIRCglmYWxsYmFja3MYAyADKAkSDwoHcm91dGluZxgEIAEoCRIQCghwcm9maWxlcxgFIAMoCRIYChByZXBsaWNhc19kZXNpcmVkGAYgASgNEhYKDnJlcGxpY2FzX3JlYWR5GAcgASgNEhMKC3JvdXRlcl9vbmx5GAggASgIIhMKEUxpc3RNb2RlbHNSZXF1ZXN0Ij4KEkxpc3RNb2RlbHNSZXNwb25zZRIoCgZtb2RlbHMYASADKAsyGC5jb250cm9sLnYxLk1vZGVsU3VtbWFyeSIfCg5FeHBsYWluUmVxdWVzdBINCgVtb2RlbBgBIAEoCSIuCg9FeHBsYWluUmVzcG9uc2USDQoFbGluZXMYASADKAkSDAoEanNvbhgCIAEoCSIdCg1Db3Jkb25SZXF1ZXN0EgwKBG5vZGUYASABKAkiEAoOQ29yZG9uUmVzcG9uc2UiHwoPVW5jb3Jkb25SZXF1ZXN0EgwKBG5vZGUYASABKAkiEgoQVW5jb3Jkb25SZXNwb25zZSIxCgxEcmFpblJlcXVlc3QSDAoEbm9kZRgBIAEoCRITCgtkZWFkbGluZV9tcxgCIAEoDSIPCg1EcmFpblJlc3BvbnNlIlUKFkNyZWF0ZUpvaW5Ub2tlblJlcXVlc3QSDgoGdHRsX21zGAEgASgEEgwKBHVzZXMYAiABKA0SDAoEbm9kZRgDIAEoCRIPCgdyZXBsYWNlGAQgASgIImoKF0NyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgCIAEoAxIMCgR1c2VzGAMgASgNEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiOwoSUmV2b2tlTm9kZVJlc3BvbnNlEg8KB3NlcmlhbHMYASADKAkSFAoMZGlzY29ubmVjdGVkGAIgASgIIiUKFEdldEVkZ2VTdGF0dXNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJIskBCgpFZGdlU2FtcGxlEhIKCmF0X3VuaXhfbXMYASABKAMSEgoKc2F0dXJhdGlvbhgCIAEoARI7CgtxdWV1ZV9kZXB0aBgDIAMoCzImLmNvbnRyb2wudjEuRWRnZVNhbXBsZS5RdWV1ZURlcHRoRW50cnkSIwobZ2VuZXJhdGVkX3Rva2Vuc19wZXJfc2Vjb25kGAQgASgBGjEKD1F1ZXVlRGVwdGhFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBIpEBCglFZGdlTW9kZWwSDQoFbW9kZWwYASABKAkSIQoEcG9vbBgCIAEoCzITLmVkZ2UudjEuUG9vbFN0YXR1cxIZChFwb2xsZWRfYXRfdW5peF9tcxgDIAEoAxIOCgZhZ2VfbXMYBCABKAMSJwoHaGlzdG9yeRgFIAMoCzIWLmNvbnRyb2wudjEuRWRnZVNhbXBsZSLnAQoVR2V0RWRnZVN0YXR1c1Jlc3BvbnNlEhIKCmNvbmZpZ3VyZWQYASABKAgSEAoIZWRnZV91cmwYAiABKAkSGAoQcG9sbF9pbnRlcnZhbF9tcxgDIAEoDRIlCgZtb2RlbHMYBCADKAsyFS5jb250cm9sLnYxLkVkZ2VNb2RlbBISCgpsYXN0X2Vycm9yGAUgASgJEh0KFWxhc3RfZXJyb3JfYXRfdW5peF9tcxgGIAEoAxITCgtwb2xsX2Vycm9ycxgHIAEoBBIfChdsYXN0X3N1Y2Nlc3NfYXRfdW5peF9tcxgIIAEoAyIUChJHZXRLZXlVc2FnZVJlcXVlc3QiNwoTR2V0S2V5VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2UqbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADMroHCg5Db250cm9sU2VydmljZRJNCglMaXN0Tm9kZXMSHC5jb250cm9sLnYxLkxpc3ROb2Rlc1JlcXVlc3QaHS5jb250cm9sLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlIgOQAgESRwoHR2V0Tm9kZRIaLmNvbnRyb2wudjEuR2V0Tm9kZVJlcXVlc3QaGy5jb250cm9sLnYxLkdldE5vZGVSZXNwb25zZSIDkAIBElYKDExpc3RSZXBsaWNhcxIfLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBogLmNvbnRyb2wudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2UiA5ACARJQCgpMaXN0TW9kZWxzEh0uY29udHJvbC52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLmNvbnRyb2wudjEuTGlzdE1vZGVsc1Jlc3BvbnNlIgOQAgESRwoHRXhwbGFpbhIaLmNvbnRyb2wudjEuRXhwbGFpblJlcXVlc3QaGy5jb250cm9sLnYxLkV4cGxhaW5SZXNwb25zZSIDkAIBEj8KBkNvcmRvbhIZLmNvbnRyb2wudjEuQ29yZG9uUmVxdWVzdBoaLmNvbnRyb2wudjEuQ29yZG9uUmVzcG9uc2USRQoIVW5jb3Jkb24SGy5jb250cm9sLnYxLlVuY29yZG9uUmVxdWVzdBocLmNvbnRyb2wudjEuVW5jb3Jkb25SZXNwb25zZRI8CgVEcmFpbhIYLmNvbnRyb2wudjEuRHJhaW5SZXF1ZXN0GhkuY29udHJvbC52MS5EcmFpblJlc3BvbnNlEloKD0NyZWF0ZUpvaW5Ub2tlbhIiLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVxdWVzdBojLmNvbnRyb2wudjEuQ3JlYXRlSm9pblRva2VuUmVzcG9uc2USSwoKUmV2b2tlTm9kZRIdLmNvbnRyb2wudjEuUmV2b2tlTm9kZVJlcXVlc3QaHi5jb250cm9sLnYxLlJldm9rZU5vZGVSZXNwb25zZRJZCg1HZXRFZGdlU3RhdHVzEiAuY29udHJvbC52MS5HZXRFZGdlU3RhdHVzUmVxdWVzdBohLmNvbnRyb2wudjEuR2V0RWRnZVN0YXR1c1Jlc3BvbnNlIgOQAgESUwoLR2V0S2V5VXNhZ2USHi5jb250cm9sLnYxLkdldEtleVVzYWdlUmVxdWVzdBofLmNvbnRyb2wudjEuR2V0S2V5VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_agent_v1_agent, file_edge_v1_edgesync]);
 
 /**
  * @generated from message control.v1.Node
@@ -111,6 +112,15 @@ export type Node = Message<"control.v1.Node"> & {
    * @generated from field: bool awaiting_reconnect = 16;
    */
   awaitingReconnect: boolean;
+
+  /**
+   * The last refused attempt on this node's name (mTLS), since the control
+   * plane started: an Enroll while the name holds a certificate, or a stream
+   * with a certificate other than the one on record. Unset when none.
+   *
+   * @generated from field: control.v1.ClaimRefusal last_refused_claim = 17;
+   */
+  lastRefusedClaim?: ClaimRefusal | undefined;
 };
 
 /**
@@ -119,6 +129,44 @@ export type Node = Message<"control.v1.Node"> & {
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
   messageDesc(file_control_v1_control, 0);
+
+/**
+ * @generated from message control.v1.ClaimRefusal
+ */
+export type ClaimRefusal = Message<"control.v1.ClaimRefusal"> & {
+  /**
+   * @generated from field: int64 at_unix_ms = 1;
+   */
+  atUnixMs: bigint;
+
+  /**
+   * name_taken, token_other_node, wrong_certificate or name_in_use.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * The caller's source address.
+   *
+   * @generated from field: string from = 3;
+   */
+  from: string;
+
+  /**
+   * Serial (hex) of the client certificate it presented, if any.
+   *
+   * @generated from field: string serial = 4;
+   */
+  serial: string;
+};
+
+/**
+ * Describes the message control.v1.ClaimRefusal.
+ * Use `create(ClaimRefusalSchema)` to create a new message.
+ */
+export const ClaimRefusalSchema: GenMessage<ClaimRefusal> = /*@__PURE__*/
+  messageDesc(file_control_v1_control, 1);
 
 /**
  * @generated from message control.v1.ListNodesRequest
@@ -131,7 +179,7 @@ export type ListNodesRequest = Message<"control.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 1);
+  messageDesc(file_control_v1_control, 2);
 
 /**
  * @generated from message control.v1.ListNodesResponse
@@ -148,7 +196,7 @@ export type ListNodesResponse = Message<"control.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 2);
+  messageDesc(file_control_v1_control, 3);
 
 /**
  * @generated from message control.v1.GetNodeRequest
@@ -165,7 +213,7 @@ export type GetNodeRequest = Message<"control.v1.GetNodeRequest"> & {
  * Use `create(GetNodeRequestSchema)` to create a new message.
  */
 export const GetNodeRequestSchema: GenMessage<GetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 3);
+  messageDesc(file_control_v1_control, 4);
 
 /**
  * @generated from message control.v1.GetNodeResponse
@@ -182,7 +230,7 @@ export type GetNodeResponse = Message<"control.v1.GetNodeResponse"> & {
  * Use `create(GetNodeResponseSchema)` to create a new message.
  */
 export const GetNodeResponseSchema: GenMessage<GetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 4);
+  messageDesc(file_control_v1_control, 5);
 
 /**
  * @generated from message control.v1.ShardPlacement
@@ -229,7 +277,7 @@ export type ShardPlacement = Message<"control.v1.ShardPlacement"> & {
  * Use `create(ShardPlacementSchema)` to create a new message.
  */
 export const ShardPlacementSchema: GenMessage<ShardPlacement> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 5);
+  messageDesc(file_control_v1_control, 6);
 
 /**
  * @generated from message control.v1.Failure
@@ -266,7 +314,7 @@ export type Failure = Message<"control.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 6);
+  messageDesc(file_control_v1_control, 7);
 
 /**
  * @generated from message control.v1.Replica
@@ -325,7 +373,7 @@ export type Replica = Message<"control.v1.Replica"> & {
  * Use `create(ReplicaSchema)` to create a new message.
  */
 export const ReplicaSchema: GenMessage<Replica> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 7);
+  messageDesc(file_control_v1_control, 8);
 
 /**
  * @generated from message control.v1.ListReplicasRequest
@@ -338,7 +386,7 @@ export type ListReplicasRequest = Message<"control.v1.ListReplicasRequest"> & {
  * Use `create(ListReplicasRequestSchema)` to create a new message.
  */
 export const ListReplicasRequestSchema: GenMessage<ListReplicasRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 8);
+  messageDesc(file_control_v1_control, 9);
 
 /**
  * @generated from message control.v1.ListReplicasResponse
@@ -355,7 +403,7 @@ export type ListReplicasResponse = Message<"control.v1.ListReplicasResponse"> & 
  * Use `create(ListReplicasResponseSchema)` to create a new message.
  */
 export const ListReplicasResponseSchema: GenMessage<ListReplicasResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 9);
+  messageDesc(file_control_v1_control, 10);
 
 /**
  * @generated from message control.v1.ModelSummary
@@ -407,7 +455,7 @@ export type ModelSummary = Message<"control.v1.ModelSummary"> & {
  * Use `create(ModelSummarySchema)` to create a new message.
  */
 export const ModelSummarySchema: GenMessage<ModelSummary> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 10);
+  messageDesc(file_control_v1_control, 11);
 
 /**
  * @generated from message control.v1.ListModelsRequest
@@ -420,7 +468,7 @@ export type ListModelsRequest = Message<"control.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 11);
+  messageDesc(file_control_v1_control, 12);
 
 /**
  * @generated from message control.v1.ListModelsResponse
@@ -437,7 +485,7 @@ export type ListModelsResponse = Message<"control.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 12);
+  messageDesc(file_control_v1_control, 13);
 
 /**
  * @generated from message control.v1.ExplainRequest
@@ -454,7 +502,7 @@ export type ExplainRequest = Message<"control.v1.ExplainRequest"> & {
  * Use `create(ExplainRequestSchema)` to create a new message.
  */
 export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 13);
+  messageDesc(file_control_v1_control, 14);
 
 /**
  * @generated from message control.v1.ExplainResponse
@@ -480,7 +528,7 @@ export type ExplainResponse = Message<"control.v1.ExplainResponse"> & {
  * Use `create(ExplainResponseSchema)` to create a new message.
  */
 export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 14);
+  messageDesc(file_control_v1_control, 15);
 
 /**
  * @generated from message control.v1.CordonRequest
@@ -497,7 +545,7 @@ export type CordonRequest = Message<"control.v1.CordonRequest"> & {
  * Use `create(CordonRequestSchema)` to create a new message.
  */
 export const CordonRequestSchema: GenMessage<CordonRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 15);
+  messageDesc(file_control_v1_control, 16);
 
 /**
  * @generated from message control.v1.CordonResponse
@@ -510,7 +558,7 @@ export type CordonResponse = Message<"control.v1.CordonResponse"> & {
  * Use `create(CordonResponseSchema)` to create a new message.
  */
 export const CordonResponseSchema: GenMessage<CordonResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 16);
+  messageDesc(file_control_v1_control, 17);
 
 /**
  * @generated from message control.v1.UncordonRequest
@@ -527,7 +575,7 @@ export type UncordonRequest = Message<"control.v1.UncordonRequest"> & {
  * Use `create(UncordonRequestSchema)` to create a new message.
  */
 export const UncordonRequestSchema: GenMessage<UncordonRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 17);
+  messageDesc(file_control_v1_control, 18);
 
 /**
  * @generated from message control.v1.UncordonResponse
@@ -540,7 +588,7 @@ export type UncordonResponse = Message<"control.v1.UncordonResponse"> & {
  * Use `create(UncordonResponseSchema)` to create a new message.
  */
 export const UncordonResponseSchema: GenMessage<UncordonResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 18);
+  messageDesc(file_control_v1_control, 19);
 
 /**
  * @generated from message control.v1.DrainRequest
@@ -562,7 +610,7 @@ export type DrainRequest = Message<"control.v1.DrainRequest"> & {
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema: GenMessage<DrainRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 19);
+  messageDesc(file_control_v1_control, 20);
 
 /**
  * @generated from message control.v1.DrainResponse
@@ -575,7 +623,7 @@ export type DrainResponse = Message<"control.v1.DrainResponse"> & {
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema: GenMessage<DrainResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 20);
+  messageDesc(file_control_v1_control, 21);
 
 /**
  * @generated from message control.v1.CreateJoinTokenRequest
@@ -594,6 +642,22 @@ export type CreateJoinTokenRequest = Message<"control.v1.CreateJoinTokenRequest"
    * @generated from field: uint32 uses = 2;
    */
   uses: number;
+
+  /**
+   * Only this node name may enroll with the token; empty: any name that
+   * holds no unrevoked, unexpired certificate.
+   *
+   * @generated from field: string node = 3;
+   */
+  node: string;
+
+  /**
+   * With node: enrolling revokes the certificates the node holds (its stream
+   * is closed) and issues the new one. Needs node and one use.
+   *
+   * @generated from field: bool replace = 4;
+   */
+  replace: boolean;
 };
 
 /**
@@ -601,7 +665,7 @@ export type CreateJoinTokenRequest = Message<"control.v1.CreateJoinTokenRequest"
  * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
  */
 export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 21);
+  messageDesc(file_control_v1_control, 22);
 
 /**
  * @generated from message control.v1.CreateJoinTokenResponse
@@ -635,7 +699,7 @@ export type CreateJoinTokenResponse = Message<"control.v1.CreateJoinTokenRespons
  * Use `create(CreateJoinTokenResponseSchema)` to create a new message.
  */
 export const CreateJoinTokenResponseSchema: GenMessage<CreateJoinTokenResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 22);
+  messageDesc(file_control_v1_control, 23);
 
 /**
  * @generated from message control.v1.RevokeNodeRequest
@@ -652,7 +716,7 @@ export type RevokeNodeRequest = Message<"control.v1.RevokeNodeRequest"> & {
  * Use `create(RevokeNodeRequestSchema)` to create a new message.
  */
 export const RevokeNodeRequestSchema: GenMessage<RevokeNodeRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 23);
+  messageDesc(file_control_v1_control, 24);
 
 /**
  * @generated from message control.v1.RevokeNodeResponse
@@ -678,7 +742,7 @@ export type RevokeNodeResponse = Message<"control.v1.RevokeNodeResponse"> & {
  * Use `create(RevokeNodeResponseSchema)` to create a new message.
  */
 export const RevokeNodeResponseSchema: GenMessage<RevokeNodeResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 24);
+  messageDesc(file_control_v1_control, 25);
 
 /**
  * @generated from message control.v1.GetEdgeStatusRequest
@@ -697,7 +761,7 @@ export type GetEdgeStatusRequest = Message<"control.v1.GetEdgeStatusRequest"> & 
  * Use `create(GetEdgeStatusRequestSchema)` to create a new message.
  */
 export const GetEdgeStatusRequestSchema: GenMessage<GetEdgeStatusRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 25);
+  messageDesc(file_control_v1_control, 26);
 
 /**
  * One poll's figures for one model, kept 15 minutes.
@@ -738,7 +802,7 @@ export type EdgeSample = Message<"control.v1.EdgeSample"> & {
  * Use `create(EdgeSampleSchema)` to create a new message.
  */
 export const EdgeSampleSchema: GenMessage<EdgeSample> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 26);
+  messageDesc(file_control_v1_control, 27);
 
 /**
  * @generated from message control.v1.EdgeModel
@@ -782,7 +846,7 @@ export type EdgeModel = Message<"control.v1.EdgeModel"> & {
  * Use `create(EdgeModelSchema)` to create a new message.
  */
 export const EdgeModelSchema: GenMessage<EdgeModel> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 27);
+  messageDesc(file_control_v1_control, 28);
 
 /**
  * @generated from message control.v1.GetEdgeStatusResponse
@@ -844,7 +908,7 @@ export type GetEdgeStatusResponse = Message<"control.v1.GetEdgeStatusResponse"> 
  * Use `create(GetEdgeStatusResponseSchema)` to create a new message.
  */
 export const GetEdgeStatusResponseSchema: GenMessage<GetEdgeStatusResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 28);
+  messageDesc(file_control_v1_control, 29);
 
 /**
  * @generated from message control.v1.GetKeyUsageRequest
@@ -857,7 +921,7 @@ export type GetKeyUsageRequest = Message<"control.v1.GetKeyUsageRequest"> & {
  * Use `create(GetKeyUsageRequestSchema)` to create a new message.
  */
 export const GetKeyUsageRequestSchema: GenMessage<GetKeyUsageRequest> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 29);
+  messageDesc(file_control_v1_control, 30);
 
 /**
  * @generated from message control.v1.GetKeyUsageResponse
@@ -874,7 +938,7 @@ export type GetKeyUsageResponse = Message<"control.v1.GetKeyUsageResponse"> & {
  * Use `create(GetKeyUsageResponseSchema)` to create a new message.
  */
 export const GetKeyUsageResponseSchema: GenMessage<GetKeyUsageResponse> = /*@__PURE__*/
-  messageDesc(file_control_v1_control, 30);
+  messageDesc(file_control_v1_control, 31);
 
 /**
  * @generated from enum control.v1.NodeState
