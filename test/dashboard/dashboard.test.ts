@@ -127,6 +127,24 @@ describe("the dashboard in headless Chromium, against a real control plane and a
     await screenshot(page, "dashboard", "signed-in");
   });
 
+  it("renders every panel in a browser started under the POSIX locale C.UTF-8", async () => {
+    const posix = await launchChromium({ locale: "C.UTF-8" });
+    try {
+      const p = await posix.newPage();
+      // The premise: under C.UTF-8 Chromium reports a language no Intl constructor accepts.
+      expect(await p.evaluate(() => navigator.language)).toBe("en-US@posix");
+      await p.goto(`${cp.adminUrl}/#token=${TOKEN}`);
+      await p.locator('#fleet tr[data-node="dash-2"]').waitFor();
+      expect(p.url()).toBe(`${cp.adminUrl}/`);
+      for (const panel of ["#fleet", "#replicas", "#models", "#edge", "#keys", "#actions"])
+        expect(await p.locator(`${panel} h2`).count(), panel).toBe(1);
+      expect(await p.locator(".panel-fault").count()).toBe(0);
+      await screenshot(p, "dashboard", "posix-locale");
+    } finally {
+      await posix.close();
+    }
+  });
+
   it("cordon and uncordon each ask first; Cancel changes nothing", async () => {
     const [tiny] = (await cp.client.listReplicas({})).replicas.filter((r) => r.model === "tiny");
     const node = tiny!.shards[0]!.nodeName === "dash-1" ? "dash-2" : "dash-1";
