@@ -18,9 +18,9 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { groupAlive } from "../agent/engine-process.ts";
+import { killEngines } from "../agent/kill-engines.ts";
 import { errorMessage } from "../common/log.ts";
 import { controlClient, DEFAULT_CONTROL_PLANE } from "../controlplane/ctl/client.ts";
-import { killEngines } from "../test/harness/engines.ts";
 import { parseStackOptions, STACK_HELP, type StackOptions } from "./local-stack/options.ts";
 import { awaiting } from "./local-stack/ready.ts";
 

@@ -16,7 +16,7 @@
  */
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { renderTable } from "../../controlplane/ctl/table.ts";
+import { renderTable } from "../../common/text-table.ts";
 import type { LevelSummary } from "../../loadgen/stats.ts";
 import { ms } from "../../loadgen/stats.ts";
 import {

@@ -2,8 +2,8 @@ import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEngines } from "../../agent/kill-engines.ts";
 import { launchChromium, screenshot } from "../harness/browser.ts";
-import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 

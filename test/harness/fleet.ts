@@ -1,7 +1,8 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@connectrpc/connect";
+import { processArgv, processRunning } from "../../common/proc-fs.ts";
+import { tempDir } from "../../common/temp-dir.ts";
 import { controlClient } from "../../controlplane/ctl/client.ts";
 import { type NodeJson, nodeJson } from "../../controlplane/ctl/nodes.ts";
 import { replicaJson } from "../../controlplane/ctl/replicas.ts";
@@ -30,9 +31,7 @@ export interface ControlPlaneHandle {
   restart(): Promise<void>;
 }
 
-export function tempDir(prefix: string): string {
-  return mkdtempSync(join(tmpdir(), `llmgw-${prefix}-`));
-}
+export { tempDir };
 
 export async function startControlPlane(
   configBody: string,
@@ -146,25 +145,7 @@ export function startAgent(cp: ControlPlaneHandle, node: string, o: AgentOptions
   return startLlmgw(`agent-${node}`, args, {}, o.entry);
 }
 
-/** `/proc/<pid>/cmdline` as argv; null when the process is gone. */
-export function processArgv(pid: number): string[] | null {
-  try {
-    const raw = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    return raw.length === 0 ? null : raw.replace(/\0$/, "").split("\0");
-  } catch {
-    return null;
-  }
-}
-
-/** True while `pid` exists and is not a zombie. */
-export function processRunning(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return !/^\d+ \(.*\) Z /.test(stat);
-  } catch {
-    return false;
-  }
-}
+export { processArgv, processRunning };
 
 /**
  * SIGKILLs the process group of every process whose command line contains
