@@ -34,7 +34,7 @@ import { readStateFile, STATE_FILE_NAME, writeStateFile } from "./state-file.ts"
 export interface SupervisorOptions {
   stateDir: string;
   node: Omit<NodeContext, "bin">;
-  /** Executable per engine (`--vllm-bin`, `--sglang-bin`, `--sim-bin`). */
+  /** Executable per engine (`--vllm-bin`, `--sglang-bin`); the sim engine is this llmgw itself (engines/sim.ts). */
   bins?: EngineBins;
   /** Every change of a shard's state. */
   onStatus?: (status: ShardReport) => void;
