@@ -13,7 +13,7 @@ import { AgentService, type CertificateRenewal } from "../proto/gen/agent/v1/age
 import { tlsHint } from "./tls-hint.ts";
 
 /**
- * The agent's side of mTLS enrollment (design §4). On the first start
+ * The agent's side of mTLS enrollment (docs/architecture.md, the control path; docs/security.md). On the first start
  * against an https:// control plane the state dir holds no certificate: the
  * agent makes a P-256 key and a CSR for its node name, pins the control
  * plane's CA (the fingerprint in the join token, or --ca-file), and trades

@@ -17,7 +17,7 @@ import type { ReplicaRecord } from "./reconcile/types.ts";
 import { openDatabase } from "./sqlite.ts";
 
 /**
- * Control plane → edge (design §2): the catalog, the endpoint set and live
+ * Control plane → edge (docs/architecture.md, the control and load paths): the catalog, the endpoint set and live
  * load, through the Worker's EdgeSync service. The endpoint set is every
  * ready replica (its rank 0, the only rank that serves HTTP) plus the static
  * endpoints of the config; it is written only when it changes, because the

@@ -14,7 +14,7 @@ import {
 
 /**
  * The control plane is its own certificate authority for the agent stream
- * (design §4): one ECDSA P-256 CA under `data_dir/pki/`, a server certificate
+ * (docs/architecture.md, the control path): one ECDSA P-256 CA under `data_dir/pki/`, a server certificate
  * for the agent listener, and client certificates for enrolled agents whose
  * subject CN is the node name.
  */
