@@ -1,3 +1,8 @@
+/**
+ * The operators' listener: ControlService behind the admin token, the
+ * dashboard at / (whose page signs in with that token), plus /healthz and
+ * /metrics (which needs the token or a read-only network).
+ */
 import { createServer, type Server } from "node:http";
 import { createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -13,12 +18,6 @@ import {
 import { type ControlServiceDeps, controlRoutes } from "./admin/control-service.ts";
 import { serveDashboard } from "./admin/dashboard.ts";
 import type { LoadedConfig } from "./config/load.ts";
-
-/**
- * The operators' listener: ControlService behind the admin token, the
- * dashboard at / (whose page signs in with that token), plus /healthz and
- * /metrics (which needs the token or a read-only network).
- */
 
 /**
  * The admin API's credentials. No token is refused on an address others

@@ -1,21 +1,3 @@
-import type { DatabaseSync } from "node:sqlite";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { errorMessage, type Logger } from "../common/log.ts";
-import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
-import {
-  type Endpoint,
-  EndpointLoadSchema,
-  EndpointSchema,
-  PutEndpointSetsRequestSchema,
-} from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { Catalog } from "./catalog.ts";
-import type { EndpointConfig } from "./config/schema.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
-import type { ShardAt } from "./load-board.ts";
-import { replicaStatus } from "./reconcile/table.ts";
-import type { ReplicaRecord } from "./reconcile/types.ts";
-import { openDatabase } from "./sqlite.ts";
-
 /**
  * Control plane → edge (docs/architecture.md, the control and load paths): the catalog, the endpoint set and live
  * load, through the Worker's EdgeSync service. The endpoint set is every
@@ -38,6 +20,24 @@ import { openDatabase } from "./sqlite.ts";
  * publishes no endpoint set during the startup grace, in which nothing is
  * placed anyway.
  */
+import type { DatabaseSync } from "node:sqlite";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { errorMessage, type Logger } from "../common/log.ts";
+import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
+import {
+  type Endpoint,
+  EndpointLoadSchema,
+  EndpointSchema,
+  PutEndpointSetsRequestSchema,
+} from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { Catalog } from "./catalog.ts";
+import type { EndpointConfig } from "./config/schema.ts";
+import type { EdgeSyncClient } from "./edgesync-client.ts";
+import type { ShardAt } from "./load-board.ts";
+import { replicaStatus } from "./reconcile/table.ts";
+import type { ReplicaRecord } from "./reconcile/types.ts";
+import { openDatabase } from "./sqlite.ts";
+
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
   address: (node: string) => string | undefined;

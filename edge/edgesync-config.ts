@@ -1,3 +1,12 @@
+/**
+ * EdgeSync's configuration calls: the catalog, the endpoint set and the
+ * router settings, each a versioned document in KV. A new endpoint set is
+ * also handed to the pool of every model it touches, so routing follows at
+ * once rather than after the pools' KV caches expire. An empty endpoint set
+ * replaces a non-empty one only when the request says so (`allow_empty`):
+ * a publisher that lost its view, e.g. a control plane just restarted,
+ * must not be able to stop every request by accident.
+ */
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { checkCatalogNames, modelNameSchema } from "../common/catalog-names.ts";
 import { formatPath } from "../common/zod-issues.ts";
@@ -19,15 +28,6 @@ import type { Env } from "./env.ts";
 import { poolOf } from "./pool-client.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "./settings.ts";
 
-/**
- * EdgeSync's configuration calls: the catalog, the endpoint set and the
- * router settings, each a versioned document in KV. A new endpoint set is
- * also handed to the pool of every model it touches, so routing follows at
- * once rather than after the pools' KV caches expire. An empty endpoint set
- * replaces a non-empty one only when the request says so (`allow_empty`):
- * a publisher that lost its view, e.g. a control plane just restarted,
- * must not be able to stop every request by accident.
- */
 /** A pushed model's name must be one the control plane's config accepts; stored documents are read as they were written. */
 const pushedModelSchema = catalogModelSchema.extend({ name: modelNameSchema });
 

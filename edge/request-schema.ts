@@ -1,7 +1,3 @@
-import { z } from "zod";
-import { formatPath } from "../common/zod-issues.ts";
-import { ApiError, errors } from "./openai-errors.ts";
-
 /**
  * What the edge must understand of a request to route and account for it,
  * and nothing more: every object is loose, so vendor extensions (`top_k`,
@@ -9,6 +5,10 @@ import { ApiError, errors } from "./openai-errors.ts";
  * Types are checked where a wrong one would otherwise reach an engine and
  * come back as a 500 instead of the caller's 400.
  */
+import { z } from "zod";
+import { formatPath } from "../common/zod-issues.ts";
+import { ApiError, errors } from "./openai-errors.ts";
+
 const modelName = z.string().min(1, "must not be empty").max(256, "must be at most 256 characters");
 /**
  * At least 1, as vLLM and OpenAI's chat API have it; the sim engine applies
