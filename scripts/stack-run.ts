@@ -9,14 +9,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { readStateFile, STATE_FILE_NAME } from "../agent/state-file.ts";
-import { freePort } from "../common/free-port.ts";
 import { processArgv } from "../common/proc-fs.ts";
+import { freePort, REPO } from "../common/processes.ts";
 import { controlClient } from "../controlplane/ctl/client.ts";
-
-const REPO = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 export interface StackPorts {
   edge: number;
