@@ -1,7 +1,3 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, fchmodSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
-import type { EngineLaunch } from "./engines/adapter.ts";
-
 /**
  * One engine's OS process, whether this agent spawned it or adopted it from a
  * previous agent's state file. Engines run detached in their own process
@@ -9,6 +5,9 @@ import type { EngineLaunch } from "./engines/adapter.ts";
  * restart and re-adopt without the engine noticing — no pipe to break, no
  * SIGHUP from a controlling terminal.
  */
+import { type ChildProcess, spawn } from "node:child_process";
+import { closeSync, existsSync, fchmodSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import type { EngineLaunch } from "./engines/adapter.ts";
 
 export interface ExitInfo {
   /** Exit status, or 128+signal when killed by a signal (the shell's convention operators know). */

@@ -1,3 +1,14 @@
+/**
+ * The agent's side of mTLS enrollment (docs/architecture.md, the control
+ * path; docs/security.md). On the first start against an https:// control
+ * plane the state dir holds no certificate: the agent makes a P-256 key and
+ * a CSR for its node name, pins the control plane's CA (the fingerprint in
+ * the join token, or --ca-file), and trades token and CSR for a client
+ * certificate over TLS. Every later start just loads `agent.key`,
+ * `agent.crt` and `ca.crt` from the state dir. Before the certificate runs
+ * out, the agent renews it over its stream (no token); a revoked one is set
+ * aside as `agent.crt.revoked`.
+ */
 import { createPublicKey, X509Certificate } from "node:crypto";
 import { existsSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { isIP } from "node:net";
@@ -12,16 +23,6 @@ import { createCsr, sha256Hex } from "../common/x509.ts";
 import { AgentService, type CertificateRenewal } from "../proto/gen/agent/v1/agent_pb.ts";
 import { tlsHint } from "./tls-hint.ts";
 
-/**
- * The agent's side of mTLS enrollment (design §4). On the first start
- * against an https:// control plane the state dir holds no certificate: the
- * agent makes a P-256 key and a CSR for its node name, pins the control
- * plane's CA (the fingerprint in the join token, or --ca-file), and trades
- * token and CSR for a client certificate over TLS. Every later start just
- * loads `agent.key`, `agent.crt` and `ca.crt` from the state dir. Before
- * the certificate runs out, the agent renews it over its stream (no token);
- * a revoked one is set aside as `agent.crt.revoked`.
- */
 export interface ClientTls {
   key: string;
   cert: string;

@@ -3,6 +3,7 @@ import { createHash } from "node:crypto";
 import { cpus, hostname, totalmem } from "node:os";
 import { promisify } from "node:util";
 import type { GpuInfo, NodeInventory } from "../common/inventory.ts";
+import type { ShardState } from "../common/shard-state.ts";
 import {
   APPS_QUERY,
   CSV_FORMAT,
@@ -37,10 +38,44 @@ export function parseSimulateSpec(spec: string): SimulatedGpuGroup[] {
   });
 }
 
+/** An engine as the simulated inventory sees it: where it runs, how much it reserves, whether it has loaded. */
+export interface SimulatedEngine {
+  state: ShardState;
+  gpuIndices: readonly number[];
+  /** The spec's share of each card; 0 means the engine's own default. */
+  gpuMemoryUtilization: number;
+}
+
+/** vLLM's --gpu-memory-utilization when none is given (SGLang's static fraction is near it). */
+const ENGINE_DEFAULT_UTILIZATION = 0.9;
+
+/**
+ * MiB each GPU's engines hold, as nvidia-smi shows a real vLLM: once loaded
+ * it reserves its share of the card's *total* memory (weights plus the KV
+ * cache it preallocates), and holds it until it exits, draining included.
+ * An engine still starting is left out; a real one grows while it loads.
+ */
+export function memoryHeldByEngines(
+  engines: readonly SimulatedEngine[],
+  totalMiB: ReadonlyMap<number, number>,
+): Map<number, number> {
+  const held = new Map<number, number>();
+  for (const e of engines) {
+    if (e.state !== "ready" && e.state !== "draining") continue;
+    const share = e.gpuMemoryUtilization > 0 ? e.gpuMemoryUtilization : ENGINE_DEFAULT_UTILIZATION;
+    for (const i of e.gpuIndices) {
+      const total = totalMiB.get(i);
+      if (total !== undefined) held.set(i, Math.min(total, (held.get(i) ?? 0) + Math.floor(share * total)));
+    }
+  }
+  return held;
+}
+
 export function simulatedGpus(
   node: string,
   groups: SimulatedGpuGroup[],
   foreignMiB: Map<number, number> = new Map(),
+  engineMiB: ReadonlyMap<number, number> = new Map(),
 ): GpuInfo[] {
   const out: GpuInfo[] = [];
   for (const g of groups) {
@@ -49,13 +84,14 @@ export function simulatedGpus(
       const hex = createHash("sha256").update(`${node}/${index}`).digest("hex");
       const total = g.memoryGiB * 1024;
       const foreign = foreignMiB.get(index) ?? 0;
+      const used = Math.min(total, foreign + (engineMiB.get(index) ?? 0));
       out.push({
         index,
         uuid: `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`,
         name: `NVIDIA ${g.model} ${g.memoryGiB}GB (simulated)`,
         memoryTotalMiB: total,
-        memoryUsedMiB: foreign,
-        memoryFreeMiB: total - foreign,
+        memoryUsedMiB: used,
+        memoryFreeMiB: total - used,
         pciBusId: `00000000:${(0x18 + index * 0x10).toString(16).toUpperCase().padStart(2, "0")}:00.0`,
         driverVersion: "simulated",
         computeCapability: "9.0",
@@ -74,14 +110,18 @@ function hostFacts() {
   return { cpuCores: cpus().length, ramTotalMiB: Math.round(totalmem() / 1048576), hostname: hostname() };
 }
 
+/** Simulated GPUs whose memory in use is the foreign VRAM given plus what the agent's engines hold. */
 export function simulatedInventory(
   node: string,
   spec: string,
   foreign: Map<number, number>,
+  engines: () => readonly SimulatedEngine[],
 ): InventorySource {
-  const gpus = simulatedGpus(node, parseSimulateSpec(spec), foreign);
+  const groups = parseSimulateSpec(spec);
+  const totals = new Map(simulatedGpus(node, groups).map((g) => [g.index, g.memoryTotalMiB]));
   return {
     async collect() {
+      const gpus = simulatedGpus(node, groups, foreign, memoryHeldByEngines(engines(), totals));
       return { inventory: { gpus, ...hostFacts(), simulated: true }, problems: [] };
     },
   };

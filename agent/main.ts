@@ -30,9 +30,17 @@ export async function main(argv: string[]): Promise<number> {
   const instance = randomUUID();
   const log = createLogger({ component: "agent", node: f.node });
   let inventory: InventorySource;
+  // Set below; the simulated inventory reads the engines it runs on each collect.
+  let supervisor: Supervisor | undefined;
   try {
     inventory = f.simulateGpus
-      ? simulatedInventory(f.node, f.simulateGpus, f.simulateForeign)
+      ? simulatedInventory(f.node, f.simulateGpus, f.simulateForeign, () =>
+          (supervisor?.list() ?? []).map((s) => ({
+            state: s.state,
+            gpuIndices: s.spec?.gpuIndices ?? [],
+            gpuMemoryUtilization: s.spec?.gpuMemoryUtilization ?? 0,
+          })),
+        )
       : nvidiaSmiInventory(f.nvidiaSmi);
   } catch (err) {
     process.stderr.write(`llmgw agent: ${errorMessage(err)}\n`);
@@ -82,7 +90,7 @@ export async function main(argv: string[]): Promise<number> {
   // while adopting (before the stream client exists) are dropped: the
   // Register carries the full list.
   let client: StreamClient | undefined;
-  const supervisor = await Supervisor.open({
+  supervisor = await Supervisor.open({
     stateDir: f.stateDir,
     node: { advertiseAddress: f.advertiseAddress },
     bins: { vllm: f.vllmBin, sglang: f.sglangBin },

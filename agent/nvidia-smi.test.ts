@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseSimulateSpec, simulatedGpus } from "./inventory.ts";
+import { memoryHeldByEngines, parseSimulateSpec, simulatedGpus, simulatedInventory } from "./inventory.ts";
 import { mergeInventory, parseAppsCsv, parseGpuCsv } from "./nvidia-smi.ts";
 
 const fixture = (name: string) =>
@@ -73,5 +73,61 @@ describe("--simulate-gpus", () => {
   it("rejects malformed specs with the flag's name", () => {
     expect(() => parseSimulateSpec("eightxH100")).toThrow(/--simulate-gpus/);
     expect(() => parseSimulateSpec("0xH100-80GB")).toThrow(/1..64/);
+  });
+});
+
+describe("simulated GPU memory held by the agent's engines", () => {
+  const totals = new Map([
+    [0, 81920],
+    [1, 81920],
+    [2, 40960],
+  ]);
+  it.each([
+    { name: "none running", engines: [], held: {} },
+    {
+      name: "a loaded engine holds its share of the card",
+      engines: [{ state: "ready", gpuIndices: [0], gpuMemoryUtilization: 0.5 }],
+      held: { 0: 40960 },
+    },
+    {
+      name: "no utilization given is vLLM's 0.9, on every GPU of a TP engine",
+      engines: [{ state: "draining", gpuIndices: [1, 2], gpuMemoryUtilization: 0 }],
+      held: { 1: 73728, 2: 36864 },
+    },
+    {
+      name: "starting, stopped and failed engines hold nothing",
+      engines: [
+        { state: "starting", gpuIndices: [0], gpuMemoryUtilization: 0.9 },
+        { state: "stopped", gpuIndices: [1], gpuMemoryUtilization: 0.9 },
+        { state: "failed_running", gpuIndices: [2], gpuMemoryUtilization: 0.9 },
+      ],
+      held: {},
+    },
+    {
+      name: "never more than the card, nor on a GPU the node lacks",
+      engines: [
+        { state: "ready", gpuIndices: [0, 7], gpuMemoryUtilization: 0.9 },
+        { state: "ready", gpuIndices: [0], gpuMemoryUtilization: 0.9 },
+      ],
+      held: { 0: 81920 },
+    },
+  ] as const)("$name", ({ engines, held }) => {
+    expect(Object.fromEntries(memoryHeldByEngines(engines, totals))).toEqual(held);
+  });
+
+  it("the inventory shows it as used, beside foreign memory, on each collect", async () => {
+    let engines: { state: "ready" | "stopped"; gpuIndices: number[]; gpuMemoryUtilization: number }[] = [];
+    const source = simulatedInventory("n1", "2xH100-80GB", new Map([[1, 1000]]), () => engines);
+    const used = async () =>
+      (await source.collect()).inventory.gpus.map((g) => [g.memoryUsedMiB, g.memoryFreeMiB]);
+    expect(await used()).toEqual([
+      [0, 81920],
+      [1000, 80920],
+    ]);
+    engines = [{ state: "ready", gpuIndices: [1], gpuMemoryUtilization: 0.9 }];
+    expect(await used()).toEqual([
+      [0, 81920],
+      [1000 + 73728, 81920 - 1000 - 73728],
+    ]);
   });
 });

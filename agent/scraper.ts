@@ -1,14 +1,13 @@
-import { create } from "@bufbuild/protobuf";
-import { type ShardLoad, ShardLoadSchema } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { MetricNames } from "./engines/adapter.ts";
-import { engineUrl } from "./health-probe.ts";
-
 /**
  * Engine load from the engine's own Prometheus endpoint, the one signal every
  * engine already exports. The parser is pure and forgiving line by line (a
  * malformed line is skipped and counted, the rest still counts), bounded in
  * what it accepts, and knows nothing about HTTP.
  */
+import { create } from "@bufbuild/protobuf";
+import { type ShardLoad, ShardLoadSchema } from "../proto/gen/agent/v1/agent_pb.ts";
+import type { MetricNames } from "./engines/adapter.ts";
+import { engineUrl } from "./health-probe.ts";
 
 export interface Sample {
   name: string;

@@ -1,10 +1,3 @@
-import { readFileSync } from "node:fs";
-import { fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
-import { z } from "zod";
-import { writeFileAtomic } from "../common/atomic-write.ts";
-import { type ShardState, shardStates } from "../common/shard-state.ts";
-import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_pb.ts";
-
 /**
  * What a restarted agent needs to re-adopt its engines: for each shard the
  * spec it was started from, the engine's PID and its /proc start time (a PID
@@ -17,6 +10,12 @@ import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_p
  * So an engine the file lists that is gone at the next start died while no
  * agent was watching: a crash, counted as one.
  */
+import { readFileSync } from "node:fs";
+import { fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
+import { z } from "zod";
+import { writeFileAtomic } from "../common/atomic-write.ts";
+import { type ShardState, shardStates } from "../common/shard-state.ts";
+import { type StartShard, StartShardSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 
 export const STATE_FILE_NAME = "engines.json";
 const VERSION = 1;

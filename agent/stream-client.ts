@@ -1,3 +1,10 @@
+/**
+ * The agent's half of the one stream to the control plane. It dials out and
+ * never gives up: a control plane restart must not need anyone to touch a
+ * GPU node. Reconnects follow a ReconnectSchedule: back within seconds of
+ * the control plane's return, spread at least as widely as the control plane
+ * asked (it knows the fleet size), so a fleet does not reconnect in lockstep.
+ */
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -14,13 +21,6 @@ import type { ClientTls } from "./enroll.ts";
 import { ReconnectSchedule } from "./reconnect-schedule.ts";
 import { tlsHint } from "./tls-hint.ts";
 
-/**
- * The agent's half of the one stream to the control plane. It dials out and
- * never gives up: a control plane restart must not need anyone to touch a
- * GPU node. Reconnects follow a ReconnectSchedule: back within seconds of
- * the control plane's return, spread at least as widely as the control plane
- * asked (it knows the fleet size), so a fleet does not reconnect in lockstep.
- */
 export interface StreamClientOptions {
   url: string;
   log: Logger;

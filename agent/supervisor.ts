@@ -1,3 +1,14 @@
+/**
+ * The agent's engines: one runner per shard (shard/runner.ts), each driving
+ * the pure lifecycle (shard/lifecycle.ts). The supervisor holds the set:
+ * commands from the control plane, one at a time per replica; the state
+ * file; adoption of what a previous agent left running; the orphan grace.
+ *
+ * It never talks to the control plane itself: the stream client forwards
+ * what `onStatus` and `onLoad` emit and calls start/stop/drain for what it
+ * receives. Engines are detached, so closing the supervisor (agent exit)
+ * leaves them serving; the next supervisor on the same state dir adopts them.
+ */
 import { join } from "node:path";
 import { createLogger, errorMessage, type Logger } from "../common/log.ts";
 import { ownerOnlyDir } from "../common/owner-only.ts";
@@ -19,22 +30,10 @@ import type { ScrapeSettings } from "./shard/load-watch.ts";
 import { type RunnerContext, ShardRunner, type SupervisorStats } from "./shard/runner.ts";
 import { readStateFile, STATE_FILE_NAME, writeStateFile } from "./state-file.ts";
 
-/**
- * The agent's engines: one runner per shard (shard/runner.ts), each driving
- * the pure lifecycle (shard/lifecycle.ts). The supervisor holds the set:
- * commands from the control plane, one at a time per replica; the state
- * file; adoption of what a previous agent left running; the orphan grace.
- *
- * It never talks to the control plane itself: the stream client forwards
- * what `onStatus` and `onLoad` emit and calls start/stop/drain for what it
- * receives. Engines are detached, so closing the supervisor (agent exit)
- * leaves them serving; the next supervisor on the same state dir adopts them.
- */
-
 export interface SupervisorOptions {
   stateDir: string;
   node: Omit<NodeContext, "bin">;
-  /** Executable per engine (`--vllm-bin`, `--sglang-bin`, `--sim-bin`). */
+  /** Executable per engine (`--vllm-bin`, `--sglang-bin`); the sim engine is this llmgw itself (engines/sim.ts). */
   bins?: EngineBins;
   /** Every change of a shard's state. */
   onStatus?: (status: ShardReport) => void;

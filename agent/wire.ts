@@ -1,3 +1,4 @@
+/** The agent's words on the stream: its domain types, converted to the wire's. */
 import { create } from "@bufbuild/protobuf";
 import { inventoryToProto, type NodeInventory } from "../common/inventory.ts";
 import { shardStateToWire } from "../common/shard-state.ts";
@@ -8,8 +9,6 @@ import {
   ShardStatusSchema,
 } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { ShardReport } from "./shard/lifecycle.ts";
-
-/** The agent's words on the stream: its domain types, converted to the wire's. */
 
 export interface RegisterFacts {
   nodeName: string;

@@ -14,8 +14,8 @@
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startControlPlane } from "../test/harness/fleet.ts";
-import { REPO } from "../test/harness/process.ts";
+import { REPO } from "../common/processes.ts";
+import { startControlPlane } from "../scripts/fleet.ts";
 
 const AGENTS = Number(process.env.AGENTS ?? 1000);
 const PROCESSES = Number(process.env.PROCESSES ?? 4);

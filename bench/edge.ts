@@ -69,9 +69,9 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
-// Miniflare ships with wrangler (same workerd build); not a direct dependency.
+// Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
-import type { TraceRecord } from "../sim-engine/request-trace.ts";
+import { freePort, processCpuSeconds, REPO } from "../common/processes.ts";
 import {
   bundleWorker,
   createKey,
@@ -81,9 +81,9 @@ import {
   setEndpoints,
   startEdgeMiniflare,
   startSim,
-} from "../test/edge/helpers.ts";
-import { processArgv } from "../test/harness/fleet.ts";
-import { freePort, processCpuSeconds, REPO } from "../test/harness/process.ts";
+} from "../scripts/edge-harness.ts";
+import { processArgv } from "../scripts/fleet.ts";
+import type { TraceRecord } from "../sim-engine/request-trace.ts";
 
 const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);

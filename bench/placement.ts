@@ -17,13 +17,13 @@
  */
 import { buildCatalog } from "../controlplane/catalog.ts";
 import { configSchema } from "../controlplane/config/schema.ts";
+import { gpuNode } from "../controlplane/placement/builders.ts";
 import { Fleet } from "../controlplane/placement/fleet.ts";
 import { placeReplica } from "../controlplane/placement/pipeline.ts";
 import type { PlacementNode } from "../controlplane/placement/types.ts";
 import { plan, planSettings } from "../controlplane/reconcile/plan.ts";
 import { ReplicaTable } from "../controlplane/reconcile/table.ts";
 import type { Action } from "../controlplane/reconcile/types.ts";
-import { gpuNode } from "../test/fixtures/placement.ts";
 
 const NODES = 1000;
 const MODELS = 200;

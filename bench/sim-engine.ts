@@ -21,6 +21,7 @@
  * Env: SIM_BENCH_SPEED (fidelity speed, default 1), SIM_BENCH_COST_SECONDS (6).
  */
 import { Agent, request } from "node:http";
+import { freePort, type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../common/processes.ts";
 import {
   type CalibrationRow,
   calibrate,
@@ -32,7 +33,6 @@ import {
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { replayTrace, simulateClosedLoop, type TraceRequest } from "../sim-engine/predict.ts";
 import { BOS } from "../sim-engine/text.ts";
-import { freePort, type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../test/harness/process.ts";
 
 const SPEED = Number(process.env.SIM_BENCH_SPEED ?? 1);
 const COST_SECONDS = Number(process.env.SIM_BENCH_COST_SECONDS ?? 6);

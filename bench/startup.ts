@@ -13,9 +13,9 @@
  * No assertions: figures to read.
  */
 import { spawn } from "node:child_process";
-import { startAgent, startControlPlane, tempDir } from "../test/harness/fleet.ts";
-import { LLMGW, waitUntil } from "../test/harness/process.ts";
-import { packAndInstall } from "../test/install/pack.ts";
+import { LLMGW, waitUntil } from "../common/processes.ts";
+import { startAgent, startControlPlane, tempDir } from "../scripts/fleet.ts";
+import { packAndInstall } from "../scripts/pack-install.ts";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 10);
 

@@ -1,3 +1,8 @@
+/**
+ * The operators' listener: ControlService behind the admin token, the
+ * dashboard at / (whose page signs in with that token), plus /healthz and
+ * /metrics (which needs the token or a read-only network).
+ */
 import { createServer, type Server } from "node:http";
 import { hostname } from "node:os";
 import { createContextValues } from "@connectrpc/connect";
@@ -16,12 +21,6 @@ import { type ControlServiceDeps, controlRoutes } from "./admin/control-service.
 import { serveDashboard } from "./admin/dashboard.ts";
 import { hostAllowed, hostOf } from "./admin/host-check.ts";
 import type { LoadedConfig } from "./config/load.ts";
-
-/**
- * The operators' listener: ControlService behind the admin token, the
- * dashboard at / (whose page signs in with that token), plus /healthz and
- * /metrics (which needs the token or a read-only network).
- */
 
 /**
  * The admin API's credentials. No token is refused on an address others

@@ -1,3 +1,9 @@
+/**
+ * The listener agents dial: the one long-lived stream every node holds
+ * (served by AgentStreams' own lean handler, connect-bidi.ts) and, through
+ * connect's router, every other AgentService call (Enroll). With mTLS its
+ * CA, certificate and the stores enrollment needs live here too.
+ */
 import {
   createServer as createHttp2Server,
   createSecureServer,
@@ -27,13 +33,6 @@ import type { ListenersConfig } from "./config/schema.ts";
 import { JoinTokenStore } from "./join-tokens.ts";
 import { guardAgentListener, type ListenerGuard } from "./listener/guard.ts";
 import { type Ca, ensureServerCert, loadOrCreateCa, type ServerCert } from "./pki/ca.ts";
-
-/**
- * The listener agents dial: the one long-lived stream every node holds
- * (served by AgentStreams' own lean handler, connect-bidi.ts) and, through
- * connect's router, every other AgentService call (Enroll). With mTLS its
- * CA, certificate and the stores enrollment needs live here too.
- */
 
 export interface AgentTls {
   ca: Ca;

@@ -9,6 +9,7 @@
  * Pure: no Node or Workers APIs, so the control plane, a Durable Object, the
  * CLI, tests and benchmarks all build the same catalog from the same config.
  */
+import { checkCatalogNames } from "../common/catalog-names.ts";
 import { poolPriorityConflicts } from "../edge/catalog.ts";
 import type { Config, EndpointConfig, EngineKind, ModelConfig, ProfileConfig } from "./config/schema.ts";
 
@@ -215,48 +216,9 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
   const models = config.models;
   const defaultRouting = config.router.default_routing;
 
-  // Names first, so alias and fallback checks can refer to them.
-  const owner = new Map<string, { model: number; what: string }>();
-  models.forEach((m, i) => {
-    const prev = owner.get(m.name);
-    if (prev) issues.push(`models[${i}].name: "${m.name}" is already ${prev.what} of models[${prev.model}]`);
-    else owner.set(m.name, { model: i, what: "the name" });
-  });
-  models.forEach((m, i) => {
-    m.aliases.forEach((a, j) => {
-      const path = `models[${i}].aliases[${j}]`;
-      if (a === m.name) {
-        issues.push(`${path}: "${a}" repeats the model's own name`);
-        return;
-      }
-      const prev = owner.get(a);
-      if (prev) {
-        issues.push(
-          prev.model === i
-            ? `${path}: "${a}" is listed twice`
-            : `${path}: "${a}" is already ${prev.what} of models[${prev.model}] (${models[prev.model]!.name})`,
-        );
-      } else owner.set(a, { model: i, what: "an alias" });
-    });
-  });
-  const canonical = (n: string): number | undefined => owner.get(n)?.model;
-
-  // Fallbacks must exist; the graph over canonical names must be acyclic,
-  // otherwise a failing request would bounce between models forever.
-  const edges: number[][] = models.map(() => []);
-  models.forEach((m, i) => {
-    m.fallbacks.forEach((f, j) => {
-      const path = `models[${i}].fallbacks[${j}]`;
-      const target = canonical(f);
-      if (target === undefined) issues.push(`${path}: unknown model "${f}"`);
-      else if (target === i) issues.push(`${path}: "${f}" is this model itself`);
-      else edges[i]!.push(target);
-    });
-  });
-  for (const cycle of findCycles(edges)) {
-    const names = [...cycle, cycle[0]!].map((k) => models[k]!.name).join(" → ");
-    issues.push(`models[${cycle[0]}].fallbacks: fallback cycle ${names}`);
-  }
+  const names = checkCatalogNames(models);
+  issues.push(...names.issues);
+  const { canonical } = names;
 
   const catalogModels: CatalogModel[] = [];
   models.forEach((m: ModelConfig, i) => {
@@ -312,34 +274,4 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
 
   if (issues.length > 0) return { issues };
   return { issues, catalog: new Catalog(catalogModels, warnings) };
-}
-
-/** Elementary cycles, each reported once (from its smallest member), via DFS colouring. */
-function findCycles(edges: number[][]): number[][] {
-  const cycles: number[][] = [];
-  const seen = new Set<string>();
-  const state = edges.map(() => 0); // 0 new, 1 on stack, 2 done
-  const stack: number[] = [];
-  const visit = (v: number): void => {
-    state[v] = 1;
-    stack.push(v);
-    for (const w of edges[v]!) {
-      if (state[w] === 1) {
-        const cycle = stack.slice(stack.indexOf(w));
-        const start = cycle.indexOf(Math.min(...cycle));
-        const norm = [...cycle.slice(start), ...cycle.slice(0, start)];
-        const key = norm.join(",");
-        if (!seen.has(key)) {
-          seen.add(key);
-          cycles.push(norm);
-        }
-      } else if (state[w] === 0) visit(w);
-    }
-    stack.pop();
-    state[v] = 2;
-  };
-  edges.forEach((_, v) => {
-    if (state[v] === 0) visit(v);
-  });
-  return cycles;
 }

@@ -1,7 +1,3 @@
-import { X509Certificate } from "node:crypto";
-import type { DatabaseSync } from "node:sqlite";
-import { openDatabase } from "./sqlite.ts";
-
 /**
  * Every agent client certificate the control plane knows of — issued by
  * Enroll or renewal, or first seen on a stream (certificates enrolled before
@@ -11,6 +7,10 @@ import { openDatabase } from "./sqlite.ts";
  * Enroll for as long as the certificate could be presented (until its
  * expiry; rows are pruned a day after).
  */
+import { X509Certificate } from "node:crypto";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
+
 export interface CertFacts {
   serial: string;
   node: string;

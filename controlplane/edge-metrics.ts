@@ -1,7 +1,3 @@
-import type { MetricsRegistry, Sample } from "../common/prometheus.ts";
-import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { EdgeStatusBook } from "./edge-status.ts";
-
 /**
  * The edge's live state as `llmgw_edge_*`, from what the status poller last
  * received, so one scrape of the control plane sees the whole system
@@ -11,6 +7,9 @@ import type { EdgeStatusBook } from "./edge-status.ts";
  * breaker state and outcome come from the catalog and the router's fixed
  * vocabularies, never from requests.
  */
+import type { MetricsRegistry, Sample } from "../common/prometheus.ts";
+import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { EdgeStatusBook } from "./edge-status.ts";
 
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
 export const REQUEST_OUTCOMES = [

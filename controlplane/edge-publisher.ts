@@ -1,3 +1,26 @@
+/**
+ * Control plane → edge (docs/architecture.md, the control and load paths):
+ * the catalog, the endpoint set and live load, through the Worker's EdgeSync
+ * service. The endpoint set is every ready replica (its rank 0, the only
+ * rank that serves HTTP) plus the static endpoints of the config; it is
+ * written only when it changes, because the edge stores it in KV (one write
+ * a second per key, minutes to propagate). The router settings (the config's
+ * `router:` section) go once per start or reload. Load goes to the models'
+ * pools instead, batched at least a second apart, for endpoints whose
+ * numbers moved and, every `loadRefreshMs`, for the rest: a pool takes
+ * silence for a lost feed.
+ *
+ * A restarted control plane knows no replica until agents report them, so
+ * for a while after its start it must not shrink what the edge routes to: it
+ * publishes the set it last published (kept in SQLite), minus only the
+ * replicas an agent has since reported not serving, plus what is new. The
+ * while (`holdUntil`) is the startup grace or `lost_after`, whichever is
+ * longer: a node not heard from since the start is then in the position of
+ * one silent for that long, whose replicas are kept until it is lost. With
+ * nothing stored (a first start) it does not know what the edge has and
+ * publishes no endpoint set during the startup grace, in which nothing is
+ * placed anyway.
+ */
 import type { DatabaseSync } from "node:sqlite";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { errorMessage, type Logger } from "../common/log.ts";
@@ -16,28 +39,6 @@ import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
 import { openDatabase } from "./sqlite.ts";
 
-/**
- * Control plane → edge (design §2): the catalog, the endpoint set and live
- * load, through the Worker's EdgeSync service. The endpoint set is every
- * ready replica (its rank 0, the only rank that serves HTTP) plus the static
- * endpoints of the config; it is written only when it changes, because the
- * edge stores it in KV (one write a second per key, minutes to propagate).
- * The router settings (the config's `router:` section) go once per start
- * or reload. Load goes to the models' pools instead, batched at least a
- * second apart, for endpoints whose numbers moved and, every
- * `loadRefreshMs`, for the rest: a pool takes silence for a lost feed.
- *
- * A restarted control plane knows no replica until agents report them, so
- * for a while after its start it must not shrink what the edge routes to:
- * it publishes the set it last published (kept in SQLite), minus only the
- * replicas an agent has since reported not serving, plus what is new. The
- * while (`holdUntil`) is the startup grace or `lost_after`, whichever is
- * longer: a node not heard from since the start is then in the position of
- * one silent for that long, whose replicas are kept until it is lost. With
- * nothing stored (a first start) it does not know what the edge has and
- * publishes no endpoint set during the startup grace, in which nothing is
- * placed anyway.
- */
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
   address: (node: string) => string | undefined;

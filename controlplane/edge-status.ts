@@ -1,16 +1,3 @@
-import { create } from "@bufbuild/protobuf";
-import { errorMessage, type Logger } from "../common/log.ts";
-import {
-  type EdgeModel,
-  EdgeModelSchema,
-  type EdgeSample,
-  EdgeSampleSchema,
-  type GetEdgeStatusResponse,
-  GetEdgeStatusResponseSchema,
-} from "../proto/gen/control/v1/control_pb.ts";
-import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
-
 /**
  * The control plane's view of the edge: every `edge.status_interval` it
  * asks the Worker for each model's pool (EdgeSync GetPoolStatus) and keeps
@@ -24,6 +11,18 @@ import type { EdgeSyncClient } from "./edgesync-client.ts";
  * growth of those counters between two polls. The edge sees the same tokens
  * only as they stream through, per key, not per model.
  */
+import { create } from "@bufbuild/protobuf";
+import { errorMessage, type Logger } from "../common/log.ts";
+import {
+  type EdgeModel,
+  EdgeModelSchema,
+  type EdgeSample,
+  EdgeSampleSchema,
+  type GetEdgeStatusResponse,
+  GetEdgeStatusResponseSchema,
+} from "../proto/gen/control/v1/control_pb.ts";
+import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { EdgeSyncClient } from "./edgesync-client.ts";
 
 export const HISTORY_MS = 15 * 60_000;
 

@@ -1,7 +1,3 @@
-import { createHash, randomBytes } from "node:crypto";
-import type { DatabaseSync } from "node:sqlite";
-import { openDatabase } from "./sqlite.ts";
-
 /**
  * Join tokens: secrets that let an agent enroll (get a client certificate)
  * a limited number of times before an expiry. Only the SHA-256 of each
@@ -9,6 +5,10 @@ import { openDatabase } from "./sqlite.ts";
  * (`data_dir/llmgw.db`, its own table), so a copy of the database does not
  * let anyone enroll.
  */
+import { createHash, randomBytes } from "node:crypto";
+import type { DatabaseSync } from "node:sqlite";
+import { openDatabase } from "./sqlite.ts";
+
 export type TokenCheck =
   | { ok: true; usesLeft: number; expiresAt: number; binding?: TokenBinding }
   | { ok: false; reason: "unknown" | "expired" | "used_up"; message: string };

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Node } from "../proto/gen/control/v1/control_pb.ts";
 import { type Control, errorText } from "./client.ts";
+import { clock } from "./format.ts";
 
 type Action = "cordon" | "uncordon" | "drain";
 
@@ -78,7 +79,7 @@ export function ActionLog(props: { lines: readonly { at: number; line: string }[
         <ul class="log">
           {props.lines.map((l) => (
             <li key={l.at}>
-              <time>{new Date(l.at).toLocaleTimeString()}</time> {l.line}
+              <time>{clock(l.at)}</time> {l.line}
             </li>
           ))}
         </ul>

@@ -2,7 +2,7 @@ import { type Client, Code, ConnectError, createClient, type Interceptor } from 
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { ControlService } from "../proto/gen/control/v1/control_pb.ts";
 
-/** ControlService from the browser (design §2): the page's own origin, the admin token as a bearer token. */
+/** ControlService from the browser (docs/architecture.md, the control path): the page's own origin, the admin token as a bearer token. */
 export type Control = Client<typeof ControlService>;
 
 export function controlClient(token: string): Control {

@@ -6,6 +6,7 @@ import { Fleet } from "./fleet.tsx";
 import { duration } from "./format.ts";
 import { Keys } from "./keys.tsx";
 import { Models } from "./models.tsx";
+import { Panel } from "./panel.tsx";
 import { usePoll } from "./poll.ts";
 import { Replicas } from "./replicas.tsx";
 
@@ -56,20 +57,32 @@ export function Dashboard(props: { token: string; onSignOut: (why: string | null
       ) : null}
       {data ? (
         <>
-          <Fleet
-            nodes={data.nodes}
-            replicas={data.replicas}
-            now={fleet.at}
-            client={client}
-            onAction={onAction}
-          />
-          <Replicas replicas={data.replicas} now={fleet.at} />
-          <Models models={data.models} explanations={data.explanations} />
+          <Panel id="fleet" title="Fleet">
+            <Fleet
+              nodes={data.nodes}
+              replicas={data.replicas}
+              now={fleet.at}
+              client={client}
+              onAction={onAction}
+            />
+          </Panel>
+          <Panel id="replicas" title="Replicas">
+            <Replicas replicas={data.replicas} now={fleet.at} />
+          </Panel>
+          <Panel id="models" title="Models">
+            <Models models={data.models} explanations={data.explanations} />
+          </Panel>
         </>
       ) : null}
-      <Edge client={client} />
-      <Keys client={client} />
-      <ActionLog lines={actions} />
+      <Panel id="edge" title="Edge">
+        <Edge client={client} />
+      </Panel>
+      <Panel id="keys" title="Keys">
+        <Keys client={client} />
+      </Panel>
+      <Panel id="actions" title="Actions">
+        <ActionLog lines={actions} />
+      </Panel>
     </main>
   );
 }

@@ -1,3 +1,5 @@
+import { safeLocale } from "./locale.ts";
+
 /** `4s`, `3m 12s`, `2h 5m`: how long ago, or for how long. */
 export function duration(ms: number): string {
   const s = Math.max(0, Math.round(ms / 1000));
@@ -15,3 +17,8 @@ export const gib = (mib: number | bigint): string => `${(Number(mib) / 1024).toF
 export const percent = (fraction: number): string => `${Math.round(fraction * 100)}%`;
 
 export const count = (n: number | bigint): string => Number(n).toLocaleString("en");
+
+const CLOCK = new Intl.DateTimeFormat(safeLocale(navigator.languages), { timeStyle: "medium" });
+
+/** The time of day of a Unix-millisecond stamp, in the browser's language where Intl accepts it. */
+export const clock = (unixMs: number): string => CLOCK.format(unixMs);

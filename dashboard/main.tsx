@@ -1,3 +1,5 @@
+// First: it makes navigator.language safe before uPlot reads it as it loads.
+import "./navigator-locale.ts";
 import { render } from "preact";
 import { useCallback, useState } from "preact/hooks";
 import "uplot/dist/uPlot.min.css";

@@ -1,5 +1,3 @@
-import type { Usage } from "./sse-usage.ts";
-
 /**
  * The edge's access log: one line of JSON per inference request, written
  * with console.log once the request is over (its last byte relayed, or its
@@ -7,6 +5,8 @@ import type { Usage } from "./sse-usage.ts";
  * it is. It names the key by id, never by its secret; the fields are in
  * docs/edge.md#access-log.
  */
+import type { Usage } from "./sse-usage.ts";
+
 export interface AccessEntry {
   request_id: string;
   path: string;

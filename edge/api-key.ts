@@ -1,12 +1,11 @@
-import { formatDuration } from "../common/duration.ts";
-import type { ApiKey } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { KeyRecord } from "./key-rules.ts";
-
 /**
  * A key as EdgeSync's ApiKey message and as the record the edge stores
  * (snake_case, as in KV): the one place the two spellings meet. `llmgw keys`
  * prints the same snake_case fields.
  */
+import { formatDuration } from "../common/duration.ts";
+import type { ApiKey } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import type { KeyRecord } from "./key-rules.ts";
 
 /** The fields an ApiKey and a key record share, in the record's spelling. */
 export function recordFields(k: ApiKey) {

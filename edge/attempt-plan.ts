@@ -1,7 +1,3 @@
-import type { ApiError } from "./openai-errors.ts";
-import { ClientGone, type PoolLease } from "./pool-client.ts";
-import type { EndpointSpec } from "./routing/types.ts";
-
 /**
  * Which endpoints a request may try, in order: the model's pool grants a
  * lease (an endpoint and its ranked alternates, up to `router.retries`), and
@@ -9,6 +5,10 @@ import type { EndpointSpec } from "./routing/types.ts";
  * called once per request; an endpoint is never tried twice. The plan holds
  * every lease it took and settles each exactly once.
  */
+import type { ApiError } from "./openai-errors.ts";
+import { ClientGone, type PoolLease } from "./pool-client.ts";
+import type { EndpointSpec } from "./routing/types.ts";
+
 export interface Target {
   model: string;
   endpoint: EndpointSpec;

@@ -1,7 +1,3 @@
-import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
-import { errors } from "./openai-errors.ts";
-import { sha256Hex } from "./sha256.ts";
-
 /**
  * API-key authentication. Keys look like `sk-<base64url>`; the edge stores
  * and looks up only their SHA-256. A brief per-isolate cache saves a KV read
@@ -10,6 +6,10 @@ import { sha256Hex } from "./sha256.ts";
  * polls (revocations.ts), and at once by its KeyLedger when the key has
  * limits, since those keys are admitted by the ledger (key-ledger.ts).
  */
+import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
+import { errors } from "./openai-errors.ts";
+import { sha256Hex } from "./sha256.ts";
+
 const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
 const POSITIVE_TTL_MS = 10_000;
 // Short so a key created through another isolate works within seconds,

@@ -1,3 +1,12 @@
+/**
+ * The edge's configuration lives in KV (config, not live load): the
+ * catalog, the endpoint set and the router settings, each a versioned
+ * document written by EdgeSync. Each isolate (a Worker's or a ModelPool's)
+ * keeps them parsed for a few seconds so the request path does not pay
+ * three KV reads; the isolate that receives an EdgeSync write drops its
+ * copy at once, others pick the change up within CACHE_MS (plus KV's own
+ * propagation when deployed).
+ */
 import {
   type CatalogDoc,
   catalogDocSchema,
@@ -10,15 +19,6 @@ import {
 import type { RouterConfig } from "./router-config.ts";
 import { EMPTY_ROUTER_DOC, type RouterDoc, resolveSettings, routerDocSchema } from "./settings.ts";
 
-/**
- * The edge's configuration lives in KV (config, not live load): the
- * catalog, the endpoint set and the router settings, each a versioned
- * document written by EdgeSync. Each isolate (a Worker's or a ModelPool's)
- * keeps them parsed for a few seconds so the request path does not pay
- * three KV reads; the isolate that receives an EdgeSync write drops its
- * copy at once, others pick the change up within CACHE_MS (plus KV's own
- * propagation when deployed).
- */
 export const CATALOG_KEY = "config/catalog";
 export const ENDPOINTS_KEY = "config/endpoints";
 export const ROUTER_KEY = "config/router";

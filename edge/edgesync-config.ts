@@ -1,4 +1,14 @@
+/**
+ * EdgeSync's configuration calls: the catalog, the endpoint set and the
+ * router settings, each a versioned document in KV. A new endpoint set is
+ * also handed to the pool of every model it touches, so routing follows at
+ * once rather than after the pools' KV caches expire. An empty endpoint set
+ * replaces a non-empty one only when the request says so (`allow_empty`):
+ * a publisher that lost its view, e.g. a control plane just restarted,
+ * must not be able to stop every request by accident.
+ */
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { checkCatalogNames, modelNameSchema } from "../common/catalog-names.ts";
 import { formatPath } from "../common/zod-issues.ts";
 import type { EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import {
@@ -18,15 +28,9 @@ import type { Env } from "./env.ts";
 import { poolOf } from "./pool-client.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "./settings.ts";
 
-/**
- * EdgeSync's configuration calls: the catalog, the endpoint set and the
- * router settings, each a versioned document in KV. A new endpoint set is
- * also handed to the pool of every model it touches, so routing follows at
- * once rather than after the pools' KV caches expire. An empty endpoint set
- * replaces a non-empty one only when the request says so (`allow_empty`):
- * a publisher that lost its view, e.g. a control plane just restarted,
- * must not be able to stop every request by accident.
- */
+/** A pushed model's name must be one the control plane's config accepts; stored documents are read as they were written. */
+const pushedModelSchema = catalogModelSchema.extend({ name: modelNameSchema });
+
 type ConfigCalls = Pick<
   ServiceImpl<typeof EdgeSyncService>,
   "putCatalog" | "putEndpointSets" | "putRouterSettings" | "getRouterSettings"
@@ -41,7 +45,7 @@ export function configCalls(env: Env): ConfigCalls {
   return {
     async putCatalog(req) {
       const models = req.models.map((m, i) => {
-        const r = catalogModelSchema.safeParse({
+        const r = pushedModelSchema.safeParse({
           name: m.name,
           aliases: m.aliases,
           fallbacks: m.fallbacks,
@@ -51,25 +55,10 @@ export function configCalls(env: Env): ConfigCalls {
           const issue = r.error.issues[0]!;
           throw invalid(`models[${i}].${formatPath(issue.path)}: ${issue.message}`);
         }
-        if (!m.name) throw invalid(`models[${i}].name: required`);
         return r.data;
       });
-      const names = new Set<string>();
-      for (const [i, m] of models.entries()) {
-        if (names.has(m.name)) throw invalid(`models[${i}].name: duplicate model "${m.name}"`);
-        names.add(m.name);
-      }
-      for (const [i, m] of models.entries()) {
-        for (const a of m.aliases) {
-          if (names.has(a)) throw invalid(`models[${i}].aliases: "${a}" is already a name or alias`);
-          names.add(a);
-        }
-      }
-      for (const [i, m] of models.entries()) {
-        for (const f of m.fallbacks) {
-          if (!names.has(f)) throw invalid(`models[${i}].fallbacks: unknown model "${f}"`);
-        }
-      }
+      const { issues } = checkCatalogNames(models);
+      if (issues.length > 0) throw invalid(issues.join("; "));
       const version = nextVersion(await storedVersion(kv, CATALOG_KEY), req.version);
       await kv.put(CATALOG_KEY, JSON.stringify({ version, models }));
       invalidateEdgeConfig();

@@ -1,3 +1,11 @@
+/**
+ * EdgeSync: the control plane's (and the CLI's) way in. Hosted at the
+ * Connect paths `/edge.v1.EdgeSyncService/<Method>`, unary only, behind a
+ * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time; during a
+ * rotation `EDGE_SYNC_TOKEN_NEXT` is accepted too (docs/edge.md#rotating-the-token).
+ * The calls live by what they touch: configuration (edgesync-config.ts),
+ * keys (edgesync-keys.ts), the models' pools (edgesync-pools.ts).
+ */
 import { type DescMessage, fromBinary } from "@bufbuild/protobuf";
 import { createConnectRouter } from "@connectrpc/connect";
 import {
@@ -11,14 +19,6 @@ import { keyCalls } from "./edgesync-keys.ts";
 import { poolCalls } from "./edgesync-pools.ts";
 import type { Env } from "./env.ts";
 
-/**
- * EdgeSync: the control plane's (and the CLI's) way in. Hosted at the
- * Connect paths `/edge.v1.EdgeSyncService/<Method>`, unary only, behind a
- * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time; during a
- * rotation `EDGE_SYNC_TOKEN_NEXT` is accepted too (docs/edge.md#rotating-the-token).
- * The calls live by what they touch: configuration (edgesync-config.ts),
- * keys (edgesync-keys.ts), the models' pools (edgesync-pools.ts).
- */
 export const EDGESYNC_PREFIX = `/${EdgeSyncService.typeName}/`;
 
 function connectError(

@@ -1,3 +1,15 @@
+/**
+ * One inference request, as the steps it goes through:
+ *
+ *   caller (401) → body (413, 415, 400) → model (404, 403) → band (400,
+ *   403) → session (400) → the key's ledger (401; 429 for RPM/TPM/budget, or for running
+ *   requests that may spend what is left) → admission by the model's pool
+ *   (429, 503; the queue) → proxy (retries, fallbacks; 503, 504, the
+ *   engine's) → charge and release, after the response, in waitUntil.
+ *
+ * Nothing reaches an engine before every check before it has passed. Each
+ * step is a function of its own below, in that order.
+ */
 import type { Context } from "hono";
 import type { z } from "zod";
 import { AccessLog } from "./access-log.ts";
@@ -18,18 +30,6 @@ import { requestPrefixHashes } from "./routing/prefix-hash.ts";
 import { newRequestId, unhandledError } from "./unhandled.ts";
 import { upstreamFor } from "./upstream.ts";
 
-/**
- * One inference request, as the steps it goes through:
- *
- *   caller (401) → body (413, 415, 400) → model (404, 403) → band (400,
- *   403) → session (400) → the key's ledger (401; 429 for RPM/TPM/budget, or for running
- *   requests that may spend what is left) → admission by the model's pool
- *   (429, 503; the queue) → proxy (retries, fallbacks; 503, 504, the
- *   engine's) → charge and release, after the response, in waitUntil.
- *
- * Nothing reaches an engine before every check before it has passed. Each
- * step is a function of its own below, in that order.
- */
 type Ctx = Context<{ Bindings: Env }>;
 type Schema = z.ZodType<Record<string, unknown> & { model: string }>;
 

@@ -1,3 +1,15 @@
+/**
+ * One per API key (named by the key id): the strongly consistent place for
+ * what must not drift between edge locations — the revoked flag, RPM/TPM
+ * windows, the budget, and durable usage totals.
+ *
+ * A thin shell: the rules are in rate-window.ts and reservations.ts.
+ * Windows live in memory (if the object is evicted they restart empty,
+ * which only ever errs toward admitting); totals, budget use, the revoked
+ * flag, the set of charged batch ids and the open reservations are in
+ * SQLite — a reservation must outlive an eviction during a long request,
+ * or the next admission would not see it.
+ */
 import { DurableObject } from "cloudflare:workers";
 import type { ChargeBatch } from "./charge.ts";
 import type { KeyLimits } from "./key-rules.ts";
@@ -13,18 +25,6 @@ import {
 } from "./rate-window.ts";
 import { OpenReservations, type Reservation, type ReservationRequest } from "./reservations.ts";
 
-/**
- * One per API key (named by the key id): the strongly consistent place for
- * what must not drift between edge locations — the revoked flag, RPM/TPM
- * windows, the budget, and durable usage totals.
- *
- * A thin shell: the rules are in rate-window.ts and reservations.ts.
- * Windows live in memory (if the object is evicted they restart empty,
- * which only ever errs toward admitting); totals, budget use, the revoked
- * flag, the set of charged batch ids and the open reservations are in
- * SQLite — a reservation must outlive an eviction during a long request,
- * or the next admission would not see it.
- */
 export interface UsageTotals {
   requests: number;
   prompt_tokens: number;

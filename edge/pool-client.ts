@@ -1,3 +1,15 @@
+/**
+ * The Worker's side of a model's pool: `admit` (one call, which may wait in
+ * the band's queue) and a lease that reports back once, in `waitUntil`.
+ *
+ * Fail-open (the anchors' lesson: a router that cannot see load should
+ * degrade to a local pick, not to 5xx): if the pool throws, or answers
+ * neither lease nor refusal within the queue TTL plus `pool_timeout`, the
+ * Worker picks from the KV endpoint set with a PoolCore of its own —
+ * in-flight counts of this isolate only, no queue — answers with
+ * `x-llmgw-route: fail-open`, and tells the pool how often at its next
+ * successful admit, for the pool's `fail_opens` counter.
+ */
 import { endpointSpec, type RoutingTable } from "./catalog.ts";
 import type { Env } from "./env.ts";
 import { type ApiError, errors } from "./openai-errors.ts";
@@ -11,18 +23,6 @@ import {
   type Verdict,
 } from "./routing/pool-core.ts";
 
-/**
- * The Worker's side of a model's pool: `admit` (one call, which may wait in
- * the band's queue) and a lease that reports back once, in `waitUntil`.
- *
- * Fail-open (the anchors' lesson: a router that cannot see load should
- * degrade to a local pick, not to 5xx): if the pool throws, or answers
- * neither lease nor refusal within the queue TTL plus `pool_timeout`, the
- * Worker picks from the KV endpoint set with a PoolCore of its own —
- * in-flight counts of this isolate only, no queue — answers with
- * `x-llmgw-route: fail-open`, and tells the pool how often at its next
- * successful admit, for the pool's `fail_opens` counter.
- */
 export class ClientGone extends Error {}
 
 export interface PoolLease {

@@ -1,7 +1,3 @@
-import { z } from "zod";
-import { formatPath } from "../common/zod-issues.ts";
-import { ApiError, errors } from "./openai-errors.ts";
-
 /**
  * What the edge must understand of a request to route and account for it,
  * and nothing more: every object is loose, so vendor extensions (`top_k`,
@@ -9,6 +5,10 @@ import { ApiError, errors } from "./openai-errors.ts";
  * Types are checked where a wrong one would otherwise reach an engine and
  * come back as a 500 instead of the caller's 400.
  */
+import { z } from "zod";
+import { formatPath } from "../common/zod-issues.ts";
+import { ApiError, errors } from "./openai-errors.ts";
+
 const modelName = z.string().min(1, "must not be empty").max(256, "must be at most 256 characters");
 /**
  * At least 1, as vLLM and OpenAI's chat API have it; the sim engine applies
@@ -118,9 +118,20 @@ function decodingOf(header: string | null): "gzip" | "deflate" | null {
 }
 
 /**
+ * An oversized body up to this many times the limit is read to its end and
+ * dropped before the 413 goes out. A server that answers while the client is
+ * still sending and then closes the connection resets it, and the client
+ * (wrangler dev's proxy among them) loses the 413 it was sent: it sees a
+ * broken connection instead. Past this bound the refusal stays cheap and the
+ * connection is cut.
+ */
+const DRAIN_FACTOR = 2;
+
+/**
  * Reads at most `limit` bytes. Content-Length is checked first so a large
- * upload is refused before a byte is read; a chunked body (no length) is
- * counted as it arrives and cut off at the limit. A gzip or deflate body is
+ * upload is refused before a byte of it is kept; a chunked body (no length)
+ * is counted as it arrives and cut off at the limit. Either way an oversized
+ * body is then drained (see DRAIN_FACTOR). A gzip or deflate body is
  * decoded, and the limit holds for the decoded bytes too: decoding stops at
  * the first byte past it, so a small body that inflates to gigabytes costs
  * no more memory than one at the limit.
@@ -131,7 +142,10 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
   if (declared !== null) {
     const n = Number(declared);
     if (!Number.isFinite(n) || n < 0) throw errors.invalid("Invalid Content-Length header.");
-    if (n > limit) throw errors.tooLarge(limit);
+    if (n > limit) {
+      if (req.body && n <= DRAIN_FACTOR * limit) await drain(req.body.getReader(), n);
+      throw errors.tooLarge(limit);
+    }
   }
   if (!req.body) return new Uint8Array(0);
   let raw: Uint8Array;
@@ -139,7 +153,9 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
     // A declared length the runtime enforces (a body cannot run past its
     // Content-Length), so one native read replaces the chunk loop.
     raw =
-      declared !== null ? new Uint8Array(await req.arrayBuffer()) : await readLimited(req.body, limit, false);
+      declared !== null
+        ? new Uint8Array(await req.arrayBuffer())
+        : await readLimited(req.body, limit, false, DRAIN_FACTOR * limit);
   } catch (err) {
     if (err instanceof ApiError) throw err;
     // The only stream here is the client's: if it breaks, the client
@@ -160,10 +176,12 @@ export async function readBodyLimited(req: Request, limit: number): Promise<Uint
   }
 }
 
+/** `drainTo` is how far the rest of an oversized body is read and dropped (0: not at all, for a decoder's output). */
 async function readLimited(
   body: ReadableStream<Uint8Array>,
   limit: number,
   decoded: boolean,
+  drainTo = 0,
 ): Promise<Uint8Array> {
   const reader = body.getReader();
   const parts: Uint8Array[] = [];
@@ -173,7 +191,7 @@ async function readLimited(
     if (done) break;
     size += value.byteLength;
     if (size > limit) {
-      await reader.cancel().catch(() => {});
+      await drain(reader, drainTo - size);
       throw errors.tooLarge(limit, decoded);
     }
     parts.push(value);
@@ -207,5 +225,22 @@ export function parseJsonBody(bytes: Uint8Array): unknown {
       "invalid_request_error",
       "invalid_json",
     );
+  }
+}
+
+/**
+ * Reads and drops up to `budget` more bytes, and the end after them;
+ * cancels what is left past that. A broken body is no error here.
+ */
+async function drain(reader: ReadableStreamDefaultReader<Uint8Array>, budget: number): Promise<void> {
+  try {
+    for (let left = budget; left >= 0; ) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      left -= value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // The client stopped sending: nothing left to drain.
   }
 }

@@ -1,6 +1,3 @@
-import { z } from "zod";
-import { durationSchema as duration } from "../common/duration.ts";
-
 /**
  * The router's settings: what the edge applies when it admits, routes and
  * proxies requests. The edge owns this schema. The control plane's config
@@ -9,6 +6,8 @@ import { durationSchema as duration } from "../common/duration.ts";
  * stored in KV; `LLMGW_ROUTER` overrides it locally. Snake_case keys and
  * duration strings, as operators write YAML; every object is strict.
  */
+import { z } from "zod";
+import { durationSchema as duration } from "../common/duration.ts";
 
 /** The routing policies a model may name. `chat` is the product; the others are baselines. */
 export const ROUTING_POLICIES = ["chat", "round-robin", "least-load", "random"] as const;

@@ -1,7 +1,3 @@
-import { z } from "zod";
-import { formatIssues } from "../common/zod-issues.ts";
-import { type RouterConfig, routerSchema } from "./router-config.ts";
-
 /**
  * Where the router settings in force come from: the control plane's
  * `router:` section as stored in KV by PutRouterSettings, with the Worker's
@@ -10,6 +6,10 @@ import { type RouterConfig, routerSchema } from "./router-config.ts";
  * Both are raw (duration strings), so the overlay is merged before one
  * parse with routerSchema fills in the defaults.
  */
+import { z } from "zod";
+import { formatIssues } from "../common/zod-issues.ts";
+import { type RouterConfig, routerSchema } from "./router-config.ts";
+
 export const routerDocSchema = z.object({
   version: z.number().int().min(0),
   settings: z.record(z.string(), z.unknown()),

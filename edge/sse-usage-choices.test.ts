@@ -1,3 +1,10 @@
+/**
+ * The edge's usage reader on the chunk shapes the sim engine (after vLLM)
+ * writes for n > 1, tool-call deltas and logprobs: its byte path, its
+ * substring path and its JSON path must agree on what to forward and on the
+ * usage, and with n > 1 the usage so far is the sum of each choice's latest
+ * count (vLLM's continuous stats count per choice), until the final total.
+ */
 import { describe, expect, it } from "vitest";
 import { stepLogprobs } from "../sim-engine/logprobs.ts";
 import {
@@ -12,13 +19,6 @@ import {
 } from "../sim-engine/protocol.ts";
 import { StreamUsage } from "./sse-usage.ts";
 
-/**
- * The edge's usage reader on the chunk shapes the sim engine (after vLLM)
- * writes for n > 1, tool-call deltas and logprobs: its byte path, its
- * substring path and its JSON path must agree on what to forward and on the
- * usage, and with n > 1 the usage so far is the sum of each choice's latest
- * count (vLLM's continuous stats count per choice), until the final total.
- */
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 const PROMPT = 40;

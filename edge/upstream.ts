@@ -1,5 +1,3 @@
-import type { EndpointRecord } from "./catalog.ts";
-
 /**
  * How the edge reaches an engine, behind one fetch seam so the proxy does
  * not care:
@@ -9,6 +7,8 @@ import type { EndpointRecord } from "./catalog.ts";
  * - tunnel: a public tunnel hostname behind Cloudflare Access, reached with
  *   the service token the Worker holds as secrets.
  */
+import type { EndpointRecord } from "./catalog.ts";
+
 export interface FetchLike {
   fetch(input: string | Request, init?: RequestInit): Promise<Response>;
 }

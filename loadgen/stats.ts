@@ -12,7 +12,7 @@
  * request pooled together (as vLLM's `bench serve` does), not over
  * per-request means: a stream that stalls once shows up in the p90.
  */
-import { renderTable } from "../controlplane/ctl/table.ts";
+import { renderTable } from "../common/text-table.ts";
 import { DEFAULT_BANDS } from "./workloads.ts";
 
 export interface RequestResult {

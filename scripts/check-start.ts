@@ -11,7 +11,7 @@
  */
 import { rmSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { tempDir } from "../test/harness/fleet.ts";
+import { tempDir } from "../common/temp-dir.ts";
 import {
   crashesCounted,
   runCurl,
@@ -19,7 +19,7 @@ import {
   stackPorts,
   stackProcesses,
   startStack,
-} from "../test/harness/local-stack.ts";
+} from "./stack-run.ts";
 
 const { values } = parseArgs({
   options: { runs: { type: "string", default: "10" }, cycles: { type: "string", default: "3" } },

@@ -14,7 +14,7 @@ describe("the repository's imports (README, Layout)", () => {
     expect([...sources.keys()].filter((f) => f.startsWith("proto/gen/"))).toEqual([]);
   });
 
-  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/; dashboard/ only common/ and proto/, and no program imports it", () => {
+  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/; dashboard/ only common/ and proto/, and no program imports it; no program imports test/; loadgen/ not controlplane/", () => {
     expect(violations(sources)).toEqual([]);
   });
 
@@ -63,5 +63,26 @@ describe("the checker", () => {
       },
     ]);
     expect(cycles(files)).toEqual([["controlplane/b.ts", "controlplane/c.ts", "controlplane/b.ts"]]);
+  });
+
+  it("keeps test/ to tests: a program's code may not import it, its unit tests may", () => {
+    const files = new Map([
+      ["scripts/local-stack.ts", 'import { killEngines } from "../test/harness/engines.ts";'],
+      ["controlplane/reconcile/plan.test.ts", 'import { gpuNode } from "../../test/fixtures/placement.ts";'],
+      ["loadgen/stats.ts", 'import { renderTable } from "../controlplane/ctl/table.ts";'],
+      ["test/x.test.ts", 'import { REPO } from "./harness/process.ts";'],
+    ]);
+    expect(violations(files)).toEqual([
+      {
+        file: "scripts/local-stack.ts",
+        imports: "test/harness/engines.ts",
+        rule: "scripts/ must not import test/",
+      },
+      {
+        file: "loadgen/stats.ts",
+        imports: "controlplane/ctl/table.ts",
+        rule: "loadgen/ must not import controlplane/",
+      },
+    ]);
   });
 });

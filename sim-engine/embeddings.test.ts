@@ -1,5 +1,5 @@
 import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createLogger } from "../common/log.ts";
 import { base64Float32, EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import { DEFAULT_H100_8B_CORE, EngineCore, type EngineCoreConfig } from "./engine-core.ts";
@@ -429,11 +429,11 @@ describe("POST /v1/embeddings", () => {
         body: JSON.stringify({ model: MODEL, input: [range(100_000), range(10, 1)] }),
         signal: ctrl.signal,
       }).catch((e) => e);
-      await new Promise((r) => setTimeout(r, 150));
+      // Aborted once the engine is prefilling it, not before it arrives.
+      await vi.waitFor(() => expect(core.hasWork()).toBe(true), { timeout: 5_000, interval: 10 });
       ctrl.abort();
       expect(await req).toBeInstanceOf(Error);
-      for (let i = 0; i < 100 && core.hasWork(); i++) await new Promise((r) => setTimeout(r, 20));
-      expect(core.hasWork()).toBe(false);
+      await vi.waitFor(() => expect(core.hasWork()).toBe(false), { timeout: 5_000, interval: 20 });
       expect(core.metrics.promptTokens).toBe(2);
       expect(core.metrics.success.stop).toBe(1);
       expect(core.metrics.success.abort).toBe(2);

@@ -1,5 +1,3 @@
-import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
-
 /**
  * An engine adapter turns a shard spec into the exact process to run. It is a
  * pure function of the spec and the node it runs on, so the command line an
@@ -7,6 +5,7 @@ import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
  * construction runs in tests against the sim engine standing in for the real
  * binary.
  */
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 
 /** What the agent knows about the node that the spec does not say. */
 export interface NodeContext {

@@ -1,12 +1,11 @@
-import { accessSync, constants, statSync } from "node:fs";
-import { createServer } from "node:net";
-import { delimiter, isAbsolute, join, resolve } from "node:path";
-
 /**
  * The Node side of validation: facts gathered from the machine, kept apart
  * from the pure rules in validate.ts so those stay testable without ports
  * or files.
  */
+import { accessSync, constants, statSync } from "node:fs";
+import { createServer } from "node:net";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
 
 /** True when nothing holds `port` on any local address right now. */
 export function portFree(port: number, host = "0.0.0.0"): Promise<boolean> {

@@ -1,12 +1,11 @@
-import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
-import type { EngineLaunch } from "./adapter.ts";
-
 /**
  * Checks a shard spec against what this node actually has, before anything
  * is launched: an engine that rejects a profile does so only after minutes of
  * loading weights, and then with one error at a time. This reports every
  * problem at once, in words an operator can act on.
  */
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
+import type { EngineLaunch } from "./adapter.ts";
 
 export interface GpuFact {
   index: number;

@@ -1,3 +1,9 @@
+/**
+ * Every transition of docs/engines.md ("Supervision", "State file and
+ * adoption"), one row each: a shard in some phase, an event at a time on a
+ * fake clock, and what it becomes and asks for. Times are absolute (ms);
+ * the shard has been in its phase since 0.
+ */
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
@@ -15,13 +21,6 @@ import {
   type ShardLife,
   step,
 } from "./lifecycle.ts";
-
-/**
- * Every transition of docs/engines.md ("Supervision", "State file and
- * adoption"), one row each: a shard in some phase, an event at a time on a
- * fake clock, and what it becomes and asks for. Times are absolute (ms);
- * the shard has been in its phase since 0.
- */
 
 const P: LifecyclePolicy = DEFAULT_POLICY; // restart 10 s doubling to 5 min, reset after 10 min; health 1 s; liveness 5 s × 6
 const URL = "http://127.0.0.1:20000/health";

@@ -1,7 +1,3 @@
-import { doublingDelay } from "../../common/backoff.ts";
-import { type FailedState, isFailed, type ShardState } from "../../common/shard-state.ts";
-import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
-
 /**
  * One shard's lifecycle, as a pure function: an event and the time it
  * happened in, the new lifecycle and the effects to carry out. No timers,
@@ -21,6 +17,9 @@ import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
  * what it is doing about it. A phase ends everything begun in it: the
  * runner holds one AbortController per phase.
  */
+import { doublingDelay } from "../../common/backoff.ts";
+import { type FailedState, isFailed, type ShardState } from "../../common/shard-state.ts";
+import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 
 export interface RestartPolicy {
   /** Agent-local restart of a failed single-node shard. Multi-node shards are a gang: the control plane restarts those. */

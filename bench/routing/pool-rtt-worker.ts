@@ -1,7 +1,3 @@
-import type { Env } from "../../edge/env.ts";
-import { ModelPool } from "../../edge/model-pool.ts";
-import { benchEndpoints } from "./endpoints.ts";
-
 /**
  * bench:routing's measure of a ModelPool round trip in workerd: one request
  * makes `n` admit + release pairs against a pool of 8 endpoints, in a row
@@ -10,6 +6,10 @@ import { benchEndpoints } from "./endpoints.ts";
  * next to the Worker; deployed, the distance to the pool's colo comes on
  * top.
  */
+import type { Env } from "../../edge/env.ts";
+import { ModelPool } from "../../edge/model-pool.ts";
+import { benchEndpoints } from "./endpoints.ts";
+
 export { ModelPool };
 
 export default {

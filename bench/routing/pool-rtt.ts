@@ -9,8 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Miniflare } from "miniflare";
-import { bundleWorker, directSocket, runtimeOf } from "../../test/edge/helpers.ts";
-import { freePort } from "../../test/harness/process.ts";
+import { freePort } from "../../common/processes.ts";
+import { bundleWorker, directSocket, runtimeOf } from "../../scripts/workerd.ts";
 
 const ROUNDS = 5;
 const PAIRS = 2_000;

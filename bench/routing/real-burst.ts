@@ -10,7 +10,7 @@
  * and once as it is now (each endpoint's `max_num_seqs`, every admit
  * charged its demand). Each run gets fresh engines and a fresh edge.
  */
-import { renderTable } from "../../controlplane/ctl/table.ts";
+import { renderTable } from "../../common/text-table.ts";
 import { ms, percentile } from "../../loadgen/stats.ts";
 import {
   clientFor,
@@ -21,7 +21,7 @@ import {
   startEdgeMiniflare,
   startSim,
   stopStarted,
-} from "../../test/edge/helpers.ts";
+} from "../../scripts/edge-harness.ts";
 
 const BRONZE = 120;
 const PLATINUM = 10;

@@ -16,7 +16,8 @@
  */
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { renderTable } from "../../controlplane/ctl/table.ts";
+import { REPO } from "../../common/processes.ts";
+import { renderTable } from "../../common/text-table.ts";
 import type { LevelSummary } from "../../loadgen/stats.ts";
 import { ms } from "../../loadgen/stats.ts";
 import {
@@ -26,8 +27,7 @@ import {
   startEdge,
   startSim,
   stopStarted,
-} from "../../test/edge/helpers.ts";
-import { REPO } from "../../test/harness/process.ts";
+} from "../../scripts/edge-harness.ts";
 
 const KV_BLOCKS = 1500;
 const ENGINES = 4;

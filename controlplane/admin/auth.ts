@@ -1,3 +1,10 @@
+/**
+ * Who may call ControlService (docs/security.md). With a token configured,
+ * every call needs `Authorization: Bearer <token>`; the calls access.ts
+ * opens to read_only_networks may instead come from a network the operator
+ * trusts. Without a token the API is open, which the server only
+ * allows on a loopback admin_listen or with --insecure-admin.
+ */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { BlockList, isIPv4, isIPv6 } from "node:net";
@@ -6,14 +13,6 @@ import { Code, ConnectError, createContextKey, type Interceptor } from "@connect
 import { parseListen } from "../../common/listen.ts";
 import type { AdminConfig } from "../config/schema.ts";
 import { opensToReadOnlyNetworks } from "./access.ts";
-
-/**
- * Who may call ControlService (docs/security.md). With a token configured,
- * every call needs `Authorization: Bearer <token>`; the calls access.ts
- * opens to read_only_networks may instead come from a network the operator
- * trusts. Without a token the API is open, which the server only
- * allows on a loopback admin_listen or with --insecure-admin.
- */
 
 /** A configuration the control plane must not start with; the message says what to fix. */
 export class AdminAuthError extends Error {}

@@ -1,7 +1,3 @@
-import { readFile } from "node:fs/promises";
-import { join } from "node:path";
-import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
-
 /**
  * The dashboard's files, served at `/` on the admin listener. They hold no
  * data: the page reads everything through ControlService with the admin
@@ -9,6 +5,10 @@ import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
  * scripts/build-dashboard.ts into dashboard/build/ in a checkout and
  * dist/dashboard/build/ in a package: the same path from this module in both.
  */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+
 export const DASHBOARD_DIR = join(import.meta.dirname, "..", "..", "dashboard", "build");
 
 type Fallback = NonNullable<ConnectNodeAdapterOptions["fallback"]>;

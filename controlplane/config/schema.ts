@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { modelNameSchema } from "../../common/catalog-names.ts";
 import { durationSchema as duration } from "../../common/duration.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { viaSchema } from "../../edge/catalog.ts";
@@ -48,9 +49,9 @@ export const controlSchema = z.strictObject({
 export const engineKind = z.enum(["vllm", "sglang", "sim"]);
 
 // The model/profile/endpoint part below is the catalog's input. Rules that
-// span fields or models (parallelism arithmetic, alias uniqueness, fallback
-// cycles) live in controlplane/catalog.ts, so there is one place they are
-// enforced; this schema only types each field. The descriptions surface in
+// span fields or models (parallelism arithmetic in controlplane/catalog.ts;
+// name, alias and fallback rules in common/catalog-names.ts, which the edge
+// applies too) live there, so there is one place each is enforced; this schema only types each field. The descriptions surface in
 // `llmgw config schema` for editors.
 export const profileSchema = z.strictObject({
   name: z
@@ -122,10 +123,7 @@ export const profileSchema = z.strictObject({
 });
 
 export const modelSchema = z.strictObject({
-  name: z
-    .string()
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, "must be letters, digits and . _ : / -")
-    .describe("The model name clients request"),
+  name: modelNameSchema.describe("The model name clients request"),
   aliases: z
     .array(z.string().min(1))
     .default([])

@@ -1,3 +1,9 @@
+/**
+ * The control plane is its own certificate authority for the agent stream
+ * (docs/architecture.md, the control path): one ECDSA P-256 CA under
+ * `data_dir/pki/`, a server certificate for the agent listener, and client
+ * certificates for enrolled agents whose subject CN is the node name.
+ */
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
@@ -12,12 +18,6 @@ import {
   x509,
 } from "../../common/x509.ts";
 
-/**
- * The control plane is its own certificate authority for the agent stream
- * (design §4): one ECDSA P-256 CA under `data_dir/pki/`, a server certificate
- * for the agent listener, and client certificates for enrolled agents whose
- * subject CN is the node name.
- */
 type Cert = InstanceType<typeof x509.X509Certificate>;
 
 export interface Ca {

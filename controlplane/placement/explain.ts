@@ -1,7 +1,9 @@
 /**
- * Turning placement counts into what an operator reads. `llmgw ctl explain`
- * and `ctl replicas` call `formatExplanation` for the human lines and
- * `explanationJSON` for `--json`; nothing here decides anything.
+ * Turning placement counts into what an operator reads. The control
+ * plane's ControlService `Explain` (admin/control-service.ts) calls
+ * `formatExplanations` for both the human lines and the JSON that
+ * `llmgw ctl explain` and the dashboard show; the reconciler's explain
+ * (reconcile/explain.ts) uses `requirementText`. Nothing here decides anything.
  */
 import type { Requirements } from "./stages.ts";
 import type { Assignment, Explanation, Rejection, RejectReason } from "./types.ts";

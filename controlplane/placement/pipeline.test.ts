@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { gpuNode, PORTS, profileOf } from "../../test/fixtures/placement.ts";
+import { gpuNode, PORTS, profileOf } from "./builders.ts";
 import { formatExplanation } from "./explain.ts";
 import { Fleet } from "./fleet.ts";
 import { PlacementSession, placeReplica } from "./pipeline.ts";

@@ -2,8 +2,8 @@ import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEngines } from "../../agent/kill-engines.ts";
 import { launchChromium, screenshot } from "../harness/browser.ts";
-import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 
@@ -125,6 +125,24 @@ describe("the dashboard in headless Chromium, against a real control plane and a
     );
     expect(await page.locator("#edge").textContent()).toContain("This control plane has no edge link");
     await screenshot(page, "dashboard", "signed-in");
+  });
+
+  it("renders every panel in a browser started under the POSIX locale C.UTF-8", async () => {
+    const posix = await launchChromium({ locale: "C.UTF-8" });
+    try {
+      const p = await posix.newPage();
+      // The premise: under C.UTF-8 Chromium reports a language no Intl constructor accepts.
+      expect(await p.evaluate(() => navigator.language)).toBe("en-US@posix");
+      await p.goto(`${cp.adminUrl}/#token=${TOKEN}`);
+      await p.locator('#fleet tr[data-node="dash-2"]').waitFor();
+      expect(p.url()).toBe(`${cp.adminUrl}/`);
+      for (const panel of ["#fleet", "#replicas", "#models", "#edge", "#keys", "#actions"])
+        expect(await p.locator(`${panel} h2`).count(), panel).toBe(1);
+      expect(await p.locator(".panel-fault").count()).toBe(0);
+      await screenshot(p, "dashboard", "posix-locale");
+    } finally {
+      await posix.close();
+    }
   });
 
   it("cordon and uncordon each ask first; Cancel changes nothing", async () => {

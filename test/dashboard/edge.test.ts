@@ -84,6 +84,28 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     expect(await page.locator("#edge .plot .u-legend").first().textContent()).toContain(MODEL);
   });
 
+  it("a panel that fails shows its error in its place, and the rest of the page renders", async () => {
+    const broken = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    try {
+      // A browser whose canvas cannot draw: uPlot throws in the Edge panel's plots.
+      await broken.addInitScript(() => {
+        HTMLCanvasElement.prototype.getContext = () => {
+          throw new Error("no canvas in this browser");
+        };
+      });
+      await broken.goto(`${cp.adminUrl}/#token=${TOKEN}`);
+      await onPage(() => broken.locator("#edge .panel-fault").textContent()).toContain(
+        "no canvas in this browser",
+      );
+      await broken.locator(`#keys tr[data-key="${key.id}"]`).waitFor();
+      await broken.locator("#fleet tr[data-node]").first().waitFor();
+      expect(await broken.locator(".panel-fault").count()).toBe(1);
+      await screenshot(broken, "dashboard", "panel-fault");
+    } finally {
+      await broken.close();
+    }
+  });
+
   it("shows the keys' usage totals from the edge", async () => {
     const row = page.locator(`#keys tr[data-key="${key.id}"]`);
     const requests = async () =>

@@ -1,3 +1,12 @@
+/**
+ * Clients that misbehave, against the Worker in workerd (the bundled
+ * Worker under Miniflare, no wrangler dev proxy in front to mask what it
+ * answers): fuzzed request bodies and headers on the OpenAI routes
+ * (fast-check), and bodies cut short of their length on a raw socket.
+ * Every request gets an OpenAI-shaped 4xx — never a 5xx, never a hang —
+ * and nothing reaches the engine: the pools admit nothing, the engine's
+ * counters do not move (until a valid request at the end shows they would).
+ */
 import { connect } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,15 +23,6 @@ import {
   type TestKey,
 } from "./helpers.ts";
 
-/**
- * Clients that misbehave, against the Worker in workerd (the bundled
- * Worker under Miniflare, no wrangler dev proxy in front to mask what it
- * answers): fuzzed request bodies and headers on the OpenAI routes
- * (fast-check), and bodies cut short of their length on a raw socket.
- * Every request gets an OpenAI-shaped 4xx — never a 5xx, never a hang —
- * and nothing reaches the engine: the pools admit nothing, the engine's
- * counters do not move (until a valid request at the end shows they would).
- */
 const RUNS = Number(process.env.LLMGW_FUZZ_RUNS ?? 300);
 const LIMIT = 16 * 1024;
 const BANDS = ["platinum", "gold", "silver", "bronze"];

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { checkCatalogNames } from "../../common/catalog-names.ts";
 import { parseEndpointsFile } from "../../controlplane/ctl/endpoints.ts";
 import { runLlmgw } from "../harness/process.ts";
 import { clientFor, type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
@@ -171,6 +172,22 @@ describe("keys and endpoints CLI", () => {
     await expect(
       edge.sync.putCatalog({ models: [{ name: "a", aliases: [], fallbacks: ["missing"], routing: "" }] }),
     ).rejects.toThrow(/fallbacks/);
+    // The control plane's own rules and words: a self-fallback and a cycle are refused too.
+    const looped = [
+      { name: "a", aliases: ["first"], fallbacks: ["first"], routing: "" },
+      { name: "b", aliases: [], fallbacks: ["c"], routing: "" },
+      { name: "c", aliases: [], fallbacks: ["b"], routing: "" },
+    ];
+    await expect(edge.sync.putCatalog({ models: looped })).rejects.toThrow(
+      checkCatalogNames(looped).issues.join("; "),
+    );
+    expect(checkCatalogNames(looped).issues).toEqual([
+      'models[0].fallbacks[0]: "first" is this model itself',
+      "models[1].fallbacks: fallback cycle b → c → b",
+    ]);
+    await expect(
+      edge.sync.putCatalog({ models: [{ name: "a\r\nx-evil: 1", aliases: [], fallbacks: [], routing: "" }] }),
+    ).rejects.toThrow("models[0].name: must be letters, digits and . _ : / -");
     const v1 = await edge.sync.putCatalog({
       models: [{ name: "a", aliases: [], fallbacks: [], routing: "" }],
       version: 10n,

@@ -1,7 +1,7 @@
 import { createServer, type Server, type Socket } from "node:net";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort } from "../harness/process.ts";
+import { freePort, waitUntil } from "../harness/process.ts";
 import {
   chatBody,
   clientFor,
@@ -226,10 +226,21 @@ describe("edge under engine faults", () => {
     expect((await open.json()).error.code).toBe("no_capacity");
     // Bring the engine up; after the cooldown one probe goes through and closes it.
     await startSim("brk", [], breakerPort); // stopped with the rest in afterAll
-    const stillOpen = await post(chatBody("brk"));
-    expect(stillOpen.headers.get("x-llmgw-attempts")).toBe("0");
-    await new Promise((r) => setTimeout(r, COOLDOWN_MS + 100));
-    const probe = await post(chatBody("brk"));
+    // Open until the cooldown ends, engine up or not: each request meanwhile
+    // is refused untried, and the first one after it is the probe. (Whether
+    // a request lands between the engine's start and the cooldown's end
+    // depends on how fast the engine starts, so none is asserted there.)
+    const probe = await waitUntil(
+      "the breaker's cooldown to end",
+      async () => {
+        const r = await post(chatBody("brk"));
+        if (r.headers.get("x-llmgw-attempts") !== "0") return r;
+        await r.body?.cancel();
+        return undefined;
+      },
+      COOLDOWN_MS + 10_000,
+      50,
+    );
     expect(probe.status).toBe(200);
     expect(probe.headers.get("x-llmgw-attempts")).toBe("1");
     const closed = await Promise.all([post(chatBody("brk")), post(chatBody("brk"))]);

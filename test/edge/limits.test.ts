@@ -1,3 +1,10 @@
+/**
+ * A key's TPM and token budget hold against requests whose charge has not
+ * landed yet (docs/edge.md, "Admission"), and an RPM refusal's Retry-After
+ * is the real time until the window frees. The edge in workerd, real sim
+ * engines, the official openai client; assertions on the key's ledger
+ * (EdgeSync GetUsage) and the engines' counters.
+ */
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,14 +25,6 @@ import {
   stopStarted,
   type TestKey,
 } from "./helpers.ts";
-
-/**
- * A key's TPM and token budget hold against requests whose charge has not
- * landed yet (docs/edge.md, "Admission"), and an RPM refusal's Retry-After
- * is the real time until the window frees. The edge in workerd, real sim
- * engines, the official openai client; assertions on the key's ledger
- * (EdgeSync GetUsage) and the engines' counters.
- */
 
 // 9 prompt tokens (the sim's Llama-3-shaped template around "hi") + 10
 // generated (ignore_eos: exactly max_tokens).

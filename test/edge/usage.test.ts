@@ -177,9 +177,17 @@ describe("usage accounting", () => {
     expect(final.partial).toBe(observed);
     expect(observed).toBeGreaterThanOrEqual(DISCONNECTED / 2);
     // Charging is idempotent by request id and happens once per request:
-    // the count above is exact, and nothing arrives later.
-    await new Promise((r) => setTimeout(r, 300));
-    expect((await keyUsage(edge, key.id)).requests).toBe(COMPLETED + DISCONNECTED);
+    // the count above is exact, and nothing arrives later. One more request,
+    // charged after all of them, is the barrier: the ledger then holds
+    // exactly one more.
+    await request(COMPLETED + DISCONNECTED);
+    await waitUntil(
+      "the barrier request's charge",
+      async () => (await keyUsage(edge, key.id)).requests > COMPLETED + DISCONNECTED,
+      20_000,
+      25,
+    );
+    expect((await keyUsage(edge, key.id)).requests).toBe(COMPLETED + DISCONNECTED + 1);
     console.log(
       `hang-ups seen by the Worker: ${observed}/${DISCONNECTED}; tokens generated but not charged: ${gaps.join(",")} (max ${Math.max(...gaps)})`,
     );

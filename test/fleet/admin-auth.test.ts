@@ -6,8 +6,8 @@ import { DatabaseSync } from "node:sqlite";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEngines } from "../../agent/kill-engines.ts";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
-import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { freePort, type Proc, runLlmgw, startLlmgw, waitUntil } from "../harness/process.ts";
 

@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { killEngines } from "../harness/engines.ts";
+import { killEngines } from "../../agent/kill-engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 

@@ -1,6 +1,6 @@
 import { join } from "node:path";
+import { killEngines } from "../../agent/kill-engines.ts";
 import { type Edge, startEdge } from "../edge/helpers.ts";
-import { killEngines } from "./engines.ts";
 import { type AgentOptions, type ControlPlaneHandle, startAgent, startControlPlane } from "./fleet.ts";
 import { type Proc, waitUntil } from "./process.ts";
 

@@ -6,6 +6,7 @@ import { promisify } from "node:util";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { controlClient } from "../../controlplane/ctl/client.ts";
+import { type Installed, packAndInstall } from "../../scripts/pack-install.ts";
 import {
   killProcessesMatching,
   loopbackAddress,
@@ -16,7 +17,6 @@ import {
   tempDir,
 } from "../harness/fleet.ts";
 import { freePort, REPO, waitUntil } from "../harness/process.ts";
-import { type Installed, packAndInstall } from "./pack.ts";
 import { startPrivateManager, type UnitManager, whyNoManager } from "./systemd.ts";
 
 // The production install, end to end: `npm pack`, the tarball installed

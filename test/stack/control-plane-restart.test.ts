@@ -1,10 +1,10 @@
 import { join } from "node:path";
 import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEngines } from "../../agent/kill-engines.ts";
 import type { NodeJson } from "../../controlplane/ctl/nodes.ts";
 import type { ReplicaJson } from "../../controlplane/ctl/replicas.ts";
 import { clientFor, createKey, type FastEdge, startEdgeMiniflare } from "../edge/helpers.ts";
-import { killEngines } from "../harness/engines.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 

@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
+import { stackPorts, stackProcesses, startStack } from "../../scripts/stack-run.ts";
 import { tempDir } from "../harness/fleet.ts";
-import { stackPorts, stackProcesses, startStack } from "../harness/local-stack.ts";
 
 /**
  * `npm start` with one of its ports taken names it and exits before

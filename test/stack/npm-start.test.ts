@@ -1,8 +1,6 @@
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { launchChromium, screenshot } from "../harness/browser.ts";
-import { tempDir } from "../harness/fleet.ts";
 import {
   crashesCounted,
   runCurl,
@@ -10,7 +8,9 @@ import {
   stackPorts,
   stackProcesses,
   startStack,
-} from "../harness/local-stack.ts";
+} from "../../scripts/stack-run.ts";
+import { launchChromium, screenshot } from "../harness/browser.ts";
+import { tempDir } from "../harness/fleet.ts";
 import { REPO } from "../harness/process.ts";
 
 /**

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { processAlive } from "../../agent/engine-process.ts";
-import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
+import { processAlive } from "./engine-process.ts";
+import { readStateFile, STATE_FILE_NAME } from "./state-file.ts";
 
 /**
  * Engines are detached from their agents by design, so whoever killed an

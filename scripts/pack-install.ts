@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { REPO } from "../harness/process.ts";
+import { REPO } from "../common/processes.ts";
 
 const run = promisify(execFile);
 

@@ -1,12 +1,3 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
-import { controlClient } from "../../controlplane/ctl/client.ts";
-import { processArgv } from "./fleet.ts";
-import { freePort, REPO } from "./process.ts";
-
 /**
  * `npm start` driven the way a user drives it from a terminal: npm leads a
  * process group of its own (a terminal's foreground group), the README's
@@ -15,6 +6,14 @@ import { freePort, REPO } from "./process.ts";
  * inherits a marker in its environment, so what a run leaves behind is
  * found in /proc whatever the stack's own bookkeeping says.
  */
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { readStateFile, STATE_FILE_NAME } from "../agent/state-file.ts";
+import { processArgv } from "../common/proc-fs.ts";
+import { freePort, REPO } from "../common/processes.ts";
+import { controlClient } from "../controlplane/ctl/client.ts";
 
 export interface StackPorts {
   edge: number;

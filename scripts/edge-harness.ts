@@ -1,0 +1,472 @@
+/**
+ * The edge and sim engines on loopback, as the edge's integration tests and
+ * the edge and routing benchmarks run them: the Worker under `wrangler dev`
+ * or in Miniflare (workerd.ts), EdgeSync, keys, endpoint sets.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+// Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
+import { Miniflare } from "miniflare";
+import OpenAI from "openai";
+import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
+import { hashSecret, newSecret } from "../controlplane/ctl/keys.ts";
+import { type EdgeSyncClient, edgeSyncClient } from "../controlplane/edgesync-client.ts";
+import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
+import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
+
+/**
+ * The real edge in workerd (`wrangler dev`, driven as a black box) and real
+ * sim engines, for the edge's integration tests. One edge per test file:
+ * its own port, its own `--persist-to` directory, its own EdgeSync secret.
+ */
+
+export interface Edge {
+  url: string;
+  token: string;
+  proc: Proc;
+  sync: EdgeSyncClient;
+  stop(): Promise<void>;
+}
+
+/** Where a `wrangler dev` listens and keeps its state; by default a free port and a directory of its own. */
+export interface WranglerPlace {
+  port?: number;
+  /** A state directory the caller owns: kept on stop, so a restart finds KV and Durable Objects as they were. */
+  persistTo?: string;
+}
+
+/** `wrangler dev` for a config, on a free port with its own state directory. */
+export async function startWrangler(
+  config: string,
+  vars: Record<string, string>,
+  name: string,
+  place: WranglerPlace = {},
+): Promise<{ url: string; proc: Proc; stop(): Promise<void> }> {
+  const port = place.port ?? (await freePort());
+  const inspector = await freePort();
+  const dir = place.persistTo ?? mkdtempSync(join(tmpdir(), "llmgw-wrangler-"));
+  const proc = startProcess(name, process.execPath, [
+    WRANGLER,
+    "dev",
+    "--config",
+    config,
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--inspector-port",
+    String(inspector),
+    "--persist-to",
+    dir,
+    "--show-interactive-dev-session=false",
+    ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+  ]);
+  await proc.waitFor(/Ready on http/, 60_000);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    proc,
+    async stop() {
+      await proc.kill();
+      if (!place.persistTo) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface EdgeOptions extends WranglerPlace {
+  /** The EdgeSync secret; default a fresh one. */
+  token?: string;
+  /** More Worker vars (EDGE_SYNC_TOKEN_NEXT, …); an empty EDGE_SYNC_TOKEN here unsets it. */
+  vars?: Record<string, string>;
+}
+
+export async function startEdge(
+  router: Record<string, unknown> = {},
+  name = "edge",
+  opts: EdgeOptions = {},
+): Promise<Edge> {
+  const token = opts.token ?? `edge-test-${Math.random().toString(36).slice(2)}`;
+  const w = await startWrangler(
+    join(REPO, "wrangler.toml"),
+    { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...opts.vars },
+    name,
+    opts,
+  );
+  return track({ url: w.url, token, proc: w.proc, sync: edgeSyncClient(w.url, token), stop: w.stop });
+}
+
+export type FastEdge = Omit<Edge, "proc"> & {
+  /** Miniflare's own port (its entry worker); `url` is the Worker's direct socket. */
+  port: number;
+};
+
+/**
+ * Miniflare runs workerd inside the test process: its access log (a line
+ * per request, for operators) would bury the test report, so it is dropped
+ * there; the Worker's other lines still show.
+ */
+const withoutAccessLog = {
+  structuredWorkerdLogs: true,
+  handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
+    if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+    (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
+  },
+};
+
+/**
+ * The edge in workerd through Miniflare, bundled as `wrangler deploy`
+ * bundles it, state in memory, served on a direct socket (see
+ * directSocket). Unlike `wrangler dev` there is no ProxyWorker in front (a
+ * second workerd relaying over HTTP), which caps `wrangler dev` at about 65
+ * req/s on these machines and now and then does not pass a client's hang-up
+ * on. For benchmarks and load tests.
+ */
+export async function startEdgeMiniflare(
+  router: Record<string, unknown> = {},
+  /** More bindings (EDGE_SYNC_TOKEN_NEXT, …); `EDGE_SYNC_TOKEN: undefined` leaves it unset. */
+  vars: Record<string, string | undefined> = {},
+): Promise<FastEdge> {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-mf-"));
+  const config = join(REPO, "wrangler.toml");
+  const script = bundleWorker(config, dir, "worker.js");
+  const token = newSecret();
+  const port = await freePort();
+  const direct = await directSocket();
+  const mf = new Miniflare({
+    ...runtimeOf(config),
+    host: "127.0.0.1",
+    port,
+    modules: true,
+    scriptPath: script,
+    modulesRoot: dir,
+    kvNamespaces: ["LLMGW_KV"],
+    durableObjects: {
+      KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
+      REVOCATIONS: { className: "RevocationLog", useSQLite: true },
+      MODEL_POOL: { className: "ModelPool", useSQLite: true },
+    },
+    bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
+    ...withoutAccessLog,
+    ...direct.options,
+  });
+  await mf.ready;
+  const url = await direct.url(mf);
+  return track({
+    url,
+    port,
+    token,
+    sync: edgeSyncClient(url, token),
+    async stop() {
+      await mf.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
+
+function definedOnly(vars: Record<string, string | undefined>): Record<string, string> {
+  return Object.fromEntries(Object.entries(vars).filter((e): e is [string, string] => e[1] !== undefined));
+}
+
+/** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
+export function clientFor(edge: { url: string }, apiKey: string): OpenAI {
+  return new OpenAI({ apiKey, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+}
+
+export interface Sim {
+  url: string;
+  port: number;
+  proc: Proc;
+  stop(): Promise<void>;
+}
+
+/** A sim engine serving `model` on a free loopback port, fast by default. */
+export async function startSim(model: string, flags: string[] = [], port?: number): Promise<Sim> {
+  const p = port ?? (await freePort());
+  const proc = startLlmgw(`sim-${model}-${p}`, [
+    "sim-engine",
+    "serve",
+    model,
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(p),
+    "--sim-speed",
+    "200",
+    ...flags,
+  ]);
+  await proc.waitFor(/sim engine ready/, 30_000);
+  return track({ url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() });
+}
+
+export interface EngineCounters {
+  prompt: number;
+  generation: number;
+  /** Requests the engine finished, any reason (stop, length, abort). */
+  finished: number;
+}
+
+export async function engineCounters(sim: { url: string }): Promise<EngineCounters> {
+  const text = await (await fetch(`${sim.url}/metrics`)).text();
+  const sum = (name: string) => {
+    let s = 0;
+    for (const line of text.split("\n")) {
+      if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+        s += Number(line.slice(line.lastIndexOf(" ") + 1));
+    }
+    return s;
+  };
+  return {
+    prompt: sum("vllm:prompt_tokens_total"),
+    generation: sum("vllm:generation_tokens_total"),
+    finished: sum("vllm:request_success_total"),
+  };
+}
+
+export interface TestKey {
+  id: string;
+  secret: string;
+}
+
+let keySeq = 0;
+
+export async function createKey(
+  edge: Pick<Edge, "sync">,
+  opts: {
+    band?: string;
+    defaultBand?: string;
+    models?: string[];
+    rpm?: number;
+    tpm?: number;
+    maxConcurrent?: number;
+    budget?: { tokens: number; period: string };
+  } = {},
+): Promise<TestKey> {
+  const secret = newSecret();
+  const id = `key_test_${process.pid}_${++keySeq}`;
+  await edge.sync.putKey({
+    key: {
+      id,
+      hash: hashSecret(secret),
+      name: id,
+      maxBand: opts.band ?? "gold",
+      defaultBand: opts.defaultBand ?? "",
+      models: opts.models ?? [],
+      rpm: opts.rpm ?? 0,
+      tpm: opts.tpm ?? 0,
+      maxConcurrent: opts.maxConcurrent ?? 0,
+      budget: opts.budget ? { tokens: BigInt(opts.budget.tokens), period: opts.budget.period } : undefined,
+      createdAtUnixMs: BigInt(Date.now()),
+    },
+  });
+  return { id, secret };
+}
+
+export interface EndpointSpec {
+  id: string;
+  url: string;
+  models: string[];
+  priority?: number;
+  weight?: number;
+  /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
+  pool?: string;
+  /** What the engine can hold, as an endpoint file's `capacity:` says it. */
+  capacity?: { maxNumSeqs?: number; kvTokens?: number };
+  /** The model name sent to this engine in place of the catalog's. */
+  servedModelName?: string;
+}
+
+export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
+  await edge.sync.putEndpointSets({
+    endpoints: endpoints.map((e) => ({
+      id: e.id,
+      url: e.url,
+      models: e.models,
+      pool: e.pool ?? (e.priority ? `priority-${e.priority}` : "default"),
+      weight: e.weight ?? 1,
+      priority: e.priority ?? 0,
+      via: "direct",
+      maxNumSeqs: e.capacity?.maxNumSeqs ?? 0,
+      kvTokens: BigInt(e.capacity?.kvTokens ?? 0),
+      servedModelName: e.servedModelName ?? "",
+    })),
+  });
+}
+
+export async function keyUsage(edge: Edge, keyId: string) {
+  const { usage } = await edge.sync.getUsage({ keyId });
+  const u = usage[0]!;
+  return {
+    requests: Number(u.requests),
+    prompt: Number(u.promptTokens),
+    completion: Number(u.completionTokens),
+    partial: Number(u.partialRequests),
+  };
+}
+
+export function chatBody(model: string, extra: Record<string, unknown> = {}) {
+  return { model, messages: [{ role: "user", content: "Say something." }], max_tokens: 8, ...extra };
+}
+
+/**
+ * A client that hangs up mid-stream: a fresh TCP connection (no pooled
+ * keep-alive socket that might outlive the abort), an HTTP/1.1 POST, read
+ * until `events` SSE events have arrived, then destroy the socket.
+ * Resolves with the number of events read and the raw head of the response.
+ */
+export async function streamThenHangUp(
+  baseUrl: string,
+  path: string,
+  headers: Record<string, string>,
+  body: unknown,
+  events: number,
+): Promise<{ events: number; head: string }> {
+  const { connect } = await import("node:net");
+  const u = new URL(baseUrl);
+  const payload = Buffer.from(JSON.stringify(body));
+  const lines = [
+    `POST ${path} HTTP/1.1`,
+    `host: ${u.host}`,
+    "content-type: application/json",
+    `content-length: ${payload.length}`,
+    "connection: close",
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+  ];
+  return new Promise((resolve, reject) => {
+    const sock = connect(Number(u.port), u.hostname);
+    let text = "";
+    let seen = 0;
+    sock.on(
+      "connect",
+      () =>
+        sock.end === undefined ||
+        sock.write(Buffer.concat([Buffer.from(`${lines.join("\r\n")}\r\n\r\n`), payload])),
+    );
+    sock.on("data", (d: Buffer) => {
+      text += d.toString("utf8");
+      seen = text.split("\n\n").length - 1;
+      // The header block ends with \r\n\r\n, which is not an SSE event.
+      if (text.includes("\r\n\r\n")) seen = text.slice(text.indexOf("\r\n\r\n") + 4).split("\n\n").length - 1;
+      if (seen >= events) {
+        sock.destroy();
+        resolve({ events: seen, head: text.slice(0, text.indexOf("\r\n\r\n")) });
+      }
+    });
+    sock.on("error", reject);
+    sock.on("close", () => resolve({ events: seen, head: text.slice(0, text.indexOf("\r\n\r\n")) }));
+  });
+}
+
+/**
+ * Everything startEdge/startSim/startEdgeMiniflare started in this test
+ * process, so afterAll can stop it all — including what did start when a
+ * sibling in the same Promise.all failed (which would otherwise outlive the
+ * test run as an orphan).
+ */
+const running = new Set<{ stop(): Promise<void> }>();
+
+function track<T extends { stop(): Promise<void> }>(x: T): T {
+  const stop = x.stop.bind(x);
+  const tracked = Object.assign(x, {
+    stop: async () => {
+      running.delete(tracked);
+      await stop();
+    },
+  });
+  running.add(tracked);
+  return tracked;
+}
+
+export async function stopStarted(): Promise<void> {
+  await Promise.all([...running].map((x) => x.stop().catch(() => {})));
+}
+
+export interface EdgeIsolates {
+  /** One direct URL per isolate. */
+  urls: string[];
+  token: string;
+  sync: EdgeSyncClient;
+  /** Any extra worker's direct URL, by name. */
+  extra: Record<string, string>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The edge as several isolates sharing one set of Durable Objects and one
+ * KV namespace — what two Cloudflare locations share, and what one
+ * `wrangler dev` cannot show: Miniflare runs `isolates` copies of the
+ * bundled Worker, each with its own module state (caches, fail-open
+ * pools), all bound to the first copy's KeyLedger, RevocationLog and
+ * ModelPool. `pool` puts another script's class behind MODEL_POOL (a test
+ * double for a pool that cannot be reached); that script is served too,
+ * under its name, at `extra[name]`.
+ */
+export async function startEdgeIsolates(
+  isolates: number,
+  router: Record<string, unknown> = {},
+  pool?: { name: string; config: string; entry: string; className: string },
+): Promise<EdgeIsolates> {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-iso-"));
+  const config = join(REPO, "wrangler.toml");
+  const script = bundleWorker(config, join(dir, "edge"), "worker.js");
+  const token = newSecret();
+  const kvNamespaces = { LLMGW_KV: "llmgw-kv-shared" };
+  const bindings = { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router) };
+  const sockets = await Promise.all(Array.from({ length: isolates + (pool ? 1 : 0) }, () => freePort()));
+  const own = (className: string) => ({ className, useSQLite: true });
+  const shared = (className: string) => ({ className, useSQLite: true, scriptName: "edge-0" });
+  const runtime = runtimeOf(config);
+  const workers: Record<string, unknown>[] = Array.from({ length: isolates }, (_, i) => ({
+    ...runtime,
+    name: `edge-${i}`,
+    modules: true,
+    scriptPath: script,
+    modulesRoot: join(dir, "edge"),
+    kvNamespaces,
+    bindings,
+    durableObjects: {
+      KEY_LEDGER: i === 0 ? own("KeyLedger") : shared("KeyLedger"),
+      REVOCATIONS: i === 0 ? own("RevocationLog") : shared("RevocationLog"),
+      MODEL_POOL: pool
+        ? { className: pool.className, useSQLite: true, scriptName: pool.name }
+        : i === 0
+          ? own("ModelPool")
+          : shared("ModelPool"),
+    },
+    unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[i] }],
+  }));
+  if (pool) {
+    const poolScript = bundleWorker(pool.config, join(dir, pool.name), pool.entry);
+    workers.push({
+      ...runtime,
+      name: pool.name,
+      modules: true,
+      scriptPath: poolScript,
+      modulesRoot: join(dir, pool.name),
+      kvNamespaces,
+      bindings,
+      durableObjects: { POOL: own(pool.className) },
+      unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[isolates] }],
+    });
+  }
+  const mf = new Miniflare({
+    host: "127.0.0.1",
+    port: await freePort(),
+    workers: workers as never,
+    ...withoutAccessLog,
+  });
+  await mf.ready;
+  const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");
+  const urls = await Promise.all(Array.from({ length: isolates }, (_, i) => direct(`edge-${i}`)));
+  return track({
+    urls,
+    token,
+    sync: edgeSyncClient(urls[0]!, token),
+    extra: pool ? { [pool.name]: await direct(pool.name) } : {},
+    async stop() {
+      await mf.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
+
+export { bundleWorker, directSocket, runtimeOf, WRANGLER };

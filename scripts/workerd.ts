@@ -1,0 +1,55 @@
+/**
+ * The edge Worker in workerd outside `wrangler dev`: bundled as `wrangler
+ * deploy` bundles it, run by Miniflare with wrangler.toml's runtime, served
+ * on a socket of its own. Shared by the edge's integration tests, the edge
+ * benchmarks and `npm run check:bundle`.
+ */
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Miniflare } from "miniflare";
+import { freePort, REPO } from "../common/processes.ts";
+
+export const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
+
+/** Bundles a Worker the way `wrangler deploy` does; returns the entry module's path. */
+export function bundleWorker(config: string, outdir: string, entry: string): string {
+  const r = spawnSync(
+    process.execPath,
+    [WRANGLER, "deploy", "--dry-run", "--config", config, "--outdir", outdir],
+    {
+      cwd: REPO,
+      encoding: "utf8",
+    },
+  );
+  if (r.status !== 0) throw new Error(`wrangler deploy --dry-run failed:\n${r.stdout}\n${r.stderr}`);
+  return join(outdir, entry);
+}
+
+/** compatibility_date and _flags of a wrangler.toml, so Miniflare runs what wrangler would. */
+export function runtimeOf(config: string): { compatibilityDate: string; compatibilityFlags: string[] } {
+  const text = readFileSync(config, "utf8");
+  const date = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(text)?.[1];
+  const flags = /^compatibility_flags\s*=\s*\[([^\]]*)\]/m.exec(text)?.[1] ?? "";
+  if (!date) throw new Error(`${config}: no compatibility_date`);
+  return { compatibilityDate: date, compatibilityFlags: [...flags.matchAll(/"([^"]+)"/g)].map((m) => m[1]!) };
+}
+
+/**
+ * Serves a Miniflare Worker on a socket of its own as well as Miniflare's:
+ * Miniflare's entry worker (local-dev pretty errors, live reload, request
+ * logging) runs JavaScript at the start of every response, which Cloudflare's
+ * front line does not; a benchmark measuring what a Worker adds must not
+ * count it. Returns the options to spread into `new Miniflare` and, once
+ * ready, the direct URL.
+ */
+export async function directSocket(): Promise<{
+  options: { unsafeDirectSockets: { host: string; port: number }[] };
+  url(mf: Miniflare): Promise<string>;
+}> {
+  const port = await freePort();
+  return {
+    options: { unsafeDirectSockets: [{ host: "127.0.0.1", port }] },
+    url: async (mf) => String(await mf.unsafeGetDirectURL()).replace(/\/$/, ""),
+  };
+}
