@@ -15,12 +15,13 @@ import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import { EdgeStatusPoller } from "./edge-status.ts";
+import { type EdgeStatusBook, EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { LoadBoard } from "./load-board.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
+import { registerScalingMetrics, Scaler } from "./scaler.ts";
 
 export interface ControlPlane {
   readonly agentPort: number;
@@ -28,6 +29,7 @@ export interface ControlPlane {
   readonly registry: Registry;
   readonly streams: AgentStreams;
   readonly reconciler: Reconciler;
+  readonly scaler: Scaler;
   /** Applies a new configuration's desired state (SIGHUP); listeners and timers stay. */
   reload(loaded: LoadedConfig): void;
   close(): Promise<void>;
@@ -80,8 +82,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     ...(tls ? { certificates: tls.certs, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) } : {}),
   });
   const loads = new LoadBoard(streams);
+  // The edge link is built after the reconciler it reads; the scaler asks for its book at each sample.
+  let edgeBook: EdgeStatusBook | undefined;
+  const scaler = new Scaler({
+    log: log.child({ component: "scaler" }),
+    edge: () => edgeBook,
+    load: (at) => loads.get(at),
+  });
   const reconciler = new Reconciler(
-    { registry, streams, intents, log: log.child({ component: "reconciler" }), now },
+    { registry, streams, intents, log: log.child({ component: "reconciler" }), now, scaler },
     config,
     catalog,
   );
@@ -90,6 +99,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
+  edgeBook = edge?.status.book;
+  registerScalingMetrics(metrics, scaler, () => reconciler.currentCatalog);
   const agents = agentListener(streams, tls, c.max_message_bytes, log);
   const admin = adminListener({
     control: {
@@ -97,6 +108,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       intents,
       reconciler,
       loads,
+      scaler,
       now,
       ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
       ...(tls ? { joinTokens: tls.enrollment } : {}),
@@ -131,6 +143,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     registry,
     streams,
     reconciler,
+    scaler,
     reload(next) {
       reloadAdminTokens(adminAuth, next, log);
       const nextCatalog = buildCatalog(next.config);
