@@ -66,7 +66,7 @@ const scalingFields = {
     .max(0.5)
     .describe("Dead band around the target: up above target + tolerance, down only below target - tolerance"),
   window: duration
-    .refine((ms) => ms >= 5_000 && ms <= 3_600_000, "must be between 5s and 1h")
+    .refine((ms) => ms >= 2_000 && ms <= 3_600_000, "must be between 2s and 1h")
     .describe("The demand signal is the mean over this window; no decision before half of it is seen"),
   scale_up_cooldown: duration.describe("Least time after any scale event before the next scale-up"),
   scale_down_cooldown: duration.describe("Least time after any scale event before a scale-down"),

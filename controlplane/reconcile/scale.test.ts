@@ -117,13 +117,14 @@ describe("the verdict on one model's demand (target 0.7 ± 0.1, window 60s, up 3
       why: /up waits for the cool-down \(20s left\)/,
     },
     {
-      name: "a long load asks early on a rising trend",
+      name: "a long load asks early on a rising trend, extrapolated no further than the window",
       current: 2,
-      // 1.4 now (0.70 each), rising 0.5 replicas a minute: 2.4 once a 2-minute load is done.
+      // 1.4 now (0.70 each), rising 0.5 replicas a minute; the load takes 2 minutes but
+      // the window measured only 1: 1.9 ahead, 0.95 each.
       signal: signal(1.4, { trendPerMs: 0.5 / M }),
       loadMs: 2 * M,
-      want: 4,
-      why: /demand 1\.40, 2\.40 in 120s of loading puts 2 replica\(s\) at 1\.20/,
+      want: 3,
+      why: /demand 1\.40, 1\.90 in 60s of loading puts 2 replica\(s\) at 0\.95, over 0\.80: up to 3/,
     },
     {
       name: "the same trend with an instant load waits",

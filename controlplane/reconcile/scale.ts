@@ -119,13 +119,15 @@ export function verdict(
   // Ask early for a replica that takes long to load: what the trend says
   // demand will be by the time it is ready. A falling trend never shrinks
   // early, the cool-down already waits for that.
-  const ahead = Math.max(signal.demand, signal.demand + signal.trendPerMs * loadMs);
+  // The trend is extrapolated no further than the span it was measured on.
+  const horizon = Math.min(loadMs, signal.coveredMs);
+  const ahead = Math.max(signal.demand, signal.demand + signal.trendPerMs * horizon);
   const upper = s.targetSaturation + s.tolerance;
   const lower = s.targetSaturation - s.tolerance;
   const since = last ? now - last.at : Number.POSITIVE_INFINITY;
   const basis =
     ahead > signal.demand
-      ? `demand ${fmt(signal.demand)}, ${fmt(ahead)} in ${secs(loadMs)} of loading`
+      ? `demand ${fmt(signal.demand)}, ${fmt(ahead)} in ${secs(horizon)} of loading`
       : `demand ${fmt(ahead)}`;
   if (ahead / n > upper && n < max) {
     const want = Math.min(max, 2 * n, Math.max(n + 1, Math.ceil(ahead / s.targetSaturation)));
