@@ -1,19 +1,19 @@
 import type { Logger } from "../common/log.ts";
 import type { MetricsRegistry } from "../common/prometheus.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { Config } from "./config/schema.ts";
-import type { EdgeStatusBook } from "./edge-status.ts";
 import type { ShardAt } from "./load-board.ts";
 import { type ModelScale, type ScaleEvent, type ScaleMemory, scale, spread } from "./reconcile/scale.ts";
 import type { PlanState, ReplicaRecord } from "./reconcile/types.ts";
 import {
-  type AgentReading,
+  agentReading,
   DemandWindow,
   type EdgeDelta,
   type EdgeReading,
   edgeDelta,
+  edgeReading,
+  type PoolFigures,
   sampleOf,
 } from "./scaling/demand.ts";
 
@@ -26,11 +26,15 @@ import {
  * stage, keeps its memory, and logs and counts each scale event.
  */
 export interface ScalerDeps {
-  log: Logger;
-  /** The edge status poller's book; undefined without an edge link. */
-  edge: () => EdgeStatusBook | undefined;
-  load: (at: ShardAt) => ShardLoad | undefined;
+  log: Pick<Logger, "info">;
+  /** The edge status poller's book (EdgeStatusBook); undefined without an edge link. */
+  edge: () => { polled(model: string): { pool: PolledPool; at: number } | undefined } | undefined;
+  /** A shard's last scrape (the load board). */
+  load: (at: ShardAt) => Pick<ShardLoad, "waiting" | "kvUsage" | "scrapedAtUnixMs"> | undefined;
 }
+
+/** What the scaler reads of a polled pool: EdgeSync's PoolStatus has it, and so does a simulation's. */
+export type PolledPool = PoolFigures & { error?: string };
 
 const ready = (r: ReplicaRecord) =>
   !r.retire && r.shards.length > 0 && r.shards.every((s) => s.state === "ready");
@@ -118,24 +122,16 @@ export class Scaler {
   }
 
   /** The backlog between this poll and the previous one; the same poll read twice keeps its delta. */
-  private edgeDeltaOf(model: string, pool: PoolStatus, at: number): EdgeDelta {
+  private edgeDeltaOf(model: string, pool: PolledPool, at: number): EdgeDelta {
     const seen = this.edgeSeen.get(model);
     if (seen && seen.reading.at === at) return seen.delta;
-    const sum = (f: (b: PoolStatus["bands"][number]) => number) => pool.bands.reduce((a, b) => a + f(b), 0);
-    const reading: EdgeReading = {
-      at,
-      saturation: pool.saturation >= 0 ? pool.saturation : undefined,
-      queued: sum((b) => b.depth),
-      admitted: sum((b) => Number(b.admitted)),
-      shed: sum((b) => Number(b.full) + Number(b.expired)),
-    };
+    const reading = edgeReading(at, pool);
     const delta = edgeDelta(seen?.reading, reading);
     this.edgeSeen.set(model, { reading, delta });
     return delta;
   }
 
   private agentReading(model: string, replicas: readonly ReplicaRecord[], config: Config, now: number) {
-    const { target_waiting: targetWaiting, kv_ceiling: kvCeiling } = config.router.scoring;
     const mine = replicas.filter((r) => r.model === model && ready(r));
     const loads = mine.flatMap((r) => {
       const head = r.shards.find((s) => s.rank === 0);
@@ -143,16 +139,7 @@ export class Scaler {
       const age = load ? now - Number(load.scrapedAtUnixMs) : Number.POSITIVE_INFINITY;
       return load && age <= config.router.stale_after ? [load] : [];
     });
-    const mean = (f: (l: ShardLoad) => number) =>
-      loads.length === 0 ? 0 : loads.reduce((a, l) => a + f(l), 0) / loads.length;
-    const reading: AgentReading = {
-      ready: mine.length,
-      scraped: loads.length,
-      saturation: mean((l) => Math.max(l.waiting / targetWaiting, l.kvUsage / kvCeiling)),
-      waiting: mean((l) => l.waiting),
-      kvUsage: mean((l) => l.kvUsage),
-    };
-    return reading;
+    return agentReading(mine.length, loads, config.router.scoring);
   }
 }
 

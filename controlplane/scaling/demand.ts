@@ -45,6 +45,46 @@ export interface AgentReading {
   kvUsage: number;
 }
 
+/** The figures of a pool's status that demand reads (EdgeSync PoolStatus, or the pool core's own). */
+export interface PoolFigures {
+  /** Negative or null while no endpoint is routable. */
+  saturation: number | null;
+  bands: readonly {
+    depth: number;
+    admitted: number | bigint;
+    full: number | bigint;
+    expired: number | bigint;
+  }[];
+}
+
+export function edgeReading(at: number, pool: PoolFigures): EdgeReading {
+  const sum = (f: (b: PoolFigures["bands"][number]) => number) => pool.bands.reduce((a, b) => a + f(b), 0);
+  return {
+    at,
+    saturation: pool.saturation !== null && pool.saturation >= 0 ? pool.saturation : undefined,
+    queued: sum((b) => b.depth),
+    admitted: sum((b) => Number(b.admitted)),
+    shed: sum((b) => Number(b.full) + Number(b.expired)),
+  };
+}
+
+/** The agents' part, from the fresh scrapes of a model's `ready` replicas. */
+export function agentReading(
+  ready: number,
+  loads: readonly { waiting: number; kvUsage: number }[],
+  scoring: { target_waiting: number; kv_ceiling: number },
+): AgentReading {
+  const mean = (f: (l: { waiting: number; kvUsage: number }) => number) =>
+    loads.length === 0 ? 0 : loads.reduce((a, l) => a + f(l), 0) / loads.length;
+  return {
+    ready,
+    scraped: loads.length,
+    saturation: mean((l) => Math.max(l.waiting / scoring.target_waiting, l.kvUsage / scoring.kv_ceiling)),
+    waiting: mean((l) => l.waiting),
+    kvUsage: mean((l) => l.kvUsage),
+  };
+}
+
 /** Backlog over one poll interval, from two consecutive readings. */
 export interface EdgeDelta {
   saturation: number | undefined;
