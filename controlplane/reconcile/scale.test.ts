@@ -100,12 +100,12 @@ describe("the verdict on one model's demand (target 0.7 ± 0.1, window 60s, up 3
       why: /down waits for the cool-down \(180s left\)/,
     },
     {
-      name: "down at most halves",
+      name: "down one replica at a time, however low the demand",
       current: 4,
       signal: signal(0.1),
       lastAgo: 10 * M,
-      want: 2,
-      why: /down to 2/,
+      want: 3,
+      why: /down to 3/,
     },
     { name: "never below min", current: 1, signal: signal(0.05), want: 1, why: /or at replicas.min/ },
     {

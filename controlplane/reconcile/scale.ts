@@ -8,8 +8,8 @@
  * Stages, each recording why:
  * 1. per model, a verdict on demand alone (`verdict`): up when the demand
  *    projected over the model's load time would put the current replicas
- *    above target + tolerance; down when one replica fewer would still sit
- *    below target - tolerance; otherwise hold. A decision needs half the
+ *    above target + tolerance; down by one when one replica fewer would still
+ *    sit below target - tolerance; otherwise hold. A decision needs half the
  *    window seen, and waits out the cool-downs since the last event;
  * 2. across models (`yieldToPriority`): a model that wants more than the
  *    free GPUs can hold takes replicas above `min` from models of lower
@@ -140,7 +140,10 @@ export function verdict(
     return { want, why: `${why}: up to ${want}` };
   }
   if (n > min && ahead / (n - 1) < lower) {
-    const want = Math.max(min, Math.ceil(n / 2), Math.min(n - 1, Math.floor(ahead / lower) + 1));
+    // One replica at a time: demand measured on n replicas says little about
+    // n − 2 (queues grow faster than linearly near capacity), and a replica
+    // given back too early costs a whole load to get again.
+    const want = n - 1;
     const why = `${basis} puts ${n - 1} replica(s) at ${fmt(ahead / (n - 1))}, under ${fmt(lower)}`;
     if (since < s.scaleDownCooldownMs)
       return {
