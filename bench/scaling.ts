@@ -20,9 +20,12 @@
  * Three fleets on the same arrivals: fixed min (1 each), fixed max where
  * the GPUs allow (6 + 6 + 4 = 16), and scaling (min 1; max 8, 8, 4;
  * priorities A 10, B 5, C 0). Printed per fleet: the share of requests
- * served with TTFT within the target, the share of 5-minute windows per
- * model meeting TTFT p90 ≤ target with nothing shed, platinum's p99,
- * requests shed (429/503), GPU-hours, and scale events per hour.
+ * served with TTFT within the target (all, and platinum + gold), the share
+ * of 5-minute windows per model whose platinum and gold requests meet TTFT
+ * p90 ≤ target with none shed (the SLO: bronze's ceiling of 0.30 holds it
+ * back at any load a scaling target aims for, by design), platinum's p99,
+ * requests shed (429/503; bronze's in brackets), GPU-hours, and scale
+ * events per hour.
  *
  * The router's `scoring.target_inflight` is set to the engines' 16, so
  * saturation grows with load; the band ceilings then hold bronze back at
@@ -79,9 +82,11 @@ const FLEETS: { name: string; models: DayModel[] }[] = [
 interface Row {
   fleet: string;
   withinTarget: number;
+  sloWithinTarget: number;
   windowsMet: number;
   platinumP99: number | null;
   shed: number;
+  bronzeShed: number;
   gpuHours: number;
   eventsPerHour: number;
   maxModelEventsPerHour: number;
@@ -89,16 +94,19 @@ interface Row {
   seconds: number;
 }
 
+/** Bands whose saturation ceiling is above any sensible scaling target: the SLO is theirs. */
+const SLO_BANDS = new Set(["platinum", "gold"]);
+
 function summarise(name: string, r: DayResult, seconds: number): Row {
   const ttft = (q: DayResult["requests"][number]) =>
     q.status === 200 && q.firstToken !== undefined ? q.firstToken - q.arrival : Number.POSITIVE_INFINITY;
-  const within = r.requests.filter((q) => ttft(q) <= TTFT_MS).length;
+  const slo = r.requests.filter((q) => SLO_BANDS.has(q.band));
   const platinum = r.requests
     .filter((q) => q.band === "platinum")
     .map(ttft)
     .sort((a, b) => a - b);
   const buckets = new Map<string, number[]>();
-  for (const q of r.requests) {
+  for (const q of slo) {
     const k = `${q.model}/${Math.floor(q.arrival / BUCKET_MS)}`;
     const list = buckets.get(k) ?? [];
     list.push(ttft(q));
@@ -116,10 +124,13 @@ function summarise(name: string, r: DayResult, seconds: number): Row {
   const p99 = percentile(platinum, 99);
   return {
     fleet: name,
-    withinTarget: within / r.requests.length,
+    withinTarget: r.requests.filter((q) => ttft(q) <= TTFT_MS).length / r.requests.length,
+    sloWithinTarget: slo.filter((q) => ttft(q) <= TTFT_MS).length / slo.length,
     windowsMet: met / buckets.size,
     platinumP99: p99 === null || !Number.isFinite(p99) ? null : p99,
     shed: r.requests.filter((q) => q.status === 429 || q.status === 503).length,
+    bronzeShed: r.requests.filter((q) => q.band === "bronze" && (q.status === 429 || q.status === 503))
+      .length,
     gpuHours: r.gpuMs / 3_600_000,
     eventsPerHour: r.events.length / hours,
     maxModelEventsPerHour: Math.max(0, ...perModel.values()) / hours,
@@ -161,9 +172,10 @@ process.stdout.write(
       "FLEET",
       "REQUESTS",
       "TTFT<=TARGET",
-      "5-MIN WINDOWS MET",
+      "P+G TTFT<=TARGET",
+      "P+G 5-MIN WINDOWS MET",
       "PLATINUM P99",
-      "SHED",
+      "SHED (BRONZE)",
       "GPU-HOURS",
       "EVENTS/H",
       "MAX/MODEL/H",
@@ -172,9 +184,10 @@ process.stdout.write(
       r.fleet,
       String(r.requests),
       pct(r.withinTarget),
+      pct(r.sloWithinTarget),
       pct(r.windowsMet),
       r.platinumP99 === null ? "-" : `${(r.platinumP99 / 1000).toFixed(2)} s`,
-      String(r.shed),
+      `${r.shed} (${r.bronzeShed})`,
       r.gpuHours.toFixed(1),
       r.eventsPerHour.toFixed(1),
       r.maxModelEventsPerHour.toFixed(1),
@@ -185,6 +198,6 @@ const max = rows.find((r) => r.fleet === "fixed max")!;
 const sc = rows.find((r) => r.fleet === "scaling")!;
 process.stdout.write(
   `\nscaling against fixed max: ${pct(1 - sc.gpuHours / max.gpuHours)} fewer GPU-hours; ` +
-    `5-minute windows meeting the SLO ${pct(sc.windowsMet)} against ${pct(max.windowsMet)}; ` +
+    `5-minute windows meeting the platinum + gold SLO ${pct(sc.windowsMet)} against ${pct(max.windowsMet)}; ` +
     `at most ${sc.maxModelEventsPerHour.toFixed(1)} scale events per model per hour\n`,
 );
