@@ -25,6 +25,7 @@ function catalogOf(models: Record<string, unknown>[], scaling: Record<string, un
 
 const signal = (demand: number, o: Partial<DemandSignal> = {}): DemandSignal => ({
   demand,
+  peak: demand,
   trendPerMs: 0,
   coveredMs: 60 * S,
   samples: 12,
@@ -82,7 +83,15 @@ describe("the verdict on one model's demand (target 0.7 ± 0.1, window 60s, up 3
       signal: signal(1.1),
       lastAgo: 10 * M,
       want: 2,
-      why: /puts 2 replica\(s\) at 0\.55, under 0\.60: down to 2/,
+      why: /demand 1\.10 \(peak 1\.10\) puts 2 replica\(s\) at 0\.55, under 0\.60: down to 2/,
+    },
+    {
+      name: "a scale-down must hold against the window's busiest sample too",
+      current: 3,
+      signal: signal(1.1, { peak: 1.5 }),
+      lastAgo: 10 * M,
+      want: 3,
+      why: /holding 3/,
     },
     {
       name: "one fewer would be over target - tolerance: hold",
@@ -327,7 +336,7 @@ describe("scale-down through the plan", () => {
 
 describe("a noisy signal does not flap", () => {
   /** Two hours of 5 s passes on demand wandering ±30% around 1.4 replicas (0.70 each at 2). */
-  function run(scaling: Record<string, unknown>): ScaleEvent[] {
+  function run(scaling: Record<string, unknown>, peakGuard = true): ScaleEvent[] {
     const catalog = catalogOf([model("m", { min: 1, max: 6 })], scaling);
     const m = catalog.get("m")!;
     let seed = 7;
@@ -349,7 +358,7 @@ describe("a noisy signal does not flap", () => {
           nodes: [gpuNode("a")],
           replicas: [],
           portRange: PORTS,
-          signals: new Map([["m", { signal: window.signal(), sources: [] }]]),
+          signals: new Map([["m", { signal: guarded(window.signal()), sources: [] }]]),
           memory,
         },
         t,
@@ -358,6 +367,9 @@ describe("a noisy signal does not flap", () => {
       events.push(...out.events);
     }
     return events;
+    function guarded(sig: DemandSignal | undefined) {
+      return sig && !peakGuard ? { ...sig, peak: sig.demand } : sig;
+    }
   }
 
   it("with the defaults: at most 6 events an hour, and no reversal inside the scale-down cool-down", () => {
@@ -372,8 +384,8 @@ describe("a noisy signal does not flap", () => {
     expect(events.every((e) => e.to >= 2 && e.to <= 3)).toBe(true);
   });
 
-  it("without the dead band and cool-downs the same signal flaps (what the test guards against)", () => {
-    const events = run({ tolerance: 0, scale_up_cooldown: "0s", scale_down_cooldown: "0s" });
+  it("without the dead band, the cool-downs and the peak guard the same signal flaps (what the test guards against)", () => {
+    const events = run({ tolerance: 0, scale_up_cooldown: "0s", scale_down_cooldown: "0s" }, false);
     expect(events.length).toBeGreaterThan(50);
   });
 });

@@ -139,12 +139,15 @@ export function verdict(
       };
     return { want, why: `${why}: up to ${want}` };
   }
-  if (n > min && ahead / (n - 1) < lower) {
-    // One replica at a time: demand measured on n replicas says little about
-    // n − 2 (queues grow faster than linearly near capacity), and a replica
-    // given back too early costs a whole load to get again.
+  // A scale-down must hold against the window's busiest sample, not only its
+  // mean: saturation grows faster than linearly near capacity, so a replica
+  // given back on the mean comes back a cool-down later (a flap), and each
+  // one costs a whole load to get again.
+  const low = Math.max(ahead, signal.peak);
+  if (n > min && low / (n - 1) < lower) {
+    // One replica at a time, for the same reason.
     const want = n - 1;
-    const why = `${basis} puts ${n - 1} replica(s) at ${fmt(ahead / (n - 1))}, under ${fmt(lower)}`;
+    const why = `${basis} (peak ${fmt(signal.peak)}) puts ${n - 1} replica(s) at ${fmt(low / (n - 1))}, under ${fmt(lower)}`;
     if (since < s.scaleDownCooldownMs)
       return {
         want: n,

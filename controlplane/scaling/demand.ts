@@ -156,6 +156,8 @@ export function sampleOf(
 export interface DemandSignal {
   /** Mean demand in replicas over the window. */
   demand: number;
+  /** The window's highest sample: a scale-down must hold even against it. */
+  peak: number;
   /** Least-squares slope of demand, replicas per millisecond. */
   trendPerMs: number;
   /** From the oldest to the newest sample with a demand. */
@@ -199,6 +201,7 @@ export class DemandWindow {
     }
     return {
       demand: mean,
+      peak: Math.max(...xs.map((s) => s.demand!)),
       trendPerMs: varT > 0 ? cov / varT : 0,
       coveredMs: xs[n - 1]!.at - t0,
       samples: n,
