@@ -93,8 +93,10 @@ export function controlRoutes(deps: ControlServiceDeps) {
         if (!list) throw new ConnectError(`model "${req.model}" is not in the catalog`, Code.NotFound);
         const out = formatExplanations(list);
         const m = reconciler.currentCatalog.get(req.model);
+        // A model with a fixed count (max == min) reads as it always has.
         const scaling = m && deps.scaler?.view(m.name);
-        if (m && scaling) out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
+        if (m && scaling && scaling.max > scaling.min)
+          out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
         return out;
       },
       // Cordon and drain survive a restart (SQLite) and take effect on the
