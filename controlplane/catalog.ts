@@ -11,7 +11,14 @@
  */
 import { checkCatalogNames } from "../common/catalog-names.ts";
 import { poolPriorityConflicts } from "../edge/catalog.ts";
-import type { Config, EndpointConfig, EngineKind, ModelConfig, ProfileConfig } from "./config/schema.ts";
+import type {
+  Config,
+  EndpointConfig,
+  EngineKind,
+  ModelConfig,
+  ProfileConfig,
+  ScalingConfig,
+} from "./config/schema.ts";
 
 export type PlacementStrategy = "binpack" | "spread";
 
@@ -47,8 +54,21 @@ export interface CatalogProfile {
   readonly config: ProfileConfig;
 }
 
+/** A model's scaling settings, its overrides laid over the top-level section. */
+export interface ScalingSettings {
+  readonly enabled: boolean;
+  readonly targetSaturation: number;
+  readonly tolerance: number;
+  readonly windowMs: number;
+  readonly scaleUpCooldownMs: number;
+  readonly scaleDownCooldownMs: number;
+}
+
 export interface CatalogModel {
   readonly name: string;
+  /** Higher takes replicas above `min` from lower when GPUs are short. */
+  readonly priority: number;
+  readonly scaling: ScalingSettings;
   readonly aliases: readonly string[];
   /** Canonical model names, in the order they are tried. */
   readonly fallbacks: readonly string[];
@@ -221,7 +241,11 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
   const { canonical } = names;
 
   const catalogModels: CatalogModel[] = [];
+  checkScaling(config.scaling, "scaling", issues);
   models.forEach((m: ModelConfig, i) => {
+    const own = Object.entries(m.scaling ?? {}).filter(([, v]) => v !== undefined);
+    const scaling: ScalingConfig = { ...config.scaling, ...Object.fromEntries(own) };
+    if (m.scaling) checkScaling(scaling, `models[${i}].scaling`, issues);
     const routing = m.routing ?? defaultRouting;
     if (!routingName.test(routing)) {
       issues.push(`models[${i}].routing: "${routing}" must be lower-case letters, digits, - or _`);
@@ -246,6 +270,15 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
     }
     catalogModels.push({
       name: m.name,
+      priority: m.priority,
+      scaling: {
+        enabled: scaling.enabled,
+        targetSaturation: scaling.target_saturation,
+        tolerance: scaling.tolerance,
+        windowMs: scaling.window,
+        scaleUpCooldownMs: scaling.scale_up_cooldown,
+        scaleDownCooldownMs: scaling.scale_down_cooldown,
+      },
       aliases: m.aliases,
       fallbacks: m.fallbacks.flatMap((f) => {
         const k = canonical(f);
@@ -274,4 +307,13 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
 
   if (issues.length > 0) return { issues };
   return { issues, catalog: new Catalog(catalogModels, warnings) };
+}
+
+/** The one rule spanning two scaling keys: a dead band reaching 0 would never scale down. */
+function checkScaling(s: ScalingConfig, path: string, issues: string[]): void {
+  if (s.tolerance >= s.target_saturation) {
+    issues.push(
+      `${path}.tolerance: must be below target_saturation (${s.target_saturation}), or the model never scales down`,
+    );
+  }
 }

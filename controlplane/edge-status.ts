@@ -91,6 +91,12 @@ export class EdgeStatusBook {
     return [...this.models.values()].map((k) => k.pool);
   }
 
+  /** A model's latest pool and when it was polled (for scaling's demand signal). */
+  polled(model: string): { pool: PoolStatus; at: number } | undefined {
+    const k = this.models.get(model);
+    return k ? { pool: k.pool, at: k.at } : undefined;
+  }
+
   /** Age of the latest successful poll, or undefined before the first. */
   ageMs(now: number): number | undefined {
     return this.lastSuccessAt > 0 ? Math.max(0, now - this.lastSuccessAt) : undefined;

@@ -16,8 +16,9 @@ import type { Assignment, PlacementNode } from "./placement/types.ts";
 import { explainModel } from "./reconcile/explain.ts";
 import { plan, planSettings } from "./reconcile/plan.ts";
 import { ReplicaTable } from "./reconcile/table.ts";
-import type { Action, ObservedShard } from "./reconcile/types.ts";
+import type { Action, ObservedShard, PlanState } from "./reconcile/types.ts";
 import type { Registry } from "./registry.ts";
+import type { Scaler } from "./scaler.ts";
 
 /**
  * The live shell around the pure planner: it feeds `plan` a snapshot of the
@@ -34,6 +35,8 @@ export interface ReconcilerDeps {
   now?: () => number;
   /** After every pass, with the table as the pass left it (the known fleet is saved from here). */
   afterPass?: () => void;
+  /** Scaling between replicas.min and max; without it every profile keeps min. */
+  scaler?: Scaler;
 }
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
@@ -200,13 +203,27 @@ export class Reconciler {
   }
 
   explain(model: string) {
-    return explainModel(this.table.planState(this.catalog, this.nodes(), this.settings()), model, this.now());
+    return explainModel(this.planState(this.now(), false), model, this.now());
+  }
+
+  /**
+   * The planner's input, with the scaling stage's replicas per profile: a
+   * pass decides them anew, `explain`'s dry run reuses the last decision.
+   */
+  private planState(now: number, decide: boolean): PlanState {
+    const state = this.table.planState(this.catalog, this.nodes(), this.settings());
+    const scaler = this.deps.scaler;
+    if (!scaler) return state;
+    return {
+      ...state,
+      desired: decide ? scaler.decide(state, this.config, now) : scaler.desired(this.catalog),
+    };
   }
 
   pass(reason: string): Action[] {
     const started = performance.now();
     const now = this.now();
-    const actions = plan(this.table.planState(this.catalog, this.nodes(), this.settings()), now);
+    const actions = plan(this.planState(now, true), now);
     for (const a of actions) this.send(a);
     this.table.apply(actions, now);
     this.passes++;

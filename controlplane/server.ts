@@ -19,7 +19,7 @@ import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import { EdgeStatusPoller } from "./edge-status.ts";
+import { type EdgeStatusBook, EdgeStatusPoller } from "./edge-status.ts";
 import { edgeSyncClient } from "./edgesync-client.ts";
 import { IntentStore } from "./intent-store.ts";
 import { KnownFleetStore } from "./known-fleet-store.ts";
@@ -29,6 +29,7 @@ import { LoadBoard } from "./load-board.ts";
 import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
+import { registerScalingMetrics, Scaler } from "./scaler.ts";
 
 export interface ControlPlane {
   readonly agentPort: number;
@@ -36,6 +37,7 @@ export interface ControlPlane {
   readonly registry: Registry;
   readonly streams: AgentStreams;
   readonly reconciler: Reconciler;
+  readonly scaler: Scaler;
   /** Applies a new configuration's desired state (SIGHUP); listeners and timers stay. */
   reload(loaded: LoadedConfig): void;
   close(): Promise<void>;
@@ -95,6 +97,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   });
   const loads = new LoadBoard(streams);
   const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
+  // The edge link is built after the reconciler it reads; the scaler asks for its book at each sample.
+  let edgeBook: EdgeStatusBook | undefined;
+  const scaler = new Scaler({
+    log: log.child({ component: "scaler" }),
+    edge: () => edgeBook,
+    load: (at) => loads.get(at),
+  });
   const reconciler = new Reconciler(
     {
       registry,
@@ -102,6 +111,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       intents,
       log: log.child({ component: "reconciler" }),
       now,
+      scaler,
       afterPass: () => known.save(knownFleet(reconciler.table.list(), registry.list()), now()),
     },
     config,
@@ -122,6 +132,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
+  edgeBook = edge?.status.book;
+  registerScalingMetrics(metrics, scaler, () => reconciler.currentCatalog);
   const agents = agentListener(streams, tls, c.max_message_bytes, log, config.listeners);
   const admin = adminListener({
     control: {
@@ -129,6 +141,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       intents,
       reconciler,
       loads,
+      scaler,
       now,
       ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
       ...(tls ? { joinTokens: tls.enrollment, claims } : {}),
@@ -191,6 +204,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     registry,
     streams,
     reconciler,
+    scaler,
     reload(next) {
       reloadAdminTokens(adminAuth, next, log);
       const nextCatalog = buildCatalog(next.config);

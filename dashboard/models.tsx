@@ -1,7 +1,8 @@
 import type { ModelSummary } from "../proto/gen/control/v1/control_pb.ts";
 
 /**
- * Ready over desired per model; for one short of its replicas, the
+ * Ready over desired per model (desired moves between min and max for a
+ * model that scales, with the scaling stage's reason under it); for one short of its replicas, the
  * placement explanation: the lines `llmgw ctl explain` prints, from the same
  * Explain call.
  */
@@ -47,6 +48,12 @@ export function Models(props: {
                         {m.replicasReady} / {m.replicasDesired}
                       </span>
                     )}
+                    {!m.routerOnly && m.replicasMax > m.replicasMin ? (
+                      <div class="sub scaling" data-min={m.replicasMin} data-max={m.replicasMax}>
+                        scales {m.replicasMin}..{m.replicasMax}
+                        {m.scaling ? `: ${m.scaling}` : ""}
+                      </div>
+                    ) : null}
                     {lines ? <pre class="explain">{lines.join("\n")}</pre> : null}
                   </td>
                   <td>{m.routing}</td>

@@ -95,7 +95,7 @@ export interface FleetResult {
 }
 
 /** A small binary heap of timed callbacks; ties run in scheduling order. */
-class Timeline {
+export class Timeline {
   private heap: { t: number; seq: number; run: () => void }[] = [];
   private seq = 0;
   now = 0;

@@ -10,6 +10,8 @@ import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
 import type { Reconciler } from "../reconciler.ts";
 import type { Registry } from "../registry.ts";
+import type { Scaler } from "../scaler.ts";
+import { scalingLines } from "../scaling/explain.ts";
 import { nodeToProto } from "./nodes.ts";
 import { modelSummaries, replicaToProto } from "./replicas.ts";
 
@@ -19,6 +21,8 @@ export interface ControlServiceDeps {
   intents: IntentStore;
   reconciler: Reconciler;
   loads: LoadBoard;
+  /** Scaling's last decision per model, for explain and the model summaries. */
+  scaler?: Pick<Scaler, "view">;
   now?: () => number;
   /** Present when the control plane has an edge to poll (edge.url and its secret). */
   edgeStatus?: Pick<EdgeStatusPoller, "view">;
@@ -88,12 +92,18 @@ export function controlRoutes(deps: ControlServiceDeps) {
         };
       },
       listModels: () => ({
-        models: modelSummaries(reconciler.currentCatalog, reconciler.table.list(), now()),
+        models: modelSummaries(reconciler.currentCatalog, reconciler.table.list(), now(), deps.scaler),
       }),
       explain: (req) => {
         const list = reconciler.explain(req.model);
         if (!list) throw new ConnectError(`model "${req.model}" is not in the catalog`, Code.NotFound);
-        return formatExplanations(list);
+        const out = formatExplanations(list);
+        const m = reconciler.currentCatalog.get(req.model);
+        // A model with a fixed count (max == min) reads as it always has.
+        const scaling = m && deps.scaler?.view(m.name);
+        if (m && scaling && scaling.max > scaling.min)
+          out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
+        return out;
       },
       // Cordon and drain survive a restart (SQLite) and take effect on the
       // next pass, which they trigger.

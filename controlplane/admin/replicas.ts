@@ -11,6 +11,7 @@ import type { Catalog } from "../catalog.ts";
 import type { ShardAt } from "../load-board.ts";
 import { replicaStatus } from "../reconcile/table.ts";
 import type { ModelBackoff, ReplicaRecord, TrackedState } from "../reconcile/types.ts";
+import type { Scaler } from "../scaler.ts";
 
 /** What ctl shows for the two states only the control plane has. */
 const shown = (s: TrackedState) => (s === "assigned" ? "starting" : s === "stopping" ? "draining" : s);
@@ -65,16 +66,22 @@ export function modelSummaries(
   catalog: Catalog,
   replicas: readonly ReplicaRecord[],
   now: number,
+  scaler?: Pick<Scaler, "view">,
 ): ModelSummary[] {
   return catalog.models.map((m) => {
     const mine = replicas.filter((r) => r.model === m.name && !r.retire);
+    const min = m.profiles.reduce((s, p) => s + p.replicas.min, 0);
+    const scaling = scaler?.view(m.name);
     return create(ModelSummarySchema, {
       name: m.name,
       aliases: [...m.aliases],
       fallbacks: [...m.fallbacks],
       routing: m.routing,
       profiles: m.profiles.map((p) => p.name),
-      replicasDesired: m.profiles.reduce((s, p) => s + p.replicas.min, 0),
+      replicasDesired: scaling?.desired ?? min,
+      replicasMin: min,
+      replicasMax: m.profiles.reduce((s, p) => s + p.replicas.max, 0),
+      scaling: scaling?.why ?? "",
       replicasReady: mine.filter((r) => replicaStatus(r, now) === "ready").length,
       routerOnly: m.routerOnly,
     });

@@ -141,5 +141,47 @@ describe("config schema", () => {
     };
     const profile = models.items.properties.profiles!.items!.properties;
     expect(profile.tensor_parallel?.description).toMatch(/divide the GPUs per node/);
+    expect(s.properties.scaling?.properties?.scale_down_cooldown).toMatchObject({ default: "5m" });
+    expect(s.properties.scaling?.properties?.target_saturation).toMatchObject({ default: 0.7 });
+    expect(models.items.properties.priority).toMatchObject({ default: 0 });
+    expect(models.items.properties.scaling).toBeDefined();
+  });
+
+  it("names the key of a bad scaling value, in the section and in a model's overrides", () => {
+    const bad = checkConfig(
+      tmpFile(
+        [
+          "scaling:",
+          "  window: 1s",
+          "  target_saturation: 1.5",
+          "  colour: red",
+          "models:",
+          "  - name: a",
+          "    priority: high",
+          "    scaling: { tolerance: 0.6 }",
+        ].join("\n"),
+      ),
+      {},
+    );
+    expect(bad.ok).toBe(false);
+    if (!bad.ok)
+      expect(bad.issues).toEqual(
+        expect.arrayContaining([
+          "scaling.window: must be between 2s and 1h",
+          expect.stringMatching(/^scaling\.target_saturation: /),
+          "scaling.colour: unknown key",
+          expect.stringMatching(/^models\[0\]\.priority: /),
+          expect.stringMatching(/^models\[0\]\.scaling\.tolerance: /),
+        ]),
+      );
+    const band = checkConfig(
+      tmpFile("models:\n  - name: a\n    scaling: { target_saturation: 0.1, tolerance: 0.2 }\n"),
+      {},
+    );
+    expect(band.ok).toBe(false);
+    if (!band.ok)
+      expect(band.issues).toEqual([
+        "models[0].scaling.tolerance: must be below target_saturation (0.1), or the model never scales down",
+      ]);
   });
 });

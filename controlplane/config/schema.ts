@@ -48,6 +48,49 @@ export const controlSchema = z.strictObject({
 
 export const engineKind = z.enum(["vllm", "sglang", "sim"]);
 
+// Scaling between replicas.min and replicas.max (docs/placement.md,
+// "Scaling"). The top-level section is the default; a model's own `scaling`
+// overrides any of its keys. The defaults follow the autoscalers that have
+// run LLM fleets longest: a dead band of ±0.1 around the target and a scale
+// down held back for minutes (AIBrix: 300 s), because a replica given back
+// too early costs a model load to get again.
+const scalingFields = {
+  enabled: z.boolean().describe("Scale between replicas.min and replicas.max by demand; false keeps min"),
+  target_saturation: z
+    .number()
+    .gt(0)
+    .max(1)
+    .describe("Saturation (demand over capacity, 0-1) each replica should sit at"),
+  tolerance: z
+    .number()
+    .min(0)
+    .max(0.5)
+    .describe("Dead band around the target: up above target + tolerance, down only below target - tolerance"),
+  window: duration
+    .refine((ms) => ms >= 2_000 && ms <= 3_600_000, "must be between 2s and 1h")
+    .describe("The demand signal is the mean over this window; no decision before half of it is seen"),
+  scale_up_cooldown: duration.describe("Least time after any scale event before the next scale-up"),
+  scale_down_cooldown: duration.describe("Least time after any scale event before a scale-down"),
+};
+
+export const scalingSchema = z.strictObject({
+  enabled: scalingFields.enabled.default(true),
+  target_saturation: scalingFields.target_saturation.default(0.7),
+  tolerance: scalingFields.tolerance.default(0.1),
+  window: scalingFields.window.prefault("60s"),
+  scale_up_cooldown: scalingFields.scale_up_cooldown.prefault("30s"),
+  scale_down_cooldown: scalingFields.scale_down_cooldown.prefault("5m"),
+});
+
+export const modelScalingSchema = z.strictObject({
+  enabled: scalingFields.enabled.optional(),
+  target_saturation: scalingFields.target_saturation.optional(),
+  tolerance: scalingFields.tolerance.optional(),
+  window: scalingFields.window.optional(),
+  scale_up_cooldown: scalingFields.scale_up_cooldown.optional(),
+  scale_down_cooldown: scalingFields.scale_down_cooldown.optional(),
+});
+
 // The model/profile/endpoint part below is the catalog's input. Rules that
 // span fields or models (parallelism arithmetic in controlplane/catalog.ts;
 // name, alias and fallback rules in common/catalog-names.ts, which the edge
@@ -135,6 +178,14 @@ export const modelSchema = z.strictObject({
   routing: routingPolicy
     .optional()
     .describe("Routing policy: chat, round-robin, least-load or random; defaults to router.default_routing"),
+  priority: z
+    .number()
+    .int()
+    .default(0)
+    .describe(
+      "Scaling priority: when GPUs are short, a model may take replicas above replicas.min from a model of lower priority",
+    ),
+  scaling: modelScalingSchema.optional().describe("This model's overrides of the top-level scaling section"),
   profiles: z
     .array(profileSchema)
     .default([])
@@ -329,6 +380,7 @@ export const configSchema = z.strictObject({
     .prefault({}),
   control: controlSchema.prefault({}),
   router: routerSchema.prefault({}),
+  scaling: scalingSchema.prefault({}),
   models: z.array(modelSchema).default([]),
   endpoints: z.array(endpointSchema).default([]),
 });
@@ -338,6 +390,7 @@ export type ControlConfig = Config["control"];
 export type AgentTlsConfig = Config["agent_tls"];
 export type ListenersConfig = Config["listeners"];
 export type AdminConfig = Config["admin"];
+export type ScalingConfig = Config["scaling"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;
 export type EndpointConfig = z.output<typeof endpointSchema>;

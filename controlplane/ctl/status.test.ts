@@ -17,6 +17,17 @@ describe("unplaced", () => {
     expect(unplaced(lines)).toEqual(lines.slice(2));
     expect(unplaced(lines.slice(0, 2))).toEqual([]);
   });
+
+  it("leaves out the scaling block, which is about the model", () => {
+    const lines = [
+      "scaling: 2 replica(s) wanted, 1 ready (min 1, max 3; target saturation 0.70 ± 0.10)",
+      "  why: holding 2: demand 1.10 puts them at 0.55, within 0.60..0.80",
+      "  last decision: none since the control plane started",
+      "m/1gpu/0 placed: rank 0 on a1 GPU 0 port 23001",
+      "m/1gpu/1: 0/1 nodes can host m/1gpu: 1 has fewer than 1 free GPU",
+    ];
+    expect(unplaced(lines)).toEqual(lines.slice(4));
+  });
 });
 
 describe("formatStatus", () => {

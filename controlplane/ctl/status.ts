@@ -54,7 +54,8 @@ export async function fetchStatus(client: Client<typeof ControlService>): Promis
 
 /**
  * The blocks of `ctl explain`'s lines (a headline, then indented detail)
- * for replicas that are not placed; a placed one's headline says "placed:".
+ * for replicas that are not placed; a placed one's headline says "placed:",
+ * and the scaling block ("scaling: …") is about the model, not a replica.
  */
 export function unplaced(lines: readonly string[]): string[] {
   const blocks: string[][] = [];
@@ -62,7 +63,7 @@ export function unplaced(lines: readonly string[]): string[] {
     if (!l.startsWith(" ") || blocks.length === 0) blocks.push([l]);
     else blocks.at(-1)!.push(l);
   }
-  return blocks.filter((b) => !/^\S+ placed: /.test(b[0]!)).flat();
+  return blocks.filter((b) => !/^\S+ placed: /.test(b[0]!) && !b[0]!.startsWith("scaling: ")).flat();
 }
 
 /** `--json`: the same four parts; the edge's without its 15-minute history (GetEdgeStatus has it). */

@@ -17,8 +17,9 @@
  *    adopted, not restarted; ones that do not match are stopped; multi-node
  *    ones with ranks missing are held for the adoption grace first;
  * 4. per profile: surplus replicas are stopped (not-ready and highest index
- *    first); replicas on draining nodes are replaced elsewhere first and
- *    drained once enough replacements are ready (or at the drain deadline);
+ *    first), or drained when the scaling stage (scale.ts) asked for fewer
+ *    within replicas.max; replicas on draining nodes are replaced elsewhere
+ *    first and drained once enough replacements are ready (or at the drain deadline);
  *    missing replicas are placed, biggest profiles first so large gangs find
  *    whole nodes before small replicas fragment them.
  */
@@ -94,6 +95,16 @@ class Pass {
       replicaId: r.id,
       shards: r.shards.filter((s) => !isDead(s.state)).map(ref),
       mode: "stop",
+      retire: true,
+      reason,
+    });
+  }
+  private drainAway(r: ReplicaRecord, reason: string): void {
+    this.actions.push({
+      kind: "stop",
+      replicaId: r.id,
+      shards: r.shards.filter((s) => !isDead(s.state)).map(ref),
+      mode: "drain",
       retire: true,
       reason,
     });
@@ -277,7 +288,7 @@ class Pass {
       if (s === "live") live.push(r);
       else if (s === "pending") pending.push(r);
     }
-    const desired = prof.replicas.min;
+    const desired = this.state.desired?.get(prof.key) ?? prof.replicas.min;
     const leaving: ReplicaRecord[] = [];
     let staying: ReplicaRecord[] = [];
     for (const r of live) (r.shards.some((s) => this.draining(s.node)) ? leaving : staying).push(r);
@@ -286,11 +297,17 @@ class Pass {
       r.shards.length > 0 && r.shards.every((s) => s.state === "ready");
     if (staying.length > desired) {
       const order = [...staying].sort((a, b) => Number(ready(a)) - Number(ready(b)) || b.index - a.index);
-      const surplus = new Set(order.slice(0, staying.length - desired));
-      for (const r of surplus) {
-        this.retire(r, `surplus: ${prof.key} wants ${desired} replica(s), ${staying.length} running`);
-      }
-      staying = staying.filter((r) => !surplus.has(r));
+      const surplus = order.slice(0, staying.length - desired);
+      // Replicas beyond replicas.max are a configuration change and stop as
+      // before; a scale-down within the range drains a serving replica, so
+      // the edge stops sending to it and no request is cut.
+      const overMax = Math.max(0, staying.length - prof.replicas.max);
+      surplus.forEach((r, i) => {
+        const why = `${prof.key} wants ${desired} replica(s), ${staying.length} running`;
+        if (i < overMax || !ready(r) || this.state.desired === undefined) this.retire(r, `surplus: ${why}`);
+        else this.drainAway(r, `scale down: ${why}`);
+      });
+      staying = staying.filter((r) => !surplus.includes(r));
     }
 
     const readyStaying = staying.filter(ready).length;
@@ -300,14 +317,10 @@ class Pass {
         ...nodes.map((n) => this.draining(n)?.drainDeadline ?? Number.POSITIVE_INFINITY),
       );
       if (readyStaying >= desired) {
-        this.actions.push({
-          kind: "stop",
-          replicaId: r.id,
-          shards: r.shards.filter((s) => !isDead(s.state)).map(ref),
-          mode: "drain",
-          retire: true,
-          reason: `node ${nodes.join(", ")} draining; ${readyStaying} replacement(s) ready elsewhere`,
-        });
+        this.drainAway(
+          r,
+          `node ${nodes.join(", ")} draining; ${readyStaying} replacement(s) ready elsewhere`,
+        );
       } else if (this.now >= deadline) {
         this.retire(r, `drain deadline of ${nodes.join(", ")} passed without a ready replacement`);
       }
@@ -400,11 +413,18 @@ function headline(e: Explanation): string {
   return `${e.nodesFeasible}/${e.nodesTotal} nodes can host ${e.target}: ${e.rejected.map((r) => r.message).join(", ")}`;
 }
 
-/** Profiles in placement order: largest replicas first, then config order. */
+/**
+ * Profiles in placement order: higher model priority first (the scaling
+ * stage counted on it taking the GPUs a lower model gave up), then largest
+ * replicas, then config order.
+ */
 function placementOrder(catalog: Catalog): CatalogProfile[] {
   const all = catalog.profiles();
   const pos = new Map(all.map((p, i) => [p.key, i]));
-  return all.sort((a, b) => b.gpusPerReplica - a.gpusPerReplica || pos.get(a.key)! - pos.get(b.key)!);
+  const prio = (p: CatalogProfile) => catalog.get(p.model)?.priority ?? 0;
+  return all.sort(
+    (a, b) => prio(b) - prio(a) || b.gpusPerReplica - a.gpusPerReplica || pos.get(a.key)! - pos.get(b.key)!,
+  );
 }
 
 export function plan(state: PlanState, now: number, opts: PlanOptions = {}): Action[] {

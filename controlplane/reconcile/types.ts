@@ -126,6 +126,11 @@ export interface PlanState {
   replicas: readonly ReplicaRecord[];
   backoff: ReadonlyMap<string, ModelBackoff>;
   settings: PlanSettings;
+  /**
+   * Replicas per profile key from the scaling stage (scale.ts); a profile
+   * it does not name keeps replicas.min. Absent: every profile keeps min.
+   */
+  desired?: ReadonlyMap<string, number>;
 }
 
 export interface ShardRef {
