@@ -231,7 +231,7 @@ export class AgentStreams {
       this.refuse(stream, "protocol", "the first message on the stream must be Register");
       return undefined;
     }
-    // A rogue or broken agent can only speak for its own node (design §8).
+    // A rogue or broken agent can only speak for its own node (docs/security.md).
     const certs = this.opts.certificates;
     if (certs) {
       const claimed = msg.msg.value.nodeName;

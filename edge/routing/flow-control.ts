@@ -1,6 +1,6 @@
 /**
  * The gateway-side queue (after the Inference Extension's flow controller,
- * design §7): one queue per priority band, each dispatching only while the
+ * docs/routing.md): one queue per priority band, each dispatching only while the
  * pool's saturation is below the band's ceiling.
  *
  * - Strict priority with head-of-line blocking: the highest band holding

@@ -1,7 +1,7 @@
 /**
  * One model's pool: its endpoint set, live load, in-flight counts,
  * breakers, session pins, prefix index and band queues, and the two calls a
- * request makes (design §7):
+ * request makes (docs/routing.md):
  *
  * - `admit` waits in the band's queue until the pool may dispatch, then
  *   picks an endpoint and grants a lease: the endpoint, ranked alternates
@@ -19,67 +19,27 @@
  * and a timer; the discrete-event benchmark drives it on a virtual clock.
  */
 import type { RouterConfig } from "../router-config.ts";
-import { type BreakerState, Breakers } from "./breaker.ts";
+import { Breakers } from "./breaker.ts";
 import { CHARS_PER_TOKEN } from "./demand.ts";
 import { FlowController, type Waiter } from "./flow-control.ts";
 import { type Candidate, type Pick, pick } from "./picker.ts";
+import type {
+  Admission,
+  AdmitRequest,
+  BandCounters,
+  BreakerOpened,
+  LoadUpdate,
+  PoolStatus,
+  RefusalCode,
+  ReleaseReport,
+} from "./pool-protocol.ts";
 import { BLOCK_CHARS } from "./prefix-hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
 import { feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
-import type { Demand, EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+import type { EndpointSpec, LoadSample, Rejection, RouteTier } from "./types.ts";
 
-export interface AdmitRequest {
-  /** The lease id: the request id, unique per request. */
-  id: string;
-  band: string;
-  /** Fairness within a band: the API key's id. */
-  key: string;
-  policy: RoutingPolicy;
-  session?: string | undefined;
-  prefix: readonly number[];
-  /** What the request will need of an engine; without it, a sequence and `assumed_output_tokens`. */
-  demand?: Demand | undefined;
-  /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
-  failOpens?: number | undefined;
-}
-
-export interface Lease {
-  id: string;
-  endpoint: EndpointSpec;
-  alternates: EndpointSpec[];
-  route: RouteTier;
-  band: string;
-  /** Time spent in the band's queue. */
-  queuedMs: number;
-  /** The pool's saturation when the lease was granted. */
-  saturation: number;
-}
-
-export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
-
-export type Admission =
-  | { ok: true; lease: Lease }
-  | { ok: false; status: 429 | 503; code: RefusalCode; message: string; retryAfterMs: number };
-
-export type Verdict = "ok" | "fail" | "abandon";
-
-export interface ReleaseReport {
-  /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too) and, for a failure, why. */
-  attempts: { endpoint: string; verdict: Verdict; reason?: string | undefined }[];
-}
-
-/** A breaker that a release opened, and why: for the pool's log. */
-export interface BreakerOpened {
-  endpoint: string;
-  failures: number;
-  reason: string;
-}
-
-export interface LoadUpdate {
-  endpoint: string;
-  sample: LoadSample;
-}
+export type * from "./pool-protocol.ts";
 
 interface EndpointState {
   spec: EndpointSpec;
@@ -100,56 +60,6 @@ interface Held {
 }
 
 type Pending = { req: AdmitRequest; respond: (a: Admission) => void };
-
-interface BandCounters {
-  admitted: number;
-  queued: number;
-  full: number;
-  expired: number;
-  abandoned: number;
-  /** Refused with 503 at once: no endpoint serves the model. */
-  noEndpoints: number;
-  /** Refused with 503 at once: none can take requests (breakers open, draining, down). */
-  noCapacity: number;
-}
-
-export interface EndpointStatus {
-  id: string;
-  url: string;
-  pool: string;
-  priority: number;
-  weight: number;
-  state: string;
-  inflight: number;
-  /** Predicted tokens of the requests in flight (the pool's charges). */
-  tokens: number;
-  maxSeqs: number | null;
-  kvTokens: number | null;
-  saturation: number;
-  breaker: BreakerState;
-  /** Why the breaker opened (its last failure), while it is not closed. */
-  breakerReason: string | null;
-  loadAgeMs: number | null;
-  waiting: number | null;
-  running: number | null;
-  kvUsage: number | null;
-  prefixBlocks: number;
-}
-
-export interface PoolStatus {
-  model: string;
-  endpointsVersion: number;
-  saturation: number | null;
-  loadFeed: "live" | "stale" | "none";
-  leases: number;
-  sessions: number;
-  failOpens: number;
-  bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
-  routes: Record<RouteTier, number>;
-  endpoints: EndpointStatus[];
-  /** Why endpoints were set aside at the last decision. */
-  lastRejections: Rejection[];
-}
 
 const TICK_WHILE_QUEUED_MS = 1_000;
 const LEASE_GRACE_MS = 60_000;

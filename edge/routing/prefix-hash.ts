@@ -1,6 +1,6 @@
 /**
  * A prompt as chained hashes of 64-character blocks (the approximate prefix
- * routing of the Inference Extension, design §7): h_i = H(h_{i−1}, block_i),
+ * routing of the Inference Extension; docs/routing.md): h_i = H(h_{i−1}, block_i),
  * with h_{−1} seeded by the model and `cache_salt`. Equal hashes at position
  * i mean equal text up to the end of block i, which is what an engine's
  * prefix cache would reuse, so the pool can score an endpoint by the

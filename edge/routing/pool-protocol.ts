@@ -1,0 +1,111 @@
+/**
+ * What a model's pool and its callers exchange (docs/routing.md, "A
+ * request's two calls"): the admit request and its lease or refusal, the
+ * release report, load updates, and the status the pool shows. Data only,
+ * so the Worker, the Durable Object, EdgeSync and the benchmarks share the
+ * words without the pool's machinery.
+ */
+import type { BreakerState } from "./breaker.ts";
+import type { Demand, EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+
+export interface AdmitRequest {
+  /** The lease id: the request id, unique per request. */
+  id: string;
+  band: string;
+  /** Fairness within a band: the API key's id. */
+  key: string;
+  policy: RoutingPolicy;
+  session?: string | undefined;
+  prefix: readonly number[];
+  /** What the request will need of an engine; without it, a sequence and `assumed_output_tokens`. */
+  demand?: Demand | undefined;
+  /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
+  failOpens?: number | undefined;
+}
+
+export interface Lease {
+  id: string;
+  endpoint: EndpointSpec;
+  alternates: EndpointSpec[];
+  route: RouteTier;
+  band: string;
+  /** Time spent in the band's queue. */
+  queuedMs: number;
+  /** The pool's saturation when the lease was granted. */
+  saturation: number;
+}
+
+export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
+
+export type Admission =
+  | { ok: true; lease: Lease }
+  | { ok: false; status: 429 | 503; code: RefusalCode; message: string; retryAfterMs: number };
+
+export type Verdict = "ok" | "fail" | "abandon";
+
+export interface ReleaseReport {
+  /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too) and, for a failure, why. */
+  attempts: { endpoint: string; verdict: Verdict; reason?: string | undefined }[];
+}
+
+/** A breaker that a release opened, and why: for the pool's log. */
+export interface BreakerOpened {
+  endpoint: string;
+  failures: number;
+  reason: string;
+}
+
+export interface LoadUpdate {
+  endpoint: string;
+  sample: LoadSample;
+}
+
+export interface BandCounters {
+  admitted: number;
+  queued: number;
+  full: number;
+  expired: number;
+  abandoned: number;
+  /** Refused with 503 at once: no endpoint serves the model. */
+  noEndpoints: number;
+  /** Refused with 503 at once: none can take requests (breakers open, draining, down). */
+  noCapacity: number;
+}
+
+export interface EndpointStatus {
+  id: string;
+  url: string;
+  pool: string;
+  priority: number;
+  weight: number;
+  state: string;
+  inflight: number;
+  /** Predicted tokens of the requests in flight (the pool's charges). */
+  tokens: number;
+  maxSeqs: number | null;
+  kvTokens: number | null;
+  saturation: number;
+  breaker: BreakerState;
+  /** Why the breaker opened (its last failure), while it is not closed. */
+  breakerReason: string | null;
+  loadAgeMs: number | null;
+  waiting: number | null;
+  running: number | null;
+  kvUsage: number | null;
+  prefixBlocks: number;
+}
+
+export interface PoolStatus {
+  model: string;
+  endpointsVersion: number;
+  saturation: number | null;
+  loadFeed: "live" | "stale" | "none";
+  leases: number;
+  sessions: number;
+  failOpens: number;
+  bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
+  routes: Record<RouteTier, number>;
+  endpoints: EndpointStatus[];
+  /** Why endpoints were set aside at the last decision. */
+  lastRejections: Rejection[];
+}
