@@ -21,7 +21,7 @@ import type { Action } from "../../controlplane/reconcile/types.ts";
 import { type PolledPool, Scaler } from "../../controlplane/scaler.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
-import { gpuNode } from "../../test/fixtures/placement.ts";
+import { gpuNode } from "../../controlplane/placement/builders.ts";
 import { promptTokenizer, Timeline } from "../routing/fleet-sim.ts";
 
 export interface DayModel {

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { percentile } from "../../loadgen/stats.ts";
 import { waitUntil } from "../harness/process.ts";
 import {
   clientFor,
@@ -16,9 +15,10 @@ import {
  * Four sim engines behind the edge under `wrangler dev`, overloaded by gold,
  * silver and bronze while platinum keeps asking. No load feed (no control
  * plane): the pool judges saturation by its own in-flight counts, 2 per
- * engine at target, so the overload is exact and small. The engines run at
- * a quarter of real time and platinum's prompts are ~2,000 tokens, so a
- * platinum TTFT is mostly its own prefill, not this machine's scheduling.
+ * engine at target, so the overload is exact and small. What a test can
+ * hold without timing anything: platinum is dispatched at once through it,
+ * the lower bands are shed with the right statuses, and the pool's counters
+ * equal what the clients saw (platinum's TTFT under load is bench:routing's).
  */
 afterAll(stopStarted);
 
@@ -29,7 +29,6 @@ interface Result {
   band: string;
   status: number;
   code: string | null;
-  ttftMs?: number;
 }
 
 describe("bands under overload", () => {
@@ -54,19 +53,18 @@ describe("bands under overload", () => {
     key = await createKey(edge, { band: "platinum" });
   }, 120_000);
 
-  /** One streamed request in `band`; TTFT is when the first content arrives. */
+  /** One streamed request in `band`, read to its end. */
   async function ask(band: string, prompt: string, maxTokens: number): Promise<Result> {
     const client = clientFor(edge, key.secret);
-    const t0 = performance.now();
     try {
       const stream = await client.chat.completions.create(
         { model: "busy", messages: [{ role: "user", content: prompt }], max_tokens: maxTokens, stream: true },
         { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },
       );
-      let ttftMs: number | undefined;
-      for await (const c of stream)
-        if (ttftMs === undefined && c.choices[0]?.delta.content) ttftMs = performance.now() - t0;
-      return { band, status: 200, code: null, ...(ttftMs !== undefined ? { ttftMs } : {}) };
+      for await (const _ of stream) {
+        // To the end: a stream cut short would throw here.
+      }
+      return { band, status: 200, code: null };
     } catch (err) {
       const e = err as { status?: number; code?: string | null; name?: string };
       if (e.name === "AbortError" || e.status === undefined) return { band, status: 0, code: "hang" };
@@ -83,7 +81,7 @@ describe("bands under overload", () => {
     return out;
   }
 
-  it("keeps platinum's p99 TTFT within 2× of unloaded while bronze is shed with 429 or 503, and nothing hangs", async () => {
+  it("dispatches platinum at once through the overload while bronze is shed with 429 or 503, and nothing hangs", async () => {
     const unloaded = await platinum(8, 0);
     expect(unloaded.map((r) => r.status)).toEqual(Array(8).fill(200));
 
@@ -107,15 +105,11 @@ describe("bands under overload", () => {
     await Promise.all(workers);
 
     expect(loaded.map((r) => r.status)).toEqual(Array(8).fill(200));
-    const p99 = (rs: Result[]) =>
-      percentile(
-        rs.map((r) => r.ttftMs!).sort((a, b) => a - b),
-        99,
-      )!;
-    expect(
-      p99(loaded),
-      `platinum TTFT p99 unloaded ${p99(unloaded)} ms, loaded ${p99(loaded)} ms`,
-    ).toBeLessThanOrEqual(2 * p99(unloaded));
+    // Platinum never waited at the gateway behind the lower bands' work:
+    // its TTFT is the engines' business (bench:routing measures it), its
+    // admission is the pool's, and that is exact.
+    const { pools: during } = await edge.sync.getPoolStatus({ model: "busy" });
+    expect(during[0]!.bands.find((x) => x.name === "platinum")).toMatchObject({ admitted: 16n, queued: 0n });
 
     // Every request ended: served, or refused by the pool with the right status.
     const outcomes = new Set(filler.map((r) => `${r.status} ${r.code}`));

@@ -245,10 +245,13 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       200,
     );
     expect(busy.running).toBeGreaterThanOrEqual(1);
-    // As an operator sees it, while the stream is still in flight.
-    const ctl = await cp.ctl("replicas", "--json");
-    const shown = (JSON.parse(ctl.stdout) as ReplicaJson[]).find((r) => r.id === CHAT)?.shards[0]?.load;
-    expect(shown?.running).toBeGreaterThanOrEqual(1);
+    // As an operator sees it, while the stream is still in flight (a load
+    // report may land between the two reads, so ctl is asked until it shows).
+    await waitUntil("running > 0 in ctl replicas --json", async () => {
+      const ctl = await cp.ctl("replicas", "--json");
+      const shown = (JSON.parse(ctl.stdout) as ReplicaJson[]).find((r) => r.id === CHAT)?.shards[0]?.load;
+      return (shown?.running ?? 0) >= 1;
+    });
     expect(Number.isNaN(Date.parse(busy.scrapedAt ?? ""))).toBe(false);
     expect(busy.kvUsage).toBeGreaterThan(0);
     controller.abort();

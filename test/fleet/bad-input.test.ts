@@ -146,7 +146,7 @@ describe("bad input on the agent stream and in the config file", () => {
     const r = await runLlmgw(["server", "--config", path]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("control.lost_aftr: unknown key");
-    expect(r.stderr).toContain("control.interval: Invalid input: expected string, received number");
+    expect(r.stderr).toContain("control.interval: a duration needs a unit");
     expect(r.stderr).toContain("router.retries: Invalid input: expected number, received string");
     const env = await runLlmgw(["server", "--config", path], { LLMGW_CONTROL__LOST_AFTER: "soon" });
     expect(env.code).toBe(1);
