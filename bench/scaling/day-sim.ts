@@ -14,6 +14,7 @@
 import { mulberry32 } from "../../common/rng.ts";
 import { buildCatalog } from "../../controlplane/catalog.ts";
 import { configSchema } from "../../controlplane/config/schema.ts";
+import { gpuNode } from "../../controlplane/placement/builders.ts";
 import type { PlacementNode } from "../../controlplane/placement/types.ts";
 import { plan, planSettings } from "../../controlplane/reconcile/plan.ts";
 import { ReplicaTable } from "../../controlplane/reconcile/table.ts";
@@ -21,7 +22,6 @@ import type { Action } from "../../controlplane/reconcile/types.ts";
 import { type PolledPool, Scaler } from "../../controlplane/scaler.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
-import { gpuNode } from "../../controlplane/placement/builders.ts";
 import { promptTokenizer, Timeline } from "../routing/fleet-sim.ts";
 
 export interface DayModel {
