@@ -436,7 +436,10 @@ describe("Supervisor.shutdown (agent --stop-engines-on-exit)", () => {
     await sup.start(await named("ready"));
     await r.waitState("ready", "ready");
     await sup.start(await named("loading", { FAKE_NEVER_READY: "1" }));
-    await sup.start(await named("crashed", { FAKE_EXIT_AFTER_MS: "100", FAKE_EXIT_CODE: "3" }));
+    // Ready first, then the crash: a crash before the first health check
+    // would be a startup failure, which a loaded machine made this once.
+    await sup.start(await named("crashed", { FAKE_EXIT_AFTER_MS: "3000", FAKE_EXIT_CODE: "3" }));
+    await r.waitState("crashed", "ready");
     const failed = await r.waitState("crashed", "failed_running");
     expect(failed.restartAt).toBeGreaterThan(0);
     const late = sup.start(await named("late"));
