@@ -52,9 +52,14 @@ export class CertificateStore {
       CREATE TABLE IF NOT EXISTS agent_node_serials (
         node TEXT PRIMARY KEY,
         serial TEXT NOT NULL,
-        bound_at INTEGER NOT NULL
+        bound_at INTEGER NOT NULL,
+        renewed_serial TEXT
       );
     `);
+    // A table made before renewals waited for their first use.
+    const columns = this.db.prepare("PRAGMA table_info(agent_node_serials)").all();
+    if (!columns.some((c) => c.name === "renewed_serial"))
+      this.db.exec("ALTER TABLE agent_node_serials ADD COLUMN renewed_serial TEXT");
     for (const r of this.db
       .prepare("SELECT serial FROM agent_certificates WHERE revoked_at IS NOT NULL")
       .all())
@@ -116,25 +121,41 @@ export class CertificateStore {
   bind(cert: CertFacts, now: number): void {
     this.db
       .prepare(
-        "INSERT INTO agent_node_serials (node, serial, bound_at) VALUES (?, ?, ?) ON CONFLICT (node) DO UPDATE SET serial = excluded.serial, bound_at = excluded.bound_at",
+        "INSERT INTO agent_node_serials (node, serial, bound_at, renewed_serial) VALUES (?, ?, ?, NULL) ON CONFLICT (node) DO UPDATE SET serial = excluded.serial, bound_at = excluded.bound_at, renewed_serial = NULL",
       )
       .run(cert.node, normalizeSerial(cert.serial), now);
   }
 
   /**
+   * A renewal issued to the node with the certificate on record. The old one
+   * keeps the node's stream until the new one is first used: an agent that
+   * never got the answer (the stream broke, it could not save the file)
+   * reconnects with the old one rather than being locked out of its name.
+   */
+  renewed(cert: CertFacts): void {
+    this.db
+      .prepare("UPDATE agent_node_serials SET renewed_serial = ? WHERE node = ?")
+      .run(normalizeSerial(cert.serial), cert.node);
+  }
+
+  /**
    * A stream opened with `cert`: recorded, and bound when its node has no
-   * serial on record yet (a node enrolled before the record existed).
+   * serial on record yet (a node enrolled before the record existed) or
+   * when it is the node's renewed certificate, used for the first time.
    * Returns the serial on record when it is another one: the stream is not
    * the node's.
    */
   claim(cert: CertFacts, now: number): string | undefined {
     this.note(cert);
-    const bound = this.boundSerial(cert.node);
-    if (bound === undefined) {
+    const row = this.db
+      .prepare("SELECT serial, renewed_serial FROM agent_node_serials WHERE node = ?")
+      .get(cert.node);
+    const serial = normalizeSerial(cert.serial);
+    if (!row || row.renewed_serial === serial) {
       this.bind(cert, now);
       return undefined;
     }
-    return bound === normalizeSerial(cert.serial) ? undefined : bound;
+    return String(row.serial) === serial ? undefined : String(row.serial);
   }
 
   /**

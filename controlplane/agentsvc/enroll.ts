@@ -279,10 +279,11 @@ export class Enrollment {
       );
       const facts = certFacts(certPem);
       this.opts.certs.note(facts);
-      // The renewed certificate becomes the node's, unless the node was
-      // bound to another one while this signature was made.
+      // The renewed certificate becomes the node's at its first use, unless
+      // the node was bound to another one while this signature was made.
       const bound = this.opts.certs.boundSerial(node);
-      if (bound === undefined || bound === cert.serial) this.opts.certs.bind(facts, this.now());
+      if (bound === undefined) this.opts.certs.bind(facts, this.now());
+      else if (bound === cert.serial) this.opts.certs.renewed(facts);
       this.stats.renewed++;
       this.opts.log.info("agent certificate renewed", {
         node,
