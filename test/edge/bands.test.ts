@@ -3,16 +3,18 @@ import { waitUntil } from "../harness/process.ts";
 import {
   clientFor,
   createKey,
-  type Edge,
+  type FastEdge,
   setEndpoints,
-  startEdge,
+  startEdgeMiniflare,
   startSim,
   stopStarted,
   type TestKey,
 } from "./helpers.ts";
 
 /**
- * Four sim engines behind the edge under `wrangler dev`, overloaded by gold,
+ * Four sim engines behind the edge in workerd (Miniflare on a direct socket:
+ * `wrangler dev`'s local proxy answers a dropped connection with a 503 of
+ * its own, which is not the edge's), overloaded by gold,
  * silver and bronze while platinum keeps asking. No load feed (no control
  * plane): the pool judges saturation by its own in-flight counts, 2 per
  * engine at target, so the overload is exact and small. What a test can
@@ -32,18 +34,18 @@ interface Result {
 }
 
 describe("bands under overload", () => {
-  let edge: Edge;
+  let edge: FastEdge;
   let key: TestKey;
 
   beforeAll(async () => {
     const started = await Promise.all([
-      startEdge({
+      startEdgeMiniflare({
         scoring: { target_inflight: 2 },
         admission: { queue_ttl: `${TTL_MS}ms`, queue_capacity_per_band: 8 },
       }),
       ...Array.from({ length: 4 }, () => startSim("busy", ["--sim-speed", "0.25"])),
     ]);
-    edge = started[0] as Edge;
+    edge = started[0] as FastEdge;
     await setEndpoints(
       edge,
       started
