@@ -1,5 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitUntil } from "../harness/process.ts";
 import {
   chatBody,
   clientFor,
@@ -35,17 +36,6 @@ const QUIRK_SETS: Record<string, string[]> = {
 };
 const THRESHOLD = 3;
 const LOAD_SECONDS = 30;
-
-/** Polls `check` until it returns a value, or fails after `ms`. */
-async function until<T>(check: () => Promise<T | undefined>, ms: number, what: string): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const model = (name: string, cut = false) => `${cut ? "qcut" : "q"}-${name}`;
 
@@ -147,13 +137,13 @@ describe("edge in front of engines with other servers' quirks", () => {
       })().catch((e: unknown) => e);
       expect(chunks).toBeGreaterThanOrEqual(1);
       expect(err).toBeInstanceOf(OpenAI.APIError);
-      const usage = await until(
+      const usage = await waitUntil(
+        "the cut stream's charge",
         async () => {
           const u = await keyUsage(edge, key.id).catch(() => undefined);
           return u && u.requests === 1 ? u : undefined;
         },
         10_000,
-        "the cut stream's charge",
       );
       expect(usage.partial).toBe(1);
       expect(usage.prompt).toBeGreaterThan(0);
