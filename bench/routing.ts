@@ -27,7 +27,7 @@
  *    the simulated fleet, bench/routing/real-burst.ts through `wrangler
  *    dev`).
  *
- * Env: PARTS (sim,burst,pick,rtt,real,real-burst), QUICK=1 (shorter windows, fewer levels),
+ * Env: PARTS (sim,burst,pick,rtt,isolates,real,real-burst), QUICK=1 (shorter windows, fewer levels),
  * MEASURE_S (120), SEED (1). Plots go to bench/out/.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -42,12 +42,13 @@ import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { runBurst } from "./routing/burst.ts";
 import { knee, type Level, runLevel } from "./routing/levels.ts";
 import { pickBenchmark } from "./routing/pick.ts";
+import { poolIsolates } from "./routing/pool-isolates.ts";
 import { poolRoundTrip } from "./routing/pool-rtt.ts";
 import { realConfirmation } from "./routing/real.ts";
 import { realBurst } from "./routing/real-burst.ts";
 
 const QUICK = process.env.QUICK === "1";
-const PARTS = new Set((process.env.PARTS ?? "sim,burst,pick,rtt,real,real-burst").split(","));
+const PARTS = new Set((process.env.PARTS ?? "sim,burst,pick,rtt,isolates,real,real-burst").split(","));
 const MEASURE_S = Number(process.env.MEASURE_S ?? (QUICK ? 60 : 120));
 const WARMUP_S = 30;
 const SEED = Number(process.env.SEED ?? 1);
@@ -342,5 +343,6 @@ if (PARTS.has("sim")) simulation();
 if (PARTS.has("burst")) burst();
 if (PARTS.has("pick")) pickBenchmark();
 if (PARTS.has("rtt")) await poolRoundTrip();
+if (PARTS.has("isolates")) await poolIsolates();
 if (PARTS.has("real")) await realConfirmation({ quick: QUICK });
 if (PARTS.has("real-burst")) await realBurst();

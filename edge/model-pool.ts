@@ -3,13 +3,14 @@ import { endpointSpec } from "./catalog.ts";
 import { type ConfigEnv, edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
 import type { RouterConfig } from "./router-config.ts";
 import {
-  type Admission,
-  type AdmitRequest,
+  type BreakerOpened,
+  type Exchange,
+  type ExchangeAnswer,
   type LoadUpdate,
   PoolCore,
   type PoolStatus,
-  type ReleaseReport,
 } from "./routing/pool-core.ts";
+import { PoolExchange } from "./routing/pool-exchange.ts";
 import type { EndpointSpec } from "./routing/types.ts";
 
 /**
@@ -26,6 +27,7 @@ import type { EndpointSpec } from "./routing/types.ts";
  */
 export class ModelPool extends DurableObject<ConfigEnv> {
   private core: PoolCore | undefined;
+  private desk: PoolExchange | undefined;
   private settings: RouterConfig | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
@@ -59,26 +61,22 @@ export class ModelPool extends DurableObject<ConfigEnv> {
     return this.core;
   }
 
-  async admit(model: string, req: AdmitRequest, endpointsVersion: number): Promise<Admission> {
-    const core = await this.ready(model, endpointsVersion);
-    const answer = new Promise<Admission>((resolve) => core.admit(req, Date.now(), resolve));
-    this.schedule();
-    return answer;
-  }
-
-  async release(model: string, id: string, report: ReleaseReport): Promise<void> {
-    const opened = (await this.ready(model)).release(id, report, Date.now());
+  /** An isolate's coalesced call (edge/routing/pool-channel.ts): its admits, releases and abandons. */
+  async exchange(model: string, ex: Exchange): Promise<ExchangeAnswer> {
+    const core = await this.ready(model, ex.endpointsVersion);
+    this.desk ??= new PoolExchange(core);
+    const desk = this.desk;
+    let opened: BreakerOpened[] = [];
+    const answer = new Promise<ExchangeAnswer>((resolve) => {
+      opened = desk.exchange(ex, Date.now(), resolve);
+    });
     for (const b of opened) {
       console.warn(
         `breaker opened: model ${model}, endpoint ${b.endpoint}, after ${b.failures} failures: ${b.reason}`,
       );
     }
     this.schedule();
-  }
-
-  async abandon(model: string, id: string): Promise<void> {
-    (await this.ready(model)).abandon(id, Date.now());
-    this.schedule();
+    return answer;
   }
 
   async setEndpoints(model: string, version: number, endpoints: EndpointSpec[]): Promise<void> {
@@ -98,15 +96,20 @@ export class ModelPool extends DurableObject<ConfigEnv> {
 
   /** One timer for whatever the core next waits on: a queue TTL, a re-check while queued, a lease's expiry. */
   private schedule(): void {
-    const at = this.core?.nextWakeAt();
-    if (at === undefined || at >= this.timerAt) return;
+    const at = Math.min(
+      this.core?.nextWakeAt() ?? Number.POSITIVE_INFINITY,
+      this.desk?.nextWakeAt() ?? Number.POSITIVE_INFINITY,
+    );
+    if (at >= this.timerAt) return;
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timerAt = at;
     this.timer = setTimeout(
       () => {
         this.timer = undefined;
         this.timerAt = Number.POSITIVE_INFINITY;
-        this.core?.tick(Date.now());
+        const now = Date.now();
+        this.core?.tick(now);
+        this.desk?.tick(now);
         this.schedule();
       },
       Math.max(0, at - Date.now()),

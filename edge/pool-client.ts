@@ -1,19 +1,22 @@
 /**
- * The Worker's side of a model's pool: `admit` (one call, which may wait in
- * the band's queue) and a lease that reports back once, in `waitUntil`.
+ * The Worker's side of a model's pool: `admit` (which may wait in the
+ * band's queue) and a lease that reports back once, in `waitUntil`, both
+ * through the isolate's channel to the pool, which coalesces them with the
+ * isolate's other requests' (edge/routing/pool-channel.ts).
  *
  * Fail-open (the anchors' lesson: a router that cannot see load should
  * degrade to a local pick, not to 5xx): if the pool throws, or answers
  * neither lease nor refusal within the queue TTL plus `pool_timeout`, the
  * Worker picks from the KV endpoint set with a PoolCore of its own —
  * in-flight counts of this isolate only, no queue — answers with
- * `x-llmgw-route: fail-open`, and tells the pool how often at its next
- * successful admit, for the pool's `fail_opens` counter.
+ * `x-llmgw-route: fail-open`, and tells the pool how often with its next
+ * call, for the pool's `fail_opens` counter.
  */
 import { endpointSpec, type RoutingTable } from "./catalog.ts";
 import type { Env } from "./env.ts";
 import { type ApiError, errors } from "./openai-errors.ts";
 import type { RouterConfig } from "./router-config.ts";
+import { PoolChannel } from "./routing/pool-channel.ts";
 import {
   type Admission,
   type AdmitRequest,
@@ -22,6 +25,7 @@ import {
   type ReleaseReport,
   type Verdict,
 } from "./routing/pool-core.ts";
+import { POLL_HOLD_MS } from "./routing/pool-exchange.ts";
 
 export class ClientGone extends Error {}
 
@@ -37,13 +41,30 @@ export interface PoolLease {
 }
 
 const local = new Map<string, { core: PoolCore; settings: RouterConfig }>();
-let unreportedFailOpens = 0;
+const channels = new Map<string, { channel: PoolChannel; answerWithinMs: number }>();
 
 /** The model's pool, created near the GPUs when LLMGW_POOL_LOCATION names a region. */
 export function poolOf(env: Env, model: string) {
   const ns = env.MODEL_POOL;
   const hint = env.LLMGW_POOL_LOCATION as DurableObjectLocationHint | undefined;
   return ns.get(ns.idFromName(model), hint ? { locationHint: hint } : undefined);
+}
+
+/**
+ * This isolate's channel to the model's pool: one per model, so the
+ * isolate's requests share its calls (edge/routing/pool-channel.ts).
+ */
+function channelOf(env: Env, model: string, settings: RouterConfig): PoolChannel {
+  const held = channels.get(model);
+  if (held && held.answerWithinMs === settings.pool_timeout) return held.channel;
+  const channel = new PoolChannel({
+    id: crypto.randomUUID(),
+    send: (ex) => poolOf(env, model).exchange(model, ex),
+    answerWithinMs: settings.pool_timeout,
+    pollHoldMs: POLL_HOLD_MS,
+  });
+  channels.set(model, { channel, answerWithinMs: settings.pool_timeout });
+  return channel;
 }
 
 function localPool(model: string, table: RoutingTable, settings: RouterConfig): PoolCore {
@@ -97,18 +118,16 @@ export interface AdmitInput {
 
 /** A lease from the model's pool, or its refusal as the ApiError to answer with. */
 export async function admit(input: AdmitInput): Promise<PoolLease> {
-  const { env, model, settings, request, clientSignal } = input;
+  const { model, settings, request, clientSignal } = input;
   if (clientSignal?.aborted) throw new ClientGone();
-  const stub = poolOf(env, model);
-  const failOpens = unreportedFailOpens;
-  unreportedFailOpens = 0;
+  const channel = channelOf(input.env, model, settings);
   const bound = settings.admission.queue_ttl + settings.pool_timeout;
   let answer: Admission | "timeout" | "gone";
   let timer: ReturnType<typeof setTimeout> | undefined;
   let onAbort: (() => void) | undefined;
   try {
     answer = await Promise.race([
-      stub.admit(model, { ...request, failOpens }, input.table.endpoints.version),
+      channel.admit(request, input.table.endpoints.version),
       new Promise<"timeout">((r) => {
         timer = setTimeout(() => r("timeout"), bound);
       }),
@@ -118,25 +137,28 @@ export async function admit(input: AdmitInput): Promise<PoolLease> {
       }),
     ]);
   } catch (err) {
-    unreportedFailOpens += failOpens;
-    return failOpen(input, `the pool did not answer: ${err instanceof Error ? err.message : String(err)}`);
+    return failOpen(
+      input,
+      channel,
+      `the pool did not answer: ${err instanceof Error ? err.message : String(err)}`,
+    );
   } finally {
     if (timer !== undefined) clearTimeout(timer);
     if (onAbort) clientSignal?.removeEventListener("abort", onAbort);
   }
   if (answer === "gone" || answer === "timeout") {
     // Whatever the pool decides later, this request is not coming.
-    input.defer(stub.abandon(model, request.id).catch(() => {}));
+    input.defer(channel.abandon(request.id).catch(() => {}));
     if (answer === "gone") throw new ClientGone();
-    unreportedFailOpens += failOpens;
-    return failOpen(input, `the pool did not answer within ${bound} ms`);
+    return failOpen(input, channel, `the pool did not answer within ${bound} ms`);
   }
   if (!answer.ok) throw refusalError(answer);
-  return handle(answer.lease, model, false, (report) => stub.release(model, answer.lease.id, report));
+  const lease = answer.lease;
+  return handle(lease, model, false, (report) => channel.release(lease.id, report));
 }
 
-function failOpen(input: AdmitInput, why: string): PoolLease {
-  unreportedFailOpens++;
+function failOpen(input: AdmitInput, channel: PoolChannel, why: string): PoolLease {
+  channel.countFailOpen();
   console.warn(`model pool ${input.model} unreachable, routing locally: ${why}`);
   const core = localPool(input.model, input.table, input.settings);
   let answer: Admission | undefined;

@@ -10,11 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Miniflare } from "miniflare";
 import { freePort } from "../../common/processes.ts";
+import { renderTable } from "../../common/text-table.ts";
 import { bundleWorker, directSocket, runtimeOf } from "../../scripts/workerd.ts";
 
 const ROUNDS = 5;
 const PAIRS = 2_000;
-const CALLERS = 32;
+const ISOLATES = 32;
 const THROUGHPUT_PAIRS = 6_400;
 
 export async function poolRoundTrip(): Promise<void> {
@@ -37,35 +38,52 @@ export async function poolRoundTrip(): Promise<void> {
     await mf.ready;
     const url = await direct.url(mf);
     await fetch(`${url}/?n=200`); // warm-up: bundle, isolate, the pool's first KV read
+    const run = async (q: string) =>
+      (await (await fetch(`${url}/?${q}`)).json()) as {
+        n: number;
+        ms: number;
+        calls: number;
+        error?: string;
+      };
     const per: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      const res = (await (await fetch(`${url}/?n=${PAIRS}`)).json()) as { n: number; ms: number };
+      const res = await run(`n=${PAIRS}`);
       per.push((res.ms * 1000) / res.n);
     }
     per.sort((a, b) => a - b);
     process.stdout.write(
-      `\n## A request's two pool calls in workerd (admit + release, ${ROUNDS} rounds of ${PAIRS} pairs)\n\n` +
-        `  ${per.map((v) => `${v.toFixed(0)} µs`).join(", ")} per pair (median ${per[Math.floor(ROUNDS / 2)]!.toFixed(0)} µs)\n`,
+      `\n## A request's pool calls in workerd, one at a time (${ROUNDS} rounds of ${PAIRS} admit + release)\n\n` +
+        `  ${per.map((v) => `${v.toFixed(0)} µs`).join(", ")} per request (median ${per[Math.floor(ROUNDS / 2)]!.toFixed(0)} µs)\n`,
     );
-    // One pool's ceiling: callers at once, as isolates would send. Each
-    // admission costs two calls (admit, release); a Durable Object is good
-    // for about 1,000 calls a second deployed (docs/routing.md).
+    // One pool's ceiling: callers at once over 32 isolates, each isolate
+    // coalescing its requests' calls, beside the design before it (a call
+    // per admit and per release). A Durable Object is good for about 1,000
+    // calls a second deployed (docs/routing.md).
     process.stdout.write(
-      `\n## One pool, ${CALLERS} callers at once (${THROUGHPUT_PAIRS} admissions a round)\n\n`,
+      `\n## One pool, ${ISOLATES} isolates (${THROUGHPUT_PAIRS} admissions a round, median of ${ROUNDS} rounds)\n\n`,
     );
-    const rates: number[] = [];
-    for (let r = 0; r < ROUNDS; r++) {
-      const res = (await (await fetch(`${url}/?n=${THROUGHPUT_PAIRS}&c=${CALLERS}`)).json()) as {
-        n: number;
-        ms: number;
-      };
-      rates.push(res.n / (res.ms / 1000));
+    const rows: string[][] = [];
+    for (const callers of [ISOLATES, ISOLATES * 8]) {
+      for (const mode of ["per-request", "channel"] as const) {
+        const rounds: { rate: number; perAdmission: number }[] = [];
+        for (let r = 0; r < ROUNDS; r++) {
+          const res = await run(`n=${THROUGHPUT_PAIRS}&c=${callers}&isolates=${ISOLATES}&mode=${mode}`);
+          if (res.error) throw new Error(`pool-rtt ${mode}: ${res.error}`);
+          rounds.push({ rate: res.n / (res.ms / 1000), perAdmission: res.calls / res.n });
+        }
+        rounds.sort((a, b) => a.rate - b.rate);
+        const m = rounds[Math.floor(ROUNDS / 2)]!;
+        rows.push([
+          mode === "channel" ? "coalesced (now)" : "a call each (before)",
+          String(callers),
+          String(Math.round(m.rate)),
+          String(Math.round(m.rate * m.perAdmission)),
+          m.perAdmission.toFixed(2),
+        ]);
+      }
     }
-    rates.sort((a, b) => a - b);
-    const median = rates[Math.floor(ROUNDS / 2)]!;
     process.stdout.write(
-      `  ${rates.map((v) => Math.round(v)).join(", ")} admissions/s in workerd (median ${Math.round(median)}: ${Math.round(2 * median)} calls/s)\n` +
-        "  calls per admission: 2 at any load (admit, release); at ~1,000 calls/s deployed, one model's pool admits ~500/s\n",
+      `${renderTable(["design", "callers", "admissions/s", "calls/s", "calls per admission"], rows).replace(/^/gm, "  ")}\n`,
     );
   } finally {
     await mf.dispose();

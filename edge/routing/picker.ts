@@ -88,6 +88,20 @@ export function routable(all: readonly Candidate[]): Filtered {
   return { kept, rejected };
 }
 
+/** Can take requests at all (a probe in flight aside): what admission counts as capacity. */
+export function isRoutable(c: Candidate): boolean {
+  return c.state !== "draining" && c.state !== "down" && c.breaker !== "open";
+}
+
+export function describeUnroutable(cands: readonly Candidate[]): string {
+  const open = cands.filter((c) => c.breaker === "open").length;
+  const out = cands.filter((c) => c.state === "draining" || c.state === "down").length;
+  const parts: string[] = [];
+  if (open > 0) parts.push(`${open} with an open circuit breaker`);
+  if (out > 0) parts.push(`${out} draining or down`);
+  return parts.join(", ") || "none routable";
+}
+
 const poolOrder = (a: Candidate, b: Candidate) =>
   a.spec.priority - b.spec.priority || (a.spec.pool < b.spec.pool ? -1 : a.spec.pool > b.spec.pool ? 1 : 0);
 

@@ -22,7 +22,7 @@ import type { RouterConfig } from "../router-config.ts";
 import { Breakers } from "./breaker.ts";
 import { CHARS_PER_TOKEN } from "./demand.ts";
 import { FlowController, type Waiter } from "./flow-control.ts";
-import { type Candidate, type Pick, pick } from "./picker.ts";
+import { type Candidate, describeUnroutable, isRoutable, type Pick, pick } from "./picker.ts";
 import type {
   Admission,
   AdmitRequest,
@@ -151,9 +151,13 @@ export class PoolCore {
     this.drain();
   }
 
+  /** Fail-open decisions an isolate made while it could not reach the pool, for the counter. */
+  countFailOpens(n: number): void {
+    this.failOpens += n;
+  }
+
   admit(req: AdmitRequest, now: number, respond: (a: Admission) => void): void {
     this.clock = now;
-    this.failOpens += req.failOpens ?? 0;
     if (this.tombstones.delete(req.id)) {
       respond(refusal(503, "abandoned", "The client left before the request was admitted.", 0));
       return;
@@ -464,19 +468,6 @@ export class PoolCore {
       lastRejections: this.lastRejections,
     };
   }
-}
-
-function isRoutable(c: Candidate): boolean {
-  return c.state !== "draining" && c.state !== "down" && c.breaker !== "open";
-}
-
-function describeUnroutable(cands: readonly Candidate[]): string {
-  const open = cands.filter((c) => c.breaker === "open").length;
-  const out = cands.filter((c) => c.state === "draining" || c.state === "down").length;
-  const parts: string[] = [];
-  if (open > 0) parts.push(`${open} with an open circuit breaker`);
-  if (out > 0) parts.push(`${out} draining or down`);
-  return parts.join(", ") || "none routable";
 }
 
 function refusal(status: 429 | 503, code: RefusalCode, message: string, retryAfterMs: number): Admission {

@@ -19,8 +19,6 @@ export interface AdmitRequest {
   prefix: readonly number[];
   /** What the request will need of an engine; without it, a sequence and `assumed_output_tokens`. */
   demand?: Demand | undefined;
-  /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
-  failOpens?: number | undefined;
 }
 
 export interface Lease {
@@ -42,6 +40,39 @@ export type Admission =
   | { ok: false; status: 429 | 503; code: RefusalCode; message: string; retryAfterMs: number };
 
 export type Verdict = "ok" | "fail" | "abandon";
+/**
+ * One call from an isolate's channel to its model's pool (docs/routing.md,
+ * "Coalesced calls"): whatever the isolate's requests asked since its last
+ * call — admits, releases, abandons — in one message, so a busy model's
+ * pool takes a few calls per round trip per isolate instead of two per
+ * request.
+ */
+export interface Exchange {
+  /** The isolate's channel: later decisions for its queued admits wait in this channel's mailbox. */
+  channel: string;
+  /** The newest endpoint set version the isolate has seen. */
+  endpointsVersion: number;
+  admits: AdmitRequest[];
+  releases: { id: string; report: ReleaseReport }[];
+  abandons: string[];
+  /** Mailbox entries up to this number arrived; the pool forgets them. */
+  ack: number;
+  /**
+   * Nothing else is wanted but the mailbox: with nothing in it, the pool
+   * holds the answer until one of the channel's queued admits is decided,
+   * or for `POLL_HOLD_MS`.
+   */
+  poll: boolean;
+  /** Fail-open decisions the isolate made since its last call, for the pool's counter. */
+  failOpens: number;
+}
+
+export interface ExchangeAnswer {
+  /** The decisions made while the call was handled, one per admit it carried that did not queue. */
+  decided: { id: string; admission: Admission }[];
+  /** Decisions for the channel's admits that waited in a queue, numbered, sent until acknowledged. */
+  later: { seq: number; id: string; admission: Admission }[];
+}
 
 export interface ReleaseReport {
   /** Every endpoint tried, in order, with how it went (a retry's failure opens breakers too) and, for a failure, why. */

@@ -1,0 +1,204 @@
+import { describe, expect, it } from "vitest";
+import { mulberry32 } from "../../common/rng.ts";
+import { routerSchema } from "../router-config.ts";
+import { PoolCallLost, PoolChannel, type Timer } from "./pool-channel.ts";
+import { PoolCore } from "./pool-core.ts";
+import { PoolExchange } from "./pool-exchange.ts";
+import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
+
+/**
+ * A channel against a real PoolExchange and PoolCore, with the wire in the
+ * test's hands: each call waits in `wire` until the test delivers it, and
+ * the clock moves only when the test says.
+ */
+function rig(seqs = 1) {
+  const core = new PoolCore(
+    "m",
+    routerSchema.parse({
+      admission: { bands: [{ name: "gold", priority: 1, saturation_ceiling: 1 }], default_band: "gold" },
+      scoring: { seq_ceiling: 1 },
+    }),
+    mulberry32(1),
+  );
+  core.setEndpoints(
+    1,
+    [
+      {
+        id: "e0",
+        url: "http://e0",
+        pool: "default",
+        priority: 0,
+        weight: 1,
+        via: "direct",
+        capacity: { maxSeqs: seqs },
+      },
+    ],
+    0,
+  );
+  const desk = new PoolExchange(core);
+  let clock = 0;
+  const timers: { at: number; fire: () => void; cancelled: boolean }[] = [];
+  const wire: { ex: Exchange; resolve: (a: ExchangeAnswer) => void }[] = [];
+  const sent: Exchange[] = [];
+  const channel = new PoolChannel({
+    id: "iso",
+    answerWithinMs: 2_000,
+    pollHoldMs: 1_000,
+    now: () => clock,
+    timer: (ms): Timer => {
+      const t = { at: clock + ms, fire: () => {}, cancelled: false };
+      const fired = new Promise<void>((r) => {
+        t.fire = r;
+      });
+      timers.push(t);
+      return {
+        fired,
+        cancel: () => {
+          t.cancelled = true;
+        },
+      };
+    },
+    send: (ex) => {
+      sent.push(ex);
+      return new Promise((resolve) => wire.push({ ex, resolve }));
+    },
+  });
+  // A macrotask: every promise continuation the last step let run has run.
+  const settle = () => new Promise<void>((r) => setTimeout(r, 0));
+  return {
+    core,
+    channel,
+    sent,
+    wire,
+    /** Delivers the oldest call on the wire to the pool; its answer comes back when the pool gives it. */
+    async deliver() {
+      const next = wire.shift();
+      if (!next) throw new Error("nothing on the wire");
+      desk.exchange(next.ex, clock, next.resolve);
+      await settle();
+    },
+    async advance(ms: number) {
+      clock += ms;
+      for (const t of timers) if (!t.cancelled && t.at <= clock) t.fire();
+      desk.tick(clock);
+      await settle();
+    },
+    settle,
+  };
+}
+
+const req = (id: string): AdmitRequest => ({ id, band: "gold", key: "k", policy: "chat", prefix: [] });
+const okReport = { attempts: [{ endpoint: "e0", verdict: "ok" as const }] };
+
+describe("PoolChannel", () => {
+  it("sends a lone admit at once, and what comes while a call is on its way rides in the next one", async () => {
+    const r = rig(8);
+    const first = r.channel.admit(req("r1"), 1);
+    expect(r.sent).toHaveLength(1); // nothing waited for
+    await r.deliver();
+    expect((await first).ok).toBe(true);
+    const second = r.channel.admit(req("r2"), 1);
+    expect(r.sent).toHaveLength(2);
+    // While r2's call is on its way: two admits and r1's release wait for it.
+    const more = [r.channel.admit(req("r3"), 1), r.channel.admit(req("r4"), 1)];
+    const released = r.channel.release("r1", okReport);
+    await r.settle();
+    expect(r.sent).toHaveLength(2);
+    await r.deliver();
+    expect((await second).ok).toBe(true);
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]!.admits.map((a) => a.id)).toEqual(["r3", "r4"]);
+    expect(r.sent[2]!.releases.map((x) => x.id)).toEqual(["r1"]);
+    await r.deliver();
+    expect((await Promise.all(more)).every((a) => a.ok)).toBe(true);
+    await released;
+    expect(r.channel.calls).toBe(3);
+  });
+
+  it("learns a queued admit's decision through one poll, made while it waits", async () => {
+    const r = rig(1);
+    const a = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    await a;
+    const b = r.channel.admit(req("r2"), 1);
+    const c = r.channel.admit(req("r3"), 1);
+    await r.deliver(); // r2 queues
+    await r.deliver(); // r3 queues
+    expect(r.sent.filter((e) => e.poll)).toHaveLength(1);
+    await r.deliver(); // the poll, held: nothing decided yet
+    void r.channel.release("r1", okReport);
+    await r.settle();
+    await r.deliver(); // the release: r2 goes, and the held poll answers
+    const granted = await b;
+    expect(granted.ok && granted.lease.id).toBe("r2");
+    // r3 still waits, on a new poll that acknowledges r2's decision.
+    const polls = r.sent.filter((e) => e.poll);
+    expect(polls).toHaveLength(2);
+    expect(polls[1]!.ack).toBe(1);
+    void r.channel.release("r2", okReport);
+    await r.settle();
+    await r.deliver(); // the second poll, held
+    await r.deliver(); // the release
+    expect((await c).ok).toBe(true);
+  });
+
+  it("counts a call with no answer by its deadline as lost, and gives back at the pool what it may have granted", async () => {
+    const r = rig(1);
+    const lost = r.channel.admit(req("r1"), 1);
+    const rejected = expect(lost).rejects.toBeInstanceOf(PoolCallLost);
+    // The pool takes the call and grants, but the answer never arrives.
+    const dropped = r.wire.shift()!;
+    const desk = new PoolExchange(r.core);
+    desk.exchange(dropped.ex, 0, () => {});
+    expect(r.core.status(0).leases).toBe(1);
+    await r.advance(2_000);
+    await rejected;
+    // The next call carries the abandon: the lease is free again.
+    const next = r.channel.admit(req("r2"), 1);
+    await r.settle();
+    expect(r.sent.at(-1)!.abandons).toEqual(["r1"]);
+    await r.deliver();
+    expect((await next).ok).toBe(true);
+    expect(r.core.status(0).endpoints[0]!.inflight).toBe(1);
+  });
+
+  it("drops an admit not yet sent when its client leaves, and abandons one already sent", async () => {
+    const r = rig(1);
+    const a = r.channel.admit(req("r1"), 1);
+    const b = r.channel.admit(req("r2"), 1); // waits behind r1's call
+    await r.channel.abandon("r2");
+    expect(await b).toMatchObject({ ok: false, code: "abandoned" });
+    await r.deliver();
+    await a;
+    expect(r.sent.flatMap((e) => e.admits.map((x) => x.id))).toEqual(["r1"]);
+    const gone = r.channel.abandon("r1");
+    await r.settle();
+    await r.deliver();
+    await gone;
+    expect(r.sent.at(-1)!.abandons).toEqual(["r1"]);
+    expect(r.core.status(0).leases).toBe(0);
+  });
+
+  it("survives a transport that throws: the admit is lost, the next one goes through", async () => {
+    let fail = true;
+    const core = new PoolCore("m", routerSchema.parse({}), mulberry32(1));
+    core.setEndpoints(
+      1,
+      [{ id: "e0", url: "http://e0", pool: "default", priority: 0, weight: 1, via: "direct" }],
+      0,
+    );
+    const desk = new PoolExchange(core);
+    const channel = new PoolChannel({
+      id: "iso",
+      answerWithinMs: 2_000,
+      pollHoldMs: 1_000,
+      send: (ex) => {
+        if (fail) throw new Error("no pool");
+        return new Promise((resolve) => desk.exchange(ex, 0, resolve));
+      },
+    });
+    await expect(channel.admit(req("r1"), 1)).rejects.toBeInstanceOf(PoolCallLost);
+    fail = false;
+    expect((await channel.admit(req("r2"), 1)).ok).toBe(true);
+  });
+});

@@ -1,0 +1,299 @@
+/**
+ * An isolate's side of coalesced calls to one model's pool (docs/routing.md,
+ * "Coalesced calls"). A request's admit, its release and a client's
+ * abandon go out at once when no call to the pool is on its way, and ride
+ * together in the next call while one is. A lone request waits for nothing;
+ * under load, the calls an isolate makes stay near one per round trip to
+ * the pool however many requests it serves, and the busier the pool, the
+ * longer its round trip and the fuller each call.
+ *
+ * Every call is made by a request that waits on it — the admit's or the
+ * release's own caller — never by a timer, so on Workers the call belongs
+ * to a request that is still alive. A caller whose call never answers (its
+ * request was cancelled, the pool is gone) is found out by the others at
+ * the call's deadline, not waited on forever: its admits are refused as
+ * lost (the Worker fails open), and abandoned at the pool in case it granted
+ * them.
+ *
+ * An admit that queued at the pool is decided later. While any of its admits
+ * wait, the channel keeps one poll open, made by one of the waiting
+ * requests; the pool answers it when a decision lands in the channel's
+ * mailbox (edge/routing/pool-exchange.ts).
+ */
+import type { Admission, AdmitRequest, Exchange, ExchangeAnswer, ReleaseReport } from "./pool-protocol.ts";
+
+export class PoolCallLost extends Error {}
+
+const POLL_RETRY_MS = 100;
+
+export interface PoolChannelOptions {
+  /** Names this channel at the pool: one per isolate and model. */
+  id: string;
+  send: (ex: Exchange) => Promise<ExchangeAnswer>;
+  /** How long the pool has to answer a call before it counts as lost (a poll gets its hold on top). */
+  answerWithinMs: number;
+  /** The pool's hold of a poll with nothing to say. */
+  pollHoldMs: number;
+  /** The most admits and releases one call carries. */
+  maxBatch?: number;
+  now?: () => number;
+  /** A timer the channel cancels once what it waited for came first. */
+  timer?: (ms: number) => Timer;
+}
+
+export interface Timer {
+  fired: Promise<void>;
+  cancel(): void;
+}
+
+function setTimer(ms: number): Timer {
+  let id: ReturnType<typeof setTimeout> | undefined;
+  const fired = new Promise<void>((r) => {
+    id = setTimeout(r, ms);
+  });
+  return {
+    fired,
+    cancel: () => {
+      if (id !== undefined) clearTimeout(id);
+    },
+  };
+}
+
+interface Call {
+  settled: Promise<void>;
+  done: boolean;
+  /** Ended without an answer. */
+  lost: boolean;
+  deadline: number;
+  admits: AdmitEntry[];
+  notes: NoteEntry[];
+  failOpens: number;
+}
+
+interface AdmitEntry {
+  req: AdmitRequest;
+  state: "unsent" | "sent" | "queued" | "done";
+  /** The call that carried it, while its answer is awaited. */
+  sentWith?: Call;
+  admission: Admission | undefined;
+  decided: () => void;
+  decision: Promise<void>;
+}
+
+interface NoteEntry {
+  kind: "release" | "abandon";
+  id: string;
+  report?: ReleaseReport;
+  state: "unsent" | "sent" | "done" | "lost";
+  sentWith?: Call;
+}
+
+const ABANDONED: Admission = {
+  ok: false,
+  status: 503,
+  code: "abandoned",
+  message: "The client left before the request was admitted.",
+  retryAfterMs: 0,
+};
+
+export class PoolChannel {
+  private unsentAdmits: AdmitEntry[] = [];
+  private unsentNotes: NoteEntry[] = [];
+  /** Admits sent and not yet decided, by id. */
+  private readonly open = new Map<string, AdmitEntry>();
+  private lane: Call | undefined;
+  private poller: Call | undefined;
+  private ack = 0;
+  private failOpens = 0;
+  private version = 0;
+  private readonly maxBatch: number;
+  private readonly now: () => number;
+  private readonly timer: (ms: number) => Timer;
+  /** Calls made, for the benchmark's count and the isolate's view of its own traffic. */
+  calls = 0;
+
+  constructor(private readonly opts: PoolChannelOptions) {
+    this.maxBatch = opts.maxBatch ?? 256;
+    this.now = opts.now ?? Date.now;
+    this.timer = opts.timer ?? setTimer;
+  }
+
+  /** Decides one request: granted, refused, or rejected with PoolCallLost if the pool did not answer in time. */
+  async admit(req: AdmitRequest, endpointsVersion: number): Promise<Admission> {
+    let decided!: () => void;
+    const decision = new Promise<void>((r) => {
+      decided = r;
+    });
+    const entry: AdmitEntry = { req, state: "unsent", admission: undefined, decided, decision };
+    this.unsentAdmits.push(entry);
+    this.version = Math.max(this.version, endpointsVersion);
+    while (entry.state !== "done") {
+      const call =
+        entry.state === "queued"
+          ? this.polling()
+          : entry.state === "unsent"
+            ? this.sending()
+            : entry.sentWith;
+      if (!call) throw new Error(`admit ${req.id} is ${entry.state} with no call carrying it`);
+      await this.until(call, decision);
+      // A poll that failed at once must not become a busy loop against a pool that throws.
+      if (call.lost && entry.state === "queued") await this.within(POLL_RETRY_MS, decision);
+    }
+    if (entry.admission === undefined) throw new PoolCallLost("the pool did not answer in time");
+    return entry.admission;
+  }
+
+  /** Frees a lease at the pool; resolves once a call carrying it was answered. */
+  release(id: string, report: ReleaseReport): Promise<void> {
+    return this.note({ kind: "release", id, report, state: "unsent" });
+  }
+
+  /** The client left: an admit not yet sent is dropped here, one sent is abandoned at the pool. */
+  abandon(id: string): Promise<void> {
+    const unsent = this.unsentAdmits.findIndex((e) => e.req.id === id);
+    if (unsent >= 0) {
+      const [entry] = this.unsentAdmits.splice(unsent, 1);
+      this.finish(entry!, ABANDONED);
+      return Promise.resolve();
+    }
+    const open = this.open.get(id);
+    if (open) this.finish(open, ABANDONED);
+    return this.note({ kind: "abandon", id, state: "unsent" });
+  }
+
+  /** A request this isolate routed without the pool, for the pool's counter. */
+  countFailOpen(): void {
+    this.failOpens++;
+  }
+
+  private async note(entry: NoteEntry): Promise<void> {
+    this.unsentNotes.push(entry);
+    for (;;) {
+      if (entry.state === "done") return;
+      if (entry.state === "lost") throw new PoolCallLost(`the pool did not take the ${entry.kind} in time`);
+      const call = entry.state === "unsent" ? this.sending() : entry.sentWith;
+      if (!call) throw new Error(`${entry.kind} ${entry.id} is ${entry.state} with no call carrying it`);
+      await this.until(call);
+    }
+  }
+
+  /** The call to wait on for unsent work: the one on its way, or a new one made now. */
+  private sending(): Call | undefined {
+    if (this.lane && !this.lane.done) return this.lane;
+    if (this.unsentAdmits.length === 0 && this.unsentNotes.length === 0) return undefined;
+    const admits = this.unsentAdmits.splice(0, this.maxBatch);
+    const notes = this.unsentNotes.splice(0, Math.max(0, this.maxBatch - admits.length));
+    this.lane = this.call(admits, notes, false);
+    for (const a of admits) {
+      a.state = "sent";
+      a.sentWith = this.lane;
+      this.open.set(a.req.id, a);
+    }
+    return this.lane;
+  }
+
+  /** The open poll, or a new one made now while admits wait in the pool's queue. */
+  private polling(): Call {
+    if (this.poller && !this.poller.done) return this.poller;
+    this.poller = this.call([], [], true);
+    return this.poller;
+  }
+
+  private call(admits: AdmitEntry[], notes: NoteEntry[], poll: boolean): Call {
+    const failOpens = this.failOpens;
+    this.failOpens = 0;
+    const hold = poll ? this.opts.pollHoldMs : 0;
+    const call: Call = {
+      settled: Promise.resolve(),
+      done: false,
+      lost: false,
+      deadline: this.now() + hold + this.opts.answerWithinMs,
+      admits,
+      notes,
+      failOpens,
+    };
+    for (const n of notes) {
+      n.state = "sent";
+      n.sentWith = call;
+    }
+    const ex: Exchange = {
+      channel: this.opts.id,
+      endpointsVersion: this.version,
+      admits: admits.map((a) => a.req),
+      releases: notes.flatMap((n) => (n.kind === "release" ? [{ id: n.id, report: n.report! }] : [])),
+      abandons: notes.flatMap((n) => (n.kind === "abandon" ? [n.id] : [])),
+      ack: this.ack,
+      poll,
+      failOpens,
+    };
+    this.calls++;
+    let sent: Promise<ExchangeAnswer>;
+    try {
+      sent = this.opts.send(ex);
+    } catch (err) {
+      sent = Promise.reject(err);
+    }
+    call.settled = sent.then(
+      (answer) => this.answered(call, answer),
+      () => this.lost(call),
+    );
+    return call;
+  }
+
+  private answered(call: Call, answer: ExchangeAnswer): void {
+    if (call.done) return;
+    call.done = true;
+    for (const d of answer.decided) {
+      const e = this.open.get(d.id);
+      if (e) this.finish(e, d.admission);
+    }
+    for (const l of answer.later) {
+      // Every answer carries the whole unacknowledged mailbox: what is at or below the ack was taken from an earlier one.
+      if (l.seq <= this.ack) continue;
+      this.ack = l.seq;
+      // One not open stopped waiting, and its abandon is on its way.
+      const e = this.open.get(l.id);
+      if (e) this.finish(e, l.admission);
+    }
+    for (const a of call.admits) if (a.state === "sent") a.state = "queued";
+    for (const n of call.notes) n.state = "done";
+  }
+
+  /** Waits for the call's answer, or `also`, and past its deadline counts the call lost. */
+  private async until(call: Call, also?: Promise<void>): Promise<void> {
+    await this.within(call.deadline - this.now(), call.settled, also);
+    // Whatever it carried is lost.
+    if (!call.done && this.now() >= call.deadline) this.lost(call);
+  }
+
+  private async within(ms: number, ...events: (Promise<void> | undefined)[]): Promise<void> {
+    const t = this.timer(Math.max(0, ms));
+    try {
+      await Promise.race([t.fired, ...events.filter((e) => e !== undefined)]);
+    } finally {
+      t.cancel();
+    }
+  }
+
+  private lost(call: Call): void {
+    if (call.done) return;
+    call.done = true;
+    call.lost = true;
+    this.failOpens += call.failOpens;
+    for (const a of call.admits) {
+      if (a.state !== "sent") continue;
+      this.finish(a, undefined);
+      // The pool may have granted it before the answer was lost.
+      this.unsentNotes.push({ kind: "abandon", id: a.req.id, state: "unsent" });
+    }
+    for (const n of call.notes) n.state = "lost";
+  }
+
+  private finish(e: AdmitEntry, admission: Admission | undefined): void {
+    if (e.state === "done") return;
+    e.state = "done";
+    e.admission = admission;
+    this.open.delete(e.req.id);
+    e.decided();
+  }
+}

@@ -1,0 +1,137 @@
+/**
+ * The pool's side of coalesced calls (docs/routing.md, "Coalesced calls"):
+ * applies an isolate's Exchange to the model's PoolCore — releases first, so
+ * the capacity they free serves the queue and then this call's admits in
+ * the same turn — and answers with what was decided at once.
+ *
+ * An admit that queues is answered later, through its channel's mailbox:
+ * the decision waits there, numbered, until the channel acknowledges it.
+ * It goes out with the channel's next call, or at once to a poll the
+ * channel holds open while it has queued admits. Acknowledged by number, not
+ * delivered once, because a call can be lost with its isolate's request and
+ * the next poll must still find the decision. A channel that goes quiet
+ * (its isolate gone) has its undelivered leases abandoned, so the capacity
+ * they hold is not kept until the leases expire.
+ *
+ * Pure and clock-free like PoolCore: every entry point takes `now`.
+ */
+import type { PoolCore } from "./pool-core.ts";
+import type { Admission, BreakerOpened, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
+
+/** How long a poll with nothing to say is held: short enough that a lost poller is replaced soon. */
+export const POLL_HOLD_MS = 1_000;
+/** A channel silent this long belongs to an isolate that is gone. */
+const CHANNEL_IDLE_MS = 60_000;
+
+interface Channel {
+  mailbox: { seq: number; id: string; admission: Admission }[];
+  nextSeq: number;
+  poll: { respond: (a: ExchangeAnswer) => void; until: number } | undefined;
+  lastSeen: number;
+}
+
+export interface ExchangeCounters {
+  /** Calls taken (polls included). */
+  calls: number;
+  polls: number;
+  admits: number;
+  releases: number;
+}
+
+export class PoolExchange {
+  private readonly channels = new Map<string, Channel>();
+  /** Channels holding a poll: few (those with admits queued), so the next wake is cheap to find. */
+  private readonly polling = new Set<Channel>();
+  private clock = 0;
+  private sweepAt = Number.POSITIVE_INFINITY;
+  readonly counters: ExchangeCounters = { calls: 0, polls: 0, admits: 0, releases: 0 };
+
+  constructor(private readonly core: PoolCore) {}
+
+  /** Applies the call; `respond` runs now, or later for a held poll. Returns the breakers its releases opened. */
+  exchange(ex: Exchange, now: number, respond: (a: ExchangeAnswer) => void): BreakerOpened[] {
+    this.clock = now;
+    const ch = this.channel(ex.channel, now);
+    ch.mailbox = ch.mailbox.filter((m) => m.seq > ex.ack);
+    this.count(ex);
+    this.core.countFailOpens(ex.failOpens);
+    const opened: BreakerOpened[] = [];
+    for (const r of ex.releases) opened.push(...this.core.release(r.id, r.report, now));
+    for (const id of ex.abandons) this.core.abandon(id, now);
+    const decided: ExchangeAnswer["decided"] = [];
+    let answering = true;
+    for (const req of ex.admits) {
+      this.core.admit(req, now, (admission) => {
+        if (answering) decided.push({ id: req.id, admission });
+        else this.deliver(ex.channel, req.id, admission);
+      });
+    }
+    answering = false;
+    const held = ex.poll && decided.length === 0 && ch.mailbox.length === 0 && ex.admits.length === 0;
+    if (held) {
+      // A newer poll replaces the old: its caller may be gone.
+      ch.poll?.respond({ decided: [], later: [] });
+      ch.poll = { respond, until: now + POLL_HOLD_MS };
+      this.polling.add(ch);
+    } else respond({ decided, later: [...ch.mailbox] });
+    return opened;
+  }
+
+  /** Answers polls held long enough, and forgets channels whose isolate is gone. */
+  tick(now: number): void {
+    this.clock = now;
+    for (const ch of this.polling) {
+      if (ch.poll && ch.poll.until > now) continue;
+      ch.poll?.respond({ decided: [], later: [] });
+      ch.poll = undefined;
+      this.polling.delete(ch);
+    }
+    if (now < this.sweepAt) return;
+    for (const [name, ch] of this.channels) {
+      if (ch.poll || now - ch.lastSeen < CHANNEL_IDLE_MS) continue;
+      this.channels.delete(name);
+      // Granted to a caller that never came back for it.
+      for (const m of ch.mailbox) if (m.admission.ok) this.core.abandon(m.id, now);
+    }
+    this.sweepAt = this.channels.size > 0 ? now + CHANNEL_IDLE_MS : Number.POSITIVE_INFINITY;
+  }
+
+  nextWakeAt(): number | undefined {
+    let at = this.sweepAt;
+    for (const ch of this.polling) if (ch.poll) at = Math.min(at, ch.poll.until);
+    return Number.isFinite(at) ? at : undefined;
+  }
+
+  private deliver(channel: string, id: string, admission: Admission): void {
+    const ch = this.channels.get(channel);
+    if (!ch) {
+      // The channel was forgotten while its admit queued: nobody will take the lease.
+      if (admission.ok) this.core.abandon(id, this.clock);
+      return;
+    }
+    ch.mailbox.push({ seq: ch.nextSeq++, id, admission });
+    if (ch.poll) {
+      ch.poll.respond({ decided: [], later: [...ch.mailbox] });
+      ch.poll = undefined;
+      this.polling.delete(ch);
+    }
+  }
+
+  private channel(name: string, now: number): Channel {
+    let ch = this.channels.get(name);
+    if (!ch) {
+      ch = { mailbox: [], nextSeq: 1, poll: undefined, lastSeen: now };
+      this.channels.set(name, ch);
+      if (!Number.isFinite(this.sweepAt)) this.sweepAt = now + CHANNEL_IDLE_MS;
+    }
+    ch.lastSeen = now;
+    return ch;
+  }
+
+  private count(ex: Exchange): void {
+    this.counters.calls++;
+    if (ex.poll && ex.admits.length === 0 && ex.releases.length === 0) this.counters.polls++;
+    this.counters.admits += ex.admits.length;
+    this.counters.releases += ex.releases.length;
+  }
+}
