@@ -60,6 +60,12 @@
  * Also printed: CPU time of each Worker's workerd process per request
  * (from /proc).
  *
+ * A second edge, its model pools POOL_RTT_MS (40) away (bench/far-pool-worker.ts:
+ * every call to a pool waits half of it each way), runs beside the first: a
+ * Worker far from its pool pays that distance before the first token, and
+ * `[placement]` next to the pool is what takes it off (docs/deploy.md).
+ * POOL_RTT_MS=0 leaves it out.
+ *
  * Env: SCENARIOS ("1x16,1x16:lockstep,1000x16,1x1": sim-speed x concurrency,
  * optionally :lockstep), REQUESTS per target per round at concurrency 16
  * (150; scaled down with concurrency, at least 40), ROUNDS (6), OUTPUT_LEN
@@ -88,6 +94,8 @@ import type { TraceRecord } from "../sim-engine/request-trace.ts";
 const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
 const OUTPUT_LEN = Number(process.env.OUTPUT_LEN ?? 16);
+const POOL_RTT_MS = Number(process.env.POOL_RTT_MS ?? 40);
+const EDGE = "llmgw edge";
 
 interface Scenario {
   speed: string;
@@ -235,6 +243,8 @@ interface Verdict {
   floorP50: number;
   floorRatio: number;
   floorOutsideP50: number;
+  /** The edge with its pool POOL_RTT_MS away, p50 TTFT Δ vs the edge with its pool near. */
+  farP50: number | undefined;
 }
 
 interface BenchWorker {
@@ -277,8 +287,7 @@ function split(t: Target, trace: Map<string, TraceRecord>): Split {
 /** One scenario: a fresh sim engine and bench Workers, the edge re-pointed at the engine. */
 async function measure(
   scenario: Scenario,
-  edge: FastEdge,
-  edgeKey: string,
+  edges: { name: string; edge: FastEdge; key: string }[],
   workers: BenchWorker[],
   dir: string,
 ): Promise<Verdict> {
@@ -329,11 +338,13 @@ async function measure(
         return directs[i]!.url(mf);
       }),
     );
-    await setEndpoints(edge, [{ id: "bench-1", url: sim.url, models: ["bench"] }]);
+    for (const e of edges) await setEndpoints(e.edge, [{ id: "bench-1", url: sim.url, models: ["bench"] }]);
     targets = [
       mk("engine direct", sim.url),
       ...workers.map((w, i) => mk(w.name, urls[i]!, {}, workerdPid(ports[i]!))),
-      mk("llmgw edge", edge.url, { authorization: `Bearer ${edgeKey}` }, workerdPid(edge.port)),
+      ...edges.map((e) =>
+        mk(e.name, e.edge.url, { authorization: `Bearer ${e.key}` }, workerdPid(e.edge.port)),
+      ),
     ];
     for (const t of targets) if (t.pid !== undefined) pin(t.pid, WORKER_CPUS);
     process.stderr.write(`${label}: warming up...\n`);
@@ -400,7 +411,8 @@ async function measure(
   process.stdout.write(
     `${[line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`,
   );
-  const e = targets.at(-1)!;
+  const e = targets.find((t) => t.name === EDGE)!;
+  const far = targets.find((t) => t.name.startsWith(`${EDGE},`));
   const floor = targets[2]!;
   return {
     scenario,
@@ -410,6 +422,7 @@ async function measure(
     floorP50: pct(floor.ttft, 50) - ptP50,
     floorRatio: ((floor.done / floor.ms) * 1000) / ptRps,
     floorOutsideP50: pct(splits.get(floor)!.outside, 50) - ptOutside,
+    farP50: far ? pct(far.ttft, 50) - pct(e.ttft, 50) : undefined,
   };
 }
 
@@ -425,25 +438,39 @@ async function main(): Promise<void> {
     const config = join(REPO, "bench", `${base}.wrangler.toml`);
     return { name: name!, config, script: bundleWorker(config, dir, `${base}-worker.js`) };
   });
-  const edge = await startEdgeMiniflare();
+  const edges: { name: string; edge: FastEdge; key: string }[] = [];
   try {
-    const key = await createKey(edge);
+    const edge = await startEdgeMiniflare();
+    edges.push({ name: EDGE, edge, key: (await createKey(edge)).secret });
+    if (POOL_RTT_MS > 0) {
+      const far = await startEdgeMiniflare(
+        {},
+        { BENCH_POOL_RTT_MS: String(POOL_RTT_MS) },
+        join(REPO, "bench", "far-pool-worker.ts"),
+      );
+      edges.push({
+        name: `${EDGE}, pool ${POOL_RTT_MS} ms away`,
+        edge: far,
+        key: (await createKey(far)).secret,
+      });
+    }
     process.stdout.write(
       `bench:edge — ${PIN ? `Workers pinned to CPU ${WORKER_CPUS}, load generator and sim engine to CPU ${OTHER_CPUS}` : "unpinned"} (${CPUS} CPUs)\n`,
     );
     const verdicts: Verdict[] = [];
-    for (const sc of SCENARIOS) verdicts.push(await measure(sc, edge, key.secret, workers, dir));
+    for (const sc of SCENARIOS) verdicts.push(await measure(sc, edges, workers, dir));
     process.stdout.write("\ntargets (p50 TTFT within 2 ms of the pass-through; ≥ 80 % of its req/s):\n");
     const signed = (x: number) => `${x >= 0 ? "+" : ""}${x.toFixed(2)}`;
     for (const v of verdicts) {
       process.stdout.write(
         `  ${describeScenario(v.scenario)}: TTFT ${v.dP50 <= 2 ? "met" : "MISSED"} (${signed(v.dP50)} ms; outside the engine ${signed(v.outsideP50)} ms); ` +
           `req/s ${v.ratio >= 0.8 ? "met" : "MISSED"} (${(v.ratio * 100).toFixed(0)} %); ` +
-          `the minimal JS relay alone: ${signed(v.floorP50)} ms (outside ${signed(v.floorOutsideP50)} ms), ${(v.floorRatio * 100).toFixed(0)} %\n`,
+          `the minimal JS relay alone: ${signed(v.floorP50)} ms (outside ${signed(v.floorOutsideP50)} ms), ${(v.floorRatio * 100).toFixed(0)} %` +
+          `${v.farP50 === undefined ? "" : `; the pool ${POOL_RTT_MS} ms away adds ${signed(v.farP50)} ms p50 (what placement next to it saves)`}\n`,
       );
     }
   } finally {
-    await edge.stop();
+    await Promise.all(edges.map((e) => e.edge.stop()));
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -3,9 +3,9 @@
  * the edge and routing benchmarks run them: the Worker under `wrangler dev`
  * or in Miniflare (workerd.ts), EdgeSync, keys, endpoint sets.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
 import OpenAI from "openai";
@@ -125,10 +125,17 @@ export async function startEdgeMiniflare(
   router: Record<string, unknown> = {},
   /** More bindings (EDGE_SYNC_TOKEN_NEXT, …); `EDGE_SYNC_TOKEN: undefined` leaves it unset. */
   vars: Record<string, string | undefined> = {},
+  /** Another entry module in place of edge/worker.ts (a benchmark's variant of the edge), bundled with the edge's wrangler.toml. */
+  entry?: string,
 ): Promise<FastEdge> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-edge-mf-"));
-  const config = join(REPO, "wrangler.toml");
-  const script = bundleWorker(config, dir, "worker.js");
+  let config = join(REPO, "wrangler.toml");
+  if (entry) {
+    const text = readFileSync(config, "utf8").replace(/^main = ".*"$/m, `main = ${JSON.stringify(entry)}`);
+    config = join(dir, "wrangler.toml");
+    writeFileSync(config, text);
+  }
+  const script = bundleWorker(config, dir, `${basename(entry ?? "worker.ts", ".ts")}.js`);
   const token = newSecret();
   const port = await freePort();
   const direct = await directSocket();

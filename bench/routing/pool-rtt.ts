@@ -38,13 +38,16 @@ export async function poolRoundTrip(): Promise<void> {
     await mf.ready;
     const url = await direct.url(mf);
     await fetch(`${url}/?n=200`); // warm-up: bundle, isolate, the pool's first KV read
-    const run = async (q: string) =>
-      (await (await fetch(`${url}/?${q}`)).json()) as {
-        n: number;
-        ms: number;
-        calls: number;
-        error?: string;
-      };
+    type Result = { n: number; ms: number; calls: number; error?: string };
+    const run = async (q: string): Promise<Result> => {
+      try {
+        return (await (await fetch(`${url}/?${q}`)).json()) as Result;
+      } catch (err) {
+        // Seen now and then on this loopback socket ("other side closed"): the round again, once.
+        process.stderr.write(`pool-rtt: ${q}: ${String(err)}; once more\n`);
+        return (await (await fetch(`${url}/?${q}`, { headers: { connection: "close" } })).json()) as Result;
+      }
+    };
     const per: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       const res = await run(`n=${PAIRS}`);

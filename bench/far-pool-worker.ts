@@ -1,0 +1,28 @@
+/**
+ * bench:edge's edge with its model pools a distance away: the edge itself,
+ * except that every call to a pool waits BENCH_POOL_RTT_MS (half each way)
+ * before it is handled and before its answer returns, as a pool in another
+ * Cloudflare location would. What a far client's Worker pays without
+ * `[placement]`, and what placement next to the pool gives back
+ * (docs/deploy.md).
+ */
+import { ModelPool as NearPool } from "../edge/model-pool.ts";
+import type { Exchange, ExchangeAnswer } from "../edge/routing/pool-protocol.ts";
+import edge from "../edge/worker.ts";
+
+export { KeyLedger } from "../edge/key-ledger.ts";
+export { RevocationLog } from "../edge/revocations.ts";
+
+const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class ModelPool extends NearPool {
+  override async exchange(model: string, ex: Exchange): Promise<ExchangeAnswer> {
+    const oneWay = Number((this.env as { BENCH_POOL_RTT_MS?: string }).BENCH_POOL_RTT_MS ?? 0) / 2;
+    await delay(oneWay);
+    const answer = await super.exchange(model, ex);
+    await delay(oneWay);
+    return answer;
+  }
+}
+
+export default edge;
