@@ -1,7 +1,7 @@
 /**
  * One model's pool: its endpoint set, live load, in-flight counts,
- * breakers, session pins, prefix index and band queues, and the two calls a
- * request makes (docs/routing.md):
+ * breakers, session pins, prefix index and band queues, and the two
+ * messages a request sends it (docs/routing.md):
  *
  * - `admit` waits in the band's queue until the pool may dispatch, then
  *   picks an endpoint and grants a lease: the endpoint, ranked alternates

@@ -1,7 +1,8 @@
 /**
  * What a model's pool and its callers exchange (docs/routing.md, "A
- * request's two calls"): the admit request and its lease or refusal, the
- * release report, load updates, and the status the pool shows. Data only,
+ * request's two messages"): the admit request and its lease or refusal, the
+ * release report, the coalesced call that carries them, load updates, and
+ * the status the pool shows. Data only,
  * so the Worker, the Durable Object, EdgeSync and the benchmarks share the
  * words without the pool's machinery.
  */
