@@ -115,6 +115,19 @@ describe("PoolChannel", () => {
     expect(r.channel.calls).toBe(3);
   });
 
+  it("never holds an admit behind a release on its way", async () => {
+    const r = rig(8);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    await first;
+    void r.channel.release("r1", okReport);
+    await r.settle();
+    expect(r.sent).toHaveLength(2); // the release, on its way
+    void r.channel.admit(req("r2"), 1);
+    expect(r.sent).toHaveLength(3); // the next request's admit did not wait for it
+    expect(r.sent[2]!.admits.map((a) => a.id)).toEqual(["r2"]);
+  });
+
   it("learns a queued admit's decision through one poll, made while it waits", async () => {
     const r = rig(1);
     const a = r.channel.admit(req("r1"), 1);

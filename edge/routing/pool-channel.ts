@@ -1,8 +1,9 @@
 /**
  * An isolate's side of coalesced calls to one model's pool (docs/routing.md,
- * "Coalesced calls"). A request's admit, its release and a client's
- * abandon go out at once when no call to the pool is on its way, and ride
- * together in the next call while one is. A lone request waits for nothing;
+ * "Coalesced calls"). A request's admit goes out at once when no other
+ * admit's call to the pool is on its way, and rides in the next call while
+ * one is; releases and abandons ride with whatever goes next, or go alone
+ * when nothing is on its way. A lone request waits for nothing;
  * under load, the calls an isolate makes stay near one per round trip to
  * the pool however many requests it serves, and the busier the pool, the
  * longer its round trip and the fuller each call.
@@ -101,7 +102,9 @@ export class PoolChannel {
   private unsentNotes: NoteEntry[] = [];
   /** Admits sent and not yet decided, by id. */
   private readonly open = new Map<string, AdmitEntry>();
-  private lane: Call | undefined;
+  /** The call on its way that carries admits, and one that carries only releases and abandons. */
+  private admitLane: Call | undefined;
+  private noteLane: Call | undefined;
   private poller: Call | undefined;
   private ack = 0;
   private failOpens = 0;
@@ -132,7 +135,7 @@ export class PoolChannel {
         entry.state === "queued"
           ? this.polling()
           : entry.state === "unsent"
-            ? this.sending()
+            ? this.sending(true)
             : entry.sentWith;
       if (!call) throw new Error(`admit ${req.id} is ${entry.state} with no call carrying it`);
       await this.until(call, decision);
@@ -171,25 +174,35 @@ export class PoolChannel {
     for (;;) {
       if (entry.state === "done") return;
       if (entry.state === "lost") throw new PoolCallLost(`the pool did not take the ${entry.kind} in time`);
-      const call = entry.state === "unsent" ? this.sending() : entry.sentWith;
+      const call = entry.state === "unsent" ? this.sending(false) : entry.sentWith;
       if (!call) throw new Error(`${entry.kind} ${entry.id} is ${entry.state} with no call carrying it`);
       await this.until(call);
     }
   }
 
-  /** The call to wait on for unsent work: the one on its way, or a new one made now. */
-  private sending(): Call | undefined {
-    if (this.lane && !this.lane.done) return this.lane;
+  /**
+   * The call to wait on for unsent work, or a new one made now. An admit
+   * waits only for another admit's call, never for a release on its way (a
+   * request after a quiet spell would otherwise pay the previous one's
+   * release before its own admit); a release or an abandon waits for any
+   * call, and rides in the next one.
+   */
+  private sending(admitting: boolean): Call | undefined {
+    const busy = (c: Call | undefined): c is Call => c !== undefined && !c.done;
+    if (busy(this.admitLane)) return this.admitLane;
+    if (!admitting && busy(this.noteLane)) return this.noteLane;
     if (this.unsentAdmits.length === 0 && this.unsentNotes.length === 0) return undefined;
     const admits = this.unsentAdmits.splice(0, this.maxBatch);
     const notes = this.unsentNotes.splice(0, Math.max(0, this.maxBatch - admits.length));
-    this.lane = this.call(admits, notes, false);
+    const call = this.call(admits, notes, false);
+    if (admits.length > 0) this.admitLane = call;
+    else this.noteLane = call;
     for (const a of admits) {
       a.state = "sent";
-      a.sentWith = this.lane;
+      a.sentWith = call;
       this.open.set(a.req.id, a);
     }
-    return this.lane;
+    return call;
   }
 
   /** The open poll, or a new one made now while admits wait in the pool's queue. */
