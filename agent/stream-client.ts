@@ -66,6 +66,13 @@ export class StreamClient {
   /** Messages by direction and type (the oneof case: shardStatus, startShard, …), for /metrics. */
   readonly messages = { sent: new Map<string, number>(), received: new Map<string, number>() };
   lastAckEpoch: bigint | undefined;
+  /**
+   * When the reconnect schedule meant the current attempt to start, and when
+   * it did (Unix ms; 0 before the first wait): the gap is the event loop's
+   * lateness, not the schedule's (bench:agents prints both).
+   */
+  dialDueAt = 0;
+  dialedAt = 0;
 
   constructor(private readonly opts: StreamClientOptions) {
     this.tls = opts.tls;
@@ -139,6 +146,7 @@ export class StreamClient {
       }
       this.state = "connecting";
       const started = Date.now();
+      this.dialedAt = started;
       let acked = false;
       try {
         const register = await this.opts.register();
@@ -197,6 +205,7 @@ export class StreamClient {
       const delay = this.schedule.next(this.spreadMs);
       this.state = "backoff";
       log.info("reconnecting", { inMs: delay, attempt: this.schedule.attempts });
+      this.dialDueAt = Date.now() + delay;
       await sleep(delay, this.stopCtl.signal);
       if (!this.stopped) this.reconnects++;
     }

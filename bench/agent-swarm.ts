@@ -35,7 +35,9 @@ for (let i = 0; i < count; i++) {
       }),
     onCommand: () => {},
     onConnected: () =>
-      process.stdout.write(`${JSON.stringify({ node: name, at: Date.now(), session: client.sessions })}\n`),
+      process.stdout.write(
+        `${JSON.stringify({ node: name, at: Date.now(), session: client.sessions, due: client.dialDueAt, dialed: client.dialedAt })}\n`,
+      ),
   });
   clients.push(client);
 }

@@ -21,7 +21,6 @@
  * publishes no endpoint set during the startup grace, in which nothing is
  * placed anyway.
  */
-import type { DatabaseSync } from "node:sqlite";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { errorMessage, type Logger } from "../common/log.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
@@ -35,9 +34,9 @@ import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 import type { EdgeSyncClient } from "./edgesync-client.ts";
 import type { ShardAt } from "./load-board.ts";
+import { OneRowStore } from "./one-row-store.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
-import { openDatabase } from "./sqlite.ts";
 
 export interface EdgeFacts {
   replicas: readonly ReplicaRecord[];
@@ -124,40 +123,35 @@ export function graceSet(current: readonly Endpoint[], last: readonly Endpoint[]
 
 /** The endpoint set last published, in `data_dir/llmgw.db`, so a restarted control plane knows what the edge has. */
 export class PublishedEndpoints {
-  private readonly db: DatabaseSync;
+  private readonly row: OneRowStore<Uint8Array>;
 
   constructor(path: string) {
-    this.db = openDatabase(path);
-    this.db.exec(`
-      CREATE TABLE IF NOT EXISTS edge_endpoint_set (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        endpoints BLOB NOT NULL,
-        published_at INTEGER NOT NULL
-      );
-    `);
+    this.row = new OneRowStore(path, {
+      table: "edge_endpoint_set",
+      column: "endpoints",
+      type: "BLOB",
+      writtenAt: "published_at",
+    });
   }
 
   /** Undefined when nothing was ever published from this data_dir. */
   load(): Endpoint[] | undefined {
-    const row = this.db.prepare("SELECT endpoints FROM edge_endpoint_set WHERE id = 1").get();
-    if (!row) return undefined;
-    return fromBinary(PutEndpointSetsRequestSchema, row.endpoints as Uint8Array).endpoints;
+    const blob = this.row.read();
+    return blob === undefined ? undefined : fromBinary(PutEndpointSetsRequestSchema, blob).endpoints;
   }
 
   save(endpoints: readonly Endpoint[], now: number): void {
-    const blob = toBinary(
-      PutEndpointSetsRequestSchema,
-      create(PutEndpointSetsRequestSchema, { endpoints: [...endpoints] }),
+    this.row.write(
+      toBinary(
+        PutEndpointSetsRequestSchema,
+        create(PutEndpointSetsRequestSchema, { endpoints: [...endpoints] }),
+      ),
+      now,
     );
-    this.db
-      .prepare(
-        "INSERT INTO edge_endpoint_set (id, endpoints, published_at) VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE SET endpoints = excluded.endpoints, published_at = excluded.published_at",
-      )
-      .run(blob, now);
   }
 
   close(): void {
-    this.db.close();
+    this.row.close();
   }
 }
 

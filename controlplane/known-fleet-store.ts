@@ -1,7 +1,6 @@
-import type { DatabaseSync } from "node:sqlite";
 import { z } from "zod";
+import { OneRowStore } from "./one-row-store.ts";
 import type { KnownFleet } from "./reconcile/known-fleet.ts";
-import { openDatabase } from "./sqlite.ts";
 
 /**
  * Where the fleet as it last stood (reconcile/known-fleet.ts) outlives the
@@ -60,26 +59,24 @@ const knownFleetSchema = z.object({
 
 /** The store: one row, written only when what it holds changed. */
 export class KnownFleetStore {
-  private readonly db: DatabaseSync;
+  private readonly row: OneRowStore<string>;
   private written: string | undefined;
 
   constructor(path: string) {
-    this.db = openDatabase(path);
-    this.db.exec(`
-      CREATE TABLE IF NOT EXISTS known_fleet (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        fleet TEXT NOT NULL,
-        saved_at INTEGER NOT NULL
-      );
-    `);
+    this.row = new OneRowStore(path, {
+      table: "known_fleet",
+      column: "fleet",
+      type: "TEXT",
+      writtenAt: "saved_at",
+    });
   }
 
   /** Empty with nothing stored; an error names what is wrong with a stored row it cannot use. */
   load(): { fleet: KnownFleet; error?: string } {
     const empty = { nodes: [], replicas: [] };
-    const row = this.db.prepare("SELECT fleet FROM known_fleet WHERE id = 1").get();
-    if (!row) return { fleet: empty };
-    this.written = String(row.fleet);
+    const text = this.row.read();
+    if (text === undefined) return { fleet: empty };
+    this.written = String(text);
     let parsed: unknown;
     try {
       parsed = JSON.parse(this.written);
@@ -98,16 +95,12 @@ export class KnownFleetStore {
   save(fleet: KnownFleet, now: number): boolean {
     const text = JSON.stringify(fleet);
     if (text === this.written) return false;
-    this.db
-      .prepare(
-        "INSERT INTO known_fleet (id, fleet, saved_at) VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE SET fleet = excluded.fleet, saved_at = excluded.saved_at",
-      )
-      .run(text, now);
+    this.row.write(text, now);
     this.written = text;
     return true;
   }
 
   close(): void {
-    this.db.close();
+    this.row.close();
   }
 }

@@ -251,13 +251,18 @@ export class Reconciler {
     this.reported.set(key, rt);
   }
 
-  /** Re-sends the exact spec a shard runs; the agent treats the same generation as a claim, not a restart. */
+  /** Claims a shard the table holds live at `generation`. */
   private claim(node: string, replicaId: string, rank: number, generation: number): void {
     const r = this.table.get(replicaId);
     const shard = r?.shards.find((s) => s.node === node && s.rank === rank);
+    if (!shard || !LIVE.has(shard.state)) return;
+    this.sendClaim(node, replicaId, rank, generation);
+  }
+
+  /** Re-sends the exact spec a shard runs; the agent treats the same generation as a claim, not a restart. */
+  private sendClaim(node: string, replicaId: string, rank: number, generation: number): void {
     const spec = this.reported.get(shardKey(replicaId, rank, node))?.spec;
-    if (!shard || !LIVE.has(shard.state) || !spec) return;
-    if (Number(spec.generation) !== generation) return;
+    if (!spec || Number(spec.generation) !== generation) return;
     this.deps.streams.send(node, create(ControlMessageSchema, { msg: { case: "startShard", value: spec } }));
   }
 
@@ -305,19 +310,26 @@ export class Reconciler {
         for (const s of this.table.get(a.replicaId)?.shards ?? [])
           this.claim(s.node, a.replicaId, s.rank, a.generation);
         return;
+      case "reinstate":
+        // Sent before the table applies the action, so the claim cannot look
+        // the shards up there: the plan found them ready.
+        for (const s of a.shards) this.sendClaim(s.node, a.replicaId, s.rank, a.generation);
+        for (const s of a.stop) this.stopAtOnce(s.node, a.replicaId, a.reason);
+        return;
       case "restart":
-        for (const s of a.stop) {
-          streams.send(
-            s.node,
-            create(ControlMessageSchema, {
-              msg: { case: "stopShard", value: { replicaId: a.replicaId, reason: a.reason, graceMs: 0 } },
-            }),
-          );
-        }
+        for (const s of a.stop) this.stopAtOnce(s.node, a.replicaId, a.reason);
         return;
       default:
         return;
     }
+  }
+
+  /** A gang's other ranks, or a copy nobody needs: no grace, nothing is served from it. */
+  private stopAtOnce(node: string, replicaId: string, reason: string): void {
+    this.deps.streams.send(
+      node,
+      create(ControlMessageSchema, { msg: { case: "stopShard", value: { replicaId, reason, graceMs: 0 } } }),
+    );
   }
 
   private startSpec(

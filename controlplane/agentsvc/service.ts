@@ -403,6 +403,15 @@ export class AgentStreams {
       );
       return;
     }
+    if (registry.get(session.node)?.state === "lost") {
+      // Its shards were released when it was declared lost, and only a
+      // Register lists what still runs there: ending the stream makes the
+      // agent reconnect and send one, so its engines are adopted rather than
+      // placed over (docs/operating.md, "A node that comes back").
+      this.opts.log.info("lost node heard from: asking it to register again", { node: session.node });
+      session.stream.end();
+      return;
+    }
     this.transition(registry.seen(session.node, this.now()));
     const m = msg.msg;
     switch (m.case) {

@@ -228,6 +228,96 @@ describe("lost versus unreachable", () => {
     const p = actions[1] as Extract<Action, { kind: "place" }>;
     expect(p.assignment.fabric).toEqual({ key: "ib", value: "pod-b" });
   });
+
+  describe("a node back after it was lost", () => {
+    const id = "llama-8b/1gpu/0";
+    const spec = {
+      engine: "vllm",
+      source: "meta-llama/8b",
+      tensorParallel: 1,
+      pipelineParallel: 1,
+      dataParallel: 1,
+      nodes: 1,
+      gpusPerNode: 1,
+    };
+    /** One replica ready on `a`, then `a` lost, and `others` (if any) join to take a replacement. */
+    function lostWorld(others: string[]): World {
+      const w = new World(
+        catalogOf({ ...SMALL, profiles: [{ ...SMALL.profiles[0], replicas: { min: 1 } }] }),
+        {
+          a: {},
+        },
+      );
+      w.plan(0);
+      w.report("ready", 1);
+      w.node("a").state = "lost";
+      for (const n of others) w.nodes.push(gpuNode(n));
+      return w;
+    }
+    const comeBack = (w: World, now: number, state: ShardState = "ready") => {
+      w.node("a").state = "ready";
+      w.table.observeRegistration(
+        "a",
+        [{ replicaId: id, rank: 0, generation: 1, state, spec, gpus: [0] }],
+        now,
+      );
+    };
+
+    it("adopts its engine when nothing was placed in its stead", () => {
+      const w = lostWorld([]);
+      expect(kinds(w.plan(80_000))).toEqual([`restart ${id}`, `wait ${id}`]);
+      comeBack(w, 90_000);
+      const back = w.plan(90_001);
+      expect(kinds(back)).toEqual([`adopt ${id}`]);
+      expect(w.table.get(id)).toMatchObject({ generation: 1, adopted: true, retiring: [] });
+      expect(w.table.get(id)!.shards.map((s) => [s.node, s.state])).toEqual([["a", "ready"]]);
+      expect(w.plan(90_002)).toEqual([]);
+    });
+
+    it("is reinstated over a replacement that is still starting, which stops", () => {
+      const w = lostWorld(["b"]);
+      expect(kinds(w.plan(80_000))).toEqual([`restart ${id}`, `place ${id}`]);
+      w.report("starting", 80_001);
+      comeBack(w, 90_000);
+      const back = w.plan(90_001);
+      expect(kinds(back)).toEqual([`reinstate ${id}`]);
+      const r = back[0] as Extract<Action, { kind: "reinstate" }>;
+      expect(r).toMatchObject({
+        generation: 1,
+        shards: [{ node: "a", rank: 0 }],
+        stop: [{ node: "b", rank: 0 }],
+      });
+      expect(r.reason).toBe(
+        "generation 1 on a is back and serving; the replacement (generation 2) is not ready yet",
+      );
+      const rec = w.table.get(id)!;
+      expect(rec.generation).toBe(1);
+      expect(rec.shards.map((s) => [s.node, s.state])).toEqual([["a", "ready"]]);
+      expect(rec.retiring.map((s) => [s.node, s.state])).toEqual([["b", "stopping"]]);
+      w.table.observe("b", { replicaId: id, rank: 0, generation: 2, state: "stopped" }, 90_002);
+      expect(w.plan(90_003)).toEqual([]);
+      expect(w.table.get(id)!.retiring).toEqual([]);
+    });
+
+    it("stops as a stray when the replacement already serves", () => {
+      const w = lostWorld(["b"]);
+      w.plan(80_000);
+      w.report("ready", 80_001);
+      comeBack(w, 90_000);
+      const back = w.plan(90_001) as Extract<Action, { kind: "stop" }>[];
+      expect(kinds(back)).toEqual([`stop ${id}`]);
+      expect(back[0]).toMatchObject({ shards: [{ node: "a", rank: 0 }], retire: false });
+      expect(w.table.get(id)!.shards.map((s) => [s.node, s.state])).toEqual([["b", "ready"]]);
+    });
+
+    it("stops as a stray while it still starts itself: the replacement is kept", () => {
+      const w = lostWorld(["b"]);
+      w.plan(80_000);
+      comeBack(w, 90_000, "starting");
+      expect(kinds(w.plan(90_001))).toEqual([`stop ${id}`]);
+      expect(w.table.get(id)!.shards.map((s) => s.node)).toEqual(["b"]);
+    });
+  });
 });
 
 describe("adoption", () => {

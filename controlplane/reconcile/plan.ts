@@ -6,9 +6,12 @@
  * into the ReplicaTable (table.ts).
  *
  * Rules, in the order a pass applies them to each replica:
- * 1. shards of older generations still running are stopped; shards on lost
- *    nodes are released (only `lost` frees GPUs; `unreachable` keeps them —
- *    a network blip must not tear down a replica that may still serve);
+ * 1. shards of older generations still running are stopped — unless they
+ *    are a whole replica back from a lost node and serving while its
+ *    replacement still starts: then they are reinstated and the replacement
+ *    stops; shards on lost nodes are released (only `lost` frees GPUs;
+ *    `unreachable` keeps them — a network blip must not tear down a replica
+ *    that may still serve);
  * 2. a replica is a gang: if any rank failed or sits on a lost node, every
  *    rank is stopped and the replica waits to be placed again. Failures that
  *    are the model's (exit, startup deadline) grow the model's exponential
@@ -161,19 +164,20 @@ class Pass {
   /** Settles one record; says whether it still holds a live generation. */
   settle(r: ReplicaRecord, prof: CatalogProfile | undefined): "live" | "pending" | "gone" {
     const release: ShardRef[] = [];
-    const strays: ShardRef[] = [];
+    const strays: ShardRecord[] = [];
     for (const s of r.retiring) {
       if (this.lost(s.node)) release.push(ref(s));
-      else if (s.state !== "stopping" && !isDead(s.state)) strays.push(ref(s));
+      else if (s.state !== "stopping" && !isDead(s.state)) strays.push(s);
     }
     if (release.length > 0) {
       this.actions.push({ kind: "release", replicaId: r.id, shards: release, reason: "node lost" });
     }
+    if (prof && !r.retire && this.reinstate(r, strays, prof)) return "live";
     if (strays.length > 0) {
       this.actions.push({
         kind: "stop",
         replicaId: r.id,
-        shards: strays,
+        shards: strays.map(ref),
         mode: "stop",
         retire: false,
         reason: "shard of an older generation is still running",
@@ -253,6 +257,39 @@ class Pass {
       });
     }
     return "live";
+  }
+
+  /**
+   * A replica whose node was lost comes back serving while the replacement
+   * placed meanwhile still loads: the operator wants the one that serves,
+   * and no GPU loading a copy nobody needs. Every rank of the returning
+   * generation must be ready and none of the replacement's; otherwise the
+   * replacement is kept and the returning shards stop as strays, so at no
+   * moment are both stopped, and a second copy lives only until one of the
+   * two is ready.
+   */
+  private reinstate(r: ReplicaRecord, strays: readonly ShardRecord[], prof: CatalogProfile): boolean {
+    const generation = strays[0]?.generation;
+    if (generation === undefined || generation === r.generation) return false;
+    const ranks = new Set(strays.map((s) => s.rank));
+    const whole =
+      strays.length === prof.nodes &&
+      ranks.size === prof.nodes &&
+      strays.every((s) => s.generation === generation && s.state === "ready");
+    if (!whole) return false;
+    if (r.shards.some((s) => s.state === "ready")) return false;
+    const returning = new Set(strays.map((s) => s.node));
+    if (r.shards.some((s) => returning.has(s.node))) return false;
+    if (strays.some((s) => specMismatch(s.spec, prof))) return false;
+    this.actions.push({
+      kind: "reinstate",
+      replicaId: r.id,
+      generation,
+      shards: strays.map(ref),
+      stop: r.shards.filter((s) => !isDead(s.state)).map(ref),
+      reason: `generation ${generation} on ${[...returning].join(", ")} is back and serving; the replacement (generation ${r.generation}) is not ready yet`,
+    });
+    return true;
   }
 
   private restart(r: ReplicaRecord, failure: Failure): void {

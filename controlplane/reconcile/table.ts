@@ -115,6 +115,19 @@ export class ReplicaTable {
         this.dropIfDone(r);
         return;
       }
+      case "reinstate": {
+        if (!r) return;
+        for (const x of a.stop) this.retireShard(r, x, now);
+        const back = r.retiring.filter((s) => a.shards.some((x) => x.node === s.node && x.rank === s.rank));
+        r.retiring = r.retiring.filter((s) => !back.includes(s));
+        r.shards = back.map(({ generation: _g, spec: _s, ...s }) => s);
+        r.generation = a.generation;
+        r.worldNodes = back.length;
+        r.origin = "placed";
+        r.adopted = true;
+        delete r.waiting;
+        return;
+      }
       case "adopt":
         if (r) r.adopted = true;
         return;
@@ -183,16 +196,26 @@ export class ReplicaTable {
     }
     if (isDead(o.state)) return;
     const shard = this.shardFrom(node, o, now);
-    // A slot still waiting for placement (e.g. the first pass after a control
-    // plane restart ran before this agent re-registered) takes over a newer
-    // generation that is already running instead of stopping it.
-    const newer = o.generation !== undefined ? o.generation > r.generation : r.generation === 0;
-    if (r.shards.length === 0 && !r.retire && newer) {
+    // A slot with nothing placed takes over whatever generation runs instead
+    // of stopping it: the first pass after a control plane restart ran before
+    // this agent re-registered, or its node was lost and came back before a
+    // replacement could be placed. Nothing newer serves, so stopping it would
+    // only leave the slot empty. (Without a generation on the wire only a
+    // slot that never had one can tell.)
+    const takesOver = o.generation !== undefined || r.generation === 0;
+    if (r.shards.length === 0 && !r.retire && takesOver) {
       this.becomeReported(r, node, o, now);
       return;
     }
     if (sameGen && r.origin === "reported" && !r.adopted) r.shards.push(shard);
-    else r.retiring.push(shard); // unknown or older generation: the plan stops it
+    // Unknown or another generation: the plan stops it, or reinstates it over a
+    // replacement that does not serve yet.
+    else
+      r.retiring.push({
+        ...shard,
+        ...(o.generation !== undefined ? { generation: o.generation } : {}),
+        ...(o.spec ? { spec: o.spec } : {}),
+      });
   }
 
   /**

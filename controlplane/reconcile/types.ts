@@ -51,6 +51,14 @@ export interface ShardRecord {
    * yet reported by its agent: a claim, not an observation.
    */
   unconfirmed?: boolean;
+  /**
+   * The generation a stray in `retiring` runs (one the agent reported, not
+   * one this control plane retired): lets the plan reinstate a returning
+   * replica over a replacement that does not serve yet.
+   */
+  generation?: number;
+  /** A stray's spec as reported, checked against the profile before it is reinstated. */
+  spec?: ShardSpecSummary;
 }
 
 /** The structural parts of a running shard's spec, compared with the profile at adoption. */
@@ -175,6 +183,19 @@ export type Action =
     }
   /** Forget shards on a lost node (no command is sent). */
   | { kind: "release"; replicaId: string; shards: ShardRef[]; reason: string }
+  /**
+   * A replica that came back from a lost node serving, while its replacement
+   * still starts: the returning shards are the replica again (at their
+   * generation) and the replacement is stopped.
+   */
+  | {
+      kind: "reinstate";
+      replicaId: string;
+      generation: number;
+      shards: ShardRef[];
+      stop: ShardRef[];
+      reason: string;
+    }
   /** A replica an agent reported matches desired state: keep it running. */
   | { kind: "adopt"; replicaId: string; generation: number; reason: string }
   /** Drop a record with nothing running (a pending slot no longer wanted). */
