@@ -1,118 +1,15 @@
 /**
  * Engine load from the engine's own Prometheus endpoint, the one signal every
- * engine already exports. The parser is pure and forgiving line by line (a
- * malformed line is skipped and counted, the rest still counts), bounded in
- * what it accepts, and knows nothing about HTTP.
+ * engine already exports: the samples (common/prometheus-text.ts) read into
+ * a load, purely, and a scraper that fetches them on the agent's schedule.
  */
 import { create } from "@bufbuild/protobuf";
+import { kvTokensOf } from "../common/engine-capacity.ts";
+import { fetchMetricsText } from "../common/metrics-fetch.ts";
+import { parsePrometheusText, type Sample } from "../common/prometheus-text.ts";
 import { type ShardLoad, ShardLoadSchema } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { MetricNames } from "./engines/adapter.ts";
 import { engineUrl } from "./health-probe.ts";
-
-export interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-export interface ParseResult {
-  samples: Sample[];
-  /** "line N: why", at most MAX_ERRORS of them. */
-  errors: string[];
-}
-
-const MAX_ERRORS = 20;
-export const MAX_METRICS_BYTES = 4 * 1024 * 1024;
-const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*/;
-const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*/;
-
-function parseValue(text: string): number | undefined {
-  switch (text) {
-    case "NaN":
-      return Number.NaN;
-    case "+Inf":
-    case "Inf":
-      return Number.POSITIVE_INFINITY;
-    case "-Inf":
-      return Number.NEGATIVE_INFINITY;
-  }
-  if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) return undefined;
-  return Number(text);
-}
-
-/** Parses one sample line; throws a short reason on malformed input. */
-function parseLine(line: string): Sample {
-  const m = NAME.exec(line);
-  if (!m) throw new Error("no metric name");
-  const name = m[0];
-  let i = name.length;
-  const labels: Record<string, string> = {};
-  if (line[i] === "{") {
-    i++;
-    for (;;) {
-      while (line[i] === " ") i++;
-      if (line[i] === "}") {
-        i++;
-        break;
-      }
-      const ln = LABEL_NAME.exec(line.slice(i));
-      if (!ln) throw new Error("bad label name");
-      i += ln[0].length;
-      if (line[i] !== "=" || line[i + 1] !== '"') throw new Error(`label ${ln[0]} has no quoted value`);
-      i += 2;
-      let value = "";
-      for (;;) {
-        const c = line[i];
-        if (c === undefined) throw new Error("unterminated label value");
-        if (c === '"') break;
-        if (c === "\\") {
-          const e = line[i + 1];
-          value += e === "n" ? "\n" : (e ?? "");
-          i += 2;
-          continue;
-        }
-        value += c;
-        i++;
-      }
-      i++;
-      labels[ln[0]] = value;
-      while (line[i] === " ") i++;
-      if (line[i] === ",") i++;
-      else if (line[i] !== "}") throw new Error("expected , or } after label");
-    }
-  }
-  if (line[i] !== " " && line[i] !== "\t") throw new Error("expected a space before the value");
-  const rest = line.slice(i).trim().split(/\s+/);
-  if (rest.length < 1 || rest.length > 2 || !rest[0])
-    throw new Error("expected a value and an optional timestamp");
-  const value = parseValue(rest[0]);
-  if (value === undefined) throw new Error(`bad value "${rest[0].slice(0, 40)}"`);
-  return { name, labels, value };
-}
-
-export function parsePrometheusText(text: string, keep?: (name: string) => boolean): ParseResult {
-  const samples: Sample[] = [];
-  const errors: string[] = [];
-  let errorCount = 0;
-  const lines =
-    text.length > MAX_METRICS_BYTES ? text.slice(0, MAX_METRICS_BYTES).split("\n") : text.split("\n");
-  lines.forEach((raw, n) => {
-    const line = raw.trim();
-    if (line === "" || line.startsWith("#")) return;
-    if (keep) {
-      const m = NAME.exec(line);
-      if (m && !keep(m[0])) return;
-    }
-    try {
-      samples.push(parseLine(line));
-    } catch (err) {
-      errorCount++;
-      if (errors.length < MAX_ERRORS) errors.push(`line ${n + 1}: ${(err as Error).message}`);
-    }
-  });
-  if (errorCount > errors.length) errors.push(`… and ${errorCount - errors.length} more`);
-  return { samples, errors };
-}
 
 /** Counters are exposed with a `_total` suffix by newer clients and without by older ones; accept both. */
 function series(samples: readonly Sample[], name: string): Sample[] {
@@ -214,19 +111,6 @@ export function loadFromSamples(
   };
 }
 
-/** num_gpu_blocks × block_size of each engine's cache-config series (one per data-parallel engine), summed. */
-function kvTokensOf(samples: readonly Sample[], name: string): number {
-  let total = 0;
-  for (const s of samples) {
-    if (s.name !== name) continue;
-    const blocks = Number(s.labels.num_gpu_blocks);
-    const size = Number(s.labels.block_size);
-    if (Number.isSafeInteger(blocks) && Number.isSafeInteger(size) && blocks > 0 && size > 0)
-      total += blocks * size;
-  }
-  return total;
-}
-
 /** `maxNumSeqs`: the batch the engine runs at once, as its launch says (0: unknown). */
 export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number, maxNumSeqs = 0): ShardLoad {
   return create(ShardLoadSchema, {
@@ -239,23 +123,6 @@ export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number, maxNumSeqs 
     maxNumSeqs,
     kvCapacityTokens: BigInt(r.kvCapacityTokens),
   });
-}
-
-/** GET the metrics text with a hard timeout and a size bound. */
-export async function fetchMetricsText(url: string, timeoutMs: number): Promise<string> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-  if (!res.ok) {
-    await res.body?.cancel();
-    throw new Error(`${url}: HTTP ${res.status}`);
-  }
-  const declared = Number(res.headers.get("content-length") ?? "0");
-  if (declared > MAX_METRICS_BYTES) {
-    await res.body?.cancel();
-    throw new Error(`${url}: metrics body of ${declared} bytes is over the limit`);
-  }
-  const text = await res.text();
-  if (text.length > MAX_METRICS_BYTES) throw new Error(`${url}: metrics body over the limit`);
-  return text;
 }
 
 /** One engine's scraper: remembers the previous counters so every scrape yields a rate. */

@@ -1,6 +1,8 @@
 import { shardStateFromWire } from "../common/shard-state.ts";
 import type { ShardLoad, ShardLoadReport, ShardStatus } from "../proto/gen/agent/v1/agent_pb.ts";
 import type { AgentStreams } from "./agentsvc/service.ts";
+import type { TokenCounter } from "./edge-status.ts";
+import type { ReplicaRecord } from "./reconcile/types.ts";
 
 /** Which shard: a replica's rank on a node. */
 export interface ShardAt {
@@ -30,6 +32,15 @@ export class LoadBoard {
 
   get(at: ShardAt): ShardLoad | undefined {
     return this.byNode.get(at.node)?.get(key(at.replicaId, at.rank));
+  }
+
+  /** Each replica's generated tokens, from its rank 0 (the rank that serves and is scraped). */
+  tokenCounters(replicas: readonly ReplicaRecord[]): TokenCounter[] {
+    return replicas.flatMap((r) => {
+      const head = r.shards.find((s) => s.rank === 0);
+      const load = head && this.get({ replicaId: r.id, rank: 0, node: head.node });
+      return load ? [{ model: r.model, replica: r.id, tokens: load.generationTokens }] : [];
+    });
   }
 
   private record(node: string, r: ShardLoadReport): void {

@@ -30,6 +30,7 @@ import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 import { registerScalingMetrics, Scaler } from "./scaler.ts";
+import { StaticCapacity } from "./static-capacity.ts";
 
 export interface ControlPlane {
   readonly agentPort: number;
@@ -394,6 +395,8 @@ function edgeLink(
   }
   const client = edgeSyncClient(url, token);
   const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
+  const timeoutMs = () => reconciler.currentConfig.router.scrape_timeout;
+  const capacity = new StaticCapacity({ log: log.child({ component: "static-capacity" }), timeoutMs, now });
   const publisher = new EdgePublisher({
     client,
     log: log.child({ component: "edge-publisher", edge: url }),
@@ -411,7 +414,7 @@ function edgeLink(
       replicas: reconciler.table.list(),
       address: (node) => registry.get(node)?.advertiseAddress,
       load: (shard) => loads.get(shard),
-      staticEndpoints: reconciler.currentConfig.endpoints,
+      staticEndpoints: capacity.apply(reconciler.currentConfig.endpoints),
       via: reconciler.currentConfig.edge.via,
       now: now(),
     }),
@@ -421,7 +424,7 @@ function edgeLink(
     url,
     intervalMs: config.edge.status_interval,
     log: log.child({ component: "edge-status", edge: url }),
-    counters: () => tokenCounters(reconciler, loads),
+    counters: () => loads.tokenCounters(reconciler.table.list()),
     now,
   });
   return {
@@ -434,15 +437,6 @@ function edgeLink(
       status.start();
     },
   };
-}
-
-/** Each replica's generated tokens, from its rank 0 (the rank that serves and is scraped). */
-function tokenCounters(reconciler: Reconciler, loads: LoadBoard) {
-  return reconciler.table.list().flatMap((r) => {
-    const head = r.shards.find((s) => s.rank === 0);
-    const load = head && loads.get({ replicaId: r.id, rank: 0, node: head.node });
-    return load ? [{ model: r.model, replica: r.id, tokens: load.generationTokens }] : [];
-  });
 }
 
 /**

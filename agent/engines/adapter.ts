@@ -5,6 +5,7 @@
  * construction runs in tests against the sim engine standing in for the real
  * binary.
  */
+import { VLLM_CACHE_CONFIG_INFO } from "../../common/engine-capacity.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 
 /** What the agent knows about the node that the spec does not say. */
@@ -75,7 +76,7 @@ export const VLLM_METRICS: MetricNames = {
   kvUsage: "vllm:kv_cache_usage_perc",
   prefixHitRate: { kind: "counters", queries: "vllm:prefix_cache_queries", hits: "vllm:prefix_cache_hits" },
   generationTokens: "vllm:generation_tokens",
-  cacheConfig: "vllm:cache_config_info",
+  cacheConfig: VLLM_CACHE_CONFIG_INFO,
 };
 
 export const SGLANG_METRICS: MetricNames = {

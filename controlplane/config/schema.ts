@@ -209,8 +209,10 @@ export const endpointSchema = z.strictObject({
   via: viaSchema
     .default("direct")
     .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
-  // A static endpoint is scraped by nobody, so what it can hold is the
-  // operator's to say; without it the pool assumes vLLM's default batch.
+  // A static endpoint's load is scraped by nobody, so its batch is the
+  // operator's to say (without it the pool assumes vLLM's default); its KV
+  // tokens, unstated, the control plane reads once off its /metrics
+  // (controlplane/static-capacity.ts).
   capacity: z
     .strictObject({
       max_num_seqs: z
@@ -225,7 +227,7 @@ export const endpointSchema = z.strictObject({
         .positive()
         .optional()
         .describe(
-          "Tokens the engine's KV cache holds (vLLM: num_gpu_blocks × block_size in its log or /metrics)",
+          "Tokens the engine's KV cache holds (vLLM: num_gpu_blocks × block_size); unset: the control plane reads it off /metrics",
         ),
     })
     .optional()

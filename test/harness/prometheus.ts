@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { parsePrometheusText } from "../../agent/scraper.ts";
+import { parsePrometheusText } from "../../common/prometheus-text.ts";
 import { REPO } from "./process.ts";
 
 /**
- * The Prometheus text format read strictly, for tests: the agent's sample
- * parser (the one that reads engines' /metrics) for the sample lines, and
+ * The Prometheus text format read strictly, for tests: the sample
+ * parser that reads engines' /metrics (common/) for the sample lines, and
  * the HELP and TYPE lines it skips, so a family's type is checked too.
  * Anything malformed throws.
  */

@@ -1,0 +1,45 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { fetchMetricsText } from "./metrics-fetch.ts";
+import { MAX_METRICS_BYTES } from "./prometheus-text.ts";
+
+describe("fetchMetricsText", () => {
+  const servers: ReturnType<typeof createServer>[] = [];
+  afterEach(() => {
+    for (const s of servers.splice(0)) {
+      s.closeAllConnections();
+      s.close();
+    }
+  });
+  const serve = async (handler: Parameters<typeof createServer>[1]) => {
+    const srv = createServer(handler);
+    servers.push(srv);
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    return `http://127.0.0.1:${(srv.address() as AddressInfo).port}/metrics`;
+  };
+
+  it("returns the text, and names the status of a refusal", async () => {
+    const url = await serve((req, res) => {
+      if (req.url === "/metrics") res.end("vllm:num_requests_running 2\n");
+      else res.writeHead(404).end();
+    });
+    expect(await fetchMetricsText(url, 1_000)).toBe("vllm:num_requests_running 2\n");
+    await expect(fetchMetricsText(url.replace("/metrics", "/nope"), 1_000)).rejects.toThrow("HTTP 404");
+  });
+
+  it("stops reading a body without a length once it passes the limit", async () => {
+    let written = 0;
+    const url = await serve((_req, res) => {
+      // Chunked and endless: only the reader's bound ends it.
+      const line = Buffer.alloc(64 * 1024, "#");
+      const more = () => {
+        while (!res.destroyed && res.write(line)) written += line.length;
+        if (!res.destroyed) res.once("drain", more);
+      };
+      more();
+    });
+    await expect(fetchMetricsText(url, 10_000)).rejects.toThrow("over the limit");
+    expect(written).toBeLessThan(4 * MAX_METRICS_BYTES);
+  });
+});
