@@ -367,6 +367,10 @@ Look around (llmgw ctl needs the admin token, kept in ${ADMIN_TOKEN_FILE}):
   npx llmgw ctl endpoints status${edgeFlag}   # each model's pool: bands, queues, load
   curl -H "Authorization: Bearer $LLMGW_ADMIN_TOKEN" ${ADMIN}/metrics
 
+Watch qwen-32b scale from 1 to 4 replicas and back (about two minutes; ctl explain qwen-32b says why):
+  export LLMGW_API_KEY=$(cat ${API_KEY_FILE})
+  npx llmgw bench --url ${EDGE} --model qwen-32b --concurrency 16 --duration 60s
+
 ${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.
 `;
 }

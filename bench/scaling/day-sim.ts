@@ -141,6 +141,9 @@ export function simulateDay(o: DayOptions): DayResult {
         priority: 0,
         weight: 1,
         via: "direct",
+        // As the control plane publishes an engine's capacity: its batch from
+        // its arguments, its KV tokens from its /metrics (cache_config_info).
+        capacity: { maxSeqs: o.core.maxNumSeqs, kvTokens: o.core.numBlocks * o.core.blockSize },
       })),
       tl.now,
     );
