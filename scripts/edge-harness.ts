@@ -300,6 +300,8 @@ export async function keyUsage(edge: Edge, keyId: string) {
     prompt: Number(u.promptTokens),
     completion: Number(u.completionTokens),
     partial: Number(u.partialRequests),
+    estimatedRequests: Number(u.estimatedRequests),
+    estimatedTokens: Number(u.estimatedTokens),
   };
 }
 

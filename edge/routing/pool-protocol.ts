@@ -21,6 +21,14 @@ export interface AdmitRequest {
   demand?: Demand | undefined;
   /** Fail-open decisions the caller made since its last admit, for the pool's counter. */
   failOpens?: number | undefined;
+  /** Usage the caller estimated for this model since its last admit, for the pool's counter. */
+  estimated?: EstimatedUsage | undefined;
+}
+
+/** Requests charged the edge's estimate because the engine reported no usage, and their tokens. */
+export interface EstimatedUsage {
+  requests: number;
+  tokens: number;
 }
 
 export interface Lease {
@@ -103,6 +111,7 @@ export interface PoolStatus {
   leases: number;
   sessions: number;
   failOpens: number;
+  estimated: EstimatedUsage;
   bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
   routes: Record<RouteTier, number>;
   endpoints: EndpointStatus[];
