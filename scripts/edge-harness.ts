@@ -98,6 +98,8 @@ export async function startEdge(
 export type FastEdge = Omit<Edge, "proc"> & {
   /** Miniflare's own port (its entry worker); `url` is the Worker's direct socket. */
   port: number;
+  /** What the Worker and workerd logged so far, but the access log: one entry a line. */
+  logged: string[];
 };
 
 /**
@@ -105,13 +107,14 @@ export type FastEdge = Omit<Edge, "proc"> & {
  * per request, for operators) would bury the test report, so it is dropped
  * there; the Worker's other lines still show.
  */
-const withoutAccessLog = {
+const withoutAccessLog = (logged: string[] = []) => ({
   structuredWorkerdLogs: true,
   handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
     if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+    logged.push(message);
     (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
   },
-};
+});
 
 /**
  * The edge in workerd through Miniflare, bundled as `wrangler deploy`
@@ -132,6 +135,7 @@ export async function startEdgeMiniflare(
   const token = newSecret();
   const port = await freePort();
   const direct = await directSocket();
+  const logged: string[] = [];
   const mf = new Miniflare({
     ...runtimeOf(config),
     host: "127.0.0.1",
@@ -146,7 +150,7 @@ export async function startEdgeMiniflare(
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
     bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
-    ...withoutAccessLog,
+    ...withoutAccessLog(logged),
     ...direct.options,
   });
   await mf.ready;
@@ -155,6 +159,7 @@ export async function startEdgeMiniflare(
     url,
     port,
     token,
+    logged,
     sync: edgeSyncClient(url, token),
     async stop() {
       await mf.dispose();
@@ -454,7 +459,7 @@ export async function startEdgeIsolates(
     host: "127.0.0.1",
     port: await freePort(),
     workers: workers as never,
-    ...withoutAccessLog,
+    ...withoutAccessLog(),
   });
   await mf.ready;
   const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");
