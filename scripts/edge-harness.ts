@@ -297,7 +297,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
   });
 }
 
-export async function keyUsage(edge: Edge, keyId: string) {
+export async function keyUsage(edge: Pick<Edge, "sync">, keyId: string) {
   const { usage } = await edge.sync.getUsage({ keyId });
   const u = usage[0]!;
   return {
