@@ -16,12 +16,17 @@ import {
 
 /**
  * Clients that hang up, as the edge in workerd sees them: mid-stream, and
- * before the first byte while the engine holds the answer back. Each
- * request's lease goes back to the pool, each is charged once (a cut stream
- * more than nothing), and the runtime logs no uncaught error: an engine
- * body aborted but never cancelled errors inside workerd, which logged
- * "Uncaught Error: Network connection lost" for one hang-up in three to six
- * (edge/proxy/attempt.ts, relay).
+ * before the first byte while the engine is still in prefill. Each
+ * request's lease goes back to the pool and each is charged once (a cut
+ * stream more than nothing). The edge runs on Miniflare's direct socket:
+ * under `wrangler dev` its local proxy now and then does not pass a hang-up
+ * on, and the stream is charged as complete.
+ *
+ * Known gap: workerd's "Uncaught Error: Network connection lost" after a
+ * mid-stream hang-up (edge/proxy/attempt.ts, relay). Under `wrangler dev`
+ * this test's hang-ups still log it with relay's reader.cancel() in place;
+ * on the direct socket it was not logged with or without it, so the log
+ * check below guards against a regression there but does not hold that fix.
  */
 const MID_STREAM = 16;
 const BEFORE_FIRST_BYTE = 6;
