@@ -110,6 +110,16 @@ export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBo
     "Requests Workers routed on their own because the pool did not answer.",
     perModel((p) => Number(p.failOpens)),
   );
+  metrics.counter(
+    "llmgw_edge_estimated_requests_total",
+    "Requests charged the edge's usage estimate because the engine reported no usage.",
+    perModel((p) => Number(p.estimatedRequests)),
+  );
+  metrics.counter(
+    "llmgw_edge_estimated_tokens_total",
+    "Tokens (prompt and completion) of the requests charged the edge's usage estimate.",
+    perModel((p) => Number(p.estimatedTokens)),
+  );
   metrics.gauge(
     "llmgw_edge_status_age_seconds",
     "Time since the last successful poll of the edge's status; absent before the first.",

@@ -41,6 +41,10 @@ function Pool({ m }: { m: EdgeModel }) {
             <th>Shed: queue full (429)</th>
             <th>Shed: expired (503)</th>
             <th>Left while queued</th>
+            <th title="Refused at once: no endpoint serves the model">Refused: no endpoint (503)</th>
+            <th title="Refused at once: no endpoint can take requests (breakers open, draining, down)">
+              Refused: no capacity (503)
+            </th>
           </tr>
         </thead>
         <tbody>
@@ -55,6 +59,8 @@ function Pool({ m }: { m: EdgeModel }) {
               <td>{count(b.full)}</td>
               <td>{count(b.expired)}</td>
               <td>{count(b.abandoned)}</td>
+              <td>{count(b.noEndpoints)}</td>
+              <td>{count(b.noCapacity)}</td>
             </tr>
           ))}
         </tbody>

@@ -29,6 +29,7 @@ function KeyTable({ usage }: { usage: readonly KeyUsage[] }) {
           <th>Prompt tokens</th>
           <th>Completion tokens</th>
           <th>Cut short</th>
+          <th title="Requests charged the edge's estimate: the engine reported no usage">Estimated</th>
           <th>Budget</th>
         </tr>
       </thead>
@@ -46,6 +47,11 @@ function KeyTable({ usage }: { usage: readonly KeyUsage[] }) {
             <td>{count(u.promptTokens)}</td>
             <td>{count(u.completionTokens)}</td>
             <td>{count(u.partialRequests)}</td>
+            <td>
+              {u.estimatedRequests > 0n
+                ? `${count(u.estimatedRequests)} · ${count(u.estimatedTokens)} tokens`
+                : "none"}
+            </td>
             <td>{u.budgetTokens > 0n ? `${count(u.budgetUsed)} / ${count(u.budgetTokens)}` : "none"}</td>
           </tr>
         ))}

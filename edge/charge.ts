@@ -8,6 +8,8 @@ export interface ChargeInput {
   completion_tokens: number;
   /** The answer was cut short (client disconnect, engine failure). */
   partial: boolean;
+  /** The token counts are the edge's estimate: the engine reported none (usage-estimate.ts). */
+  estimated?: boolean | undefined;
   /** The request's reservation in its key's ledger (its request id), for keys with limits. */
   reservation?: string | undefined;
 }
@@ -20,6 +22,9 @@ export interface ChargeBatch {
   prompt_tokens: number;
   completion_tokens: number;
   partial_requests: number;
+  /** Requests whose counts were estimates, and the tokens (prompt and completion) of theirs. */
+  estimated_requests: number;
+  estimated_tokens: number;
   /** The reservations these requests held (reservations.ts), closed with the charge. */
   closes: string[];
 }
@@ -32,13 +37,21 @@ export function sumCharges(id: string, items: readonly ChargeInput[]): ChargeBat
     prompt_tokens: 0,
     completion_tokens: 0,
     partial_requests: 0,
+    estimated_requests: 0,
+    estimated_tokens: 0,
     closes: [],
   };
   for (const c of items) {
+    const prompt = Math.max(0, Math.floor(c.prompt_tokens));
+    const completion = Math.max(0, Math.floor(c.completion_tokens));
     b.requests++;
-    b.prompt_tokens += Math.max(0, Math.floor(c.prompt_tokens));
-    b.completion_tokens += Math.max(0, Math.floor(c.completion_tokens));
+    b.prompt_tokens += prompt;
+    b.completion_tokens += completion;
     if (c.partial) b.partial_requests++;
+    if (c.estimated) {
+      b.estimated_requests++;
+      b.estimated_tokens += prompt + completion;
+    }
     if (c.reservation) b.closes.push(c.reservation);
   }
   return b;

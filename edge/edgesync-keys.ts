@@ -139,6 +139,8 @@ export function keyCalls(env: Env): KeyCalls {
             budgetUsed: BigInt(u.budget_used),
             budgetTokens: BigInt(k.budget_tokens),
             partialRequests: BigInt(u.partial_requests),
+            estimatedRequests: BigInt(u.estimated_requests),
+            estimatedTokens: BigInt(u.estimated_tokens),
             revoked: u.revoked || k.revoked,
           };
         }),

@@ -84,6 +84,8 @@ function toMessage(s: PoolStatus): PoolStatusInit {
     leases: s.leases,
     sessions: s.sessions,
     failOpens: BigInt(s.failOpens),
+    estimatedRequests: BigInt(s.estimated.requests),
+    estimatedTokens: BigInt(s.estimated.tokens),
     bands: s.bands.map((b) => ({
       name: b.name,
       ceiling: b.ceiling,

@@ -18,6 +18,7 @@ import { caller } from "./caller.ts";
 import type { RoutingTable } from "./catalog.ts";
 import { type EdgeConfig, edgeConfig } from "./config-store.ts";
 import type { Env } from "./env.ts";
+import { estimateTally } from "./estimate-tally.ts";
 import { allowedChain, type KeyRecord, modelAllowed, resolveBand } from "./key-rules.ts";
 import { admitKey, charge } from "./key-usage.ts";
 import { ApiError, errors } from "./openai-errors.ts";
@@ -121,8 +122,9 @@ function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
   const generates = req.apiPath !== "/v1/embeddings";
   const prefix = generates ? requestPrefixHashes(first, req.body) : [];
   const demand = predictDemand(req.body, generates, config.settings.scoring.assumed_output_tokens);
-  return new AttemptPlan(req.chain, (m) =>
-    admit({
+  return new AttemptPlan(req.chain, async (m) => {
+    const estimated = estimateTally.take(m);
+    const lease = await admit({
       env: c.env,
       model: m,
       table: config.table,
@@ -135,11 +137,15 @@ function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
         session: req.session,
         prefix: m === first ? prefix : [],
         demand,
+        estimated,
       },
       clientSignal: c.req.raw.signal,
       defer: (p) => c.executionCtx.waitUntil(p),
-    }),
-  );
+    });
+    // A fail-open lease came from this isolate's own pool: the model's never heard.
+    if (lease.failOpen) estimateTally.add(m, estimated);
+    return lease;
+  });
 }
 
 export function inference(apiPath: ApiPath, schema: Schema) {
@@ -243,6 +249,9 @@ function recordOutcome(access: AccessLog, o: Outcome): void {
     client_disconnected: o.disconnected,
   });
   access.usage(o.usage, o.usageEstimated);
+  if (o.usageEstimated && o.usage && o.model) {
+    estimateTally.add(o.model, { requests: 1, tokens: o.usage.prompt_tokens + o.usage.completion_tokens });
+  }
 }
 
 /** The client left while its request waited for admission: nobody reads this. */

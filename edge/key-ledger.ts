@@ -31,6 +31,9 @@ export interface UsageTotals {
   completion_tokens: number;
   total_tokens: number;
   partial_requests: number;
+  /** Requests charged the edge's estimate (the engine reported no usage), and their tokens. */
+  estimated_requests: number;
+  estimated_tokens: number;
   budget_used: number;
   budget_period_start: number;
   revoked: boolean;
@@ -62,6 +65,11 @@ export class KeyLedger extends DurableObject<object> {
         revoked INTEGER NOT NULL
       );
       INSERT OR IGNORE INTO totals VALUES (1, 0, 0, 0, 0, 0, 0, 0);
+      -- Apart from totals so a ledger created before it gains it by this statement alone.
+      CREATE TABLE IF NOT EXISTS estimated (
+        id INTEGER PRIMARY KEY CHECK (id = 1), requests INTEGER NOT NULL, tokens INTEGER NOT NULL
+      );
+      INSERT OR IGNORE INTO estimated VALUES (1, 0, 0);
       CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL
       );
@@ -180,6 +188,13 @@ export class KeyLedger extends DurableObject<object> {
         tokens,
         start,
       );
+      if (batch.estimated_requests > 0) {
+        this.sql.exec(
+          "UPDATE estimated SET requests = requests + ?, tokens = tokens + ? WHERE id = 1",
+          batch.estimated_requests,
+          batch.estimated_tokens,
+        );
+      }
       this.tokens.add(now, tokens);
       if (batch.closes.length > 0) {
         this.sql.exec(
@@ -200,12 +215,15 @@ export class KeyLedger extends DurableObject<object> {
 
   async usage(): Promise<UsageTotals> {
     const r = this.row();
+    const e = this.sql.exec("SELECT requests, tokens FROM estimated WHERE id = 1").one();
     return {
       requests: r.requests!,
       prompt_tokens: r.prompt_tokens!,
       completion_tokens: r.completion_tokens!,
       total_tokens: r.prompt_tokens! + r.completion_tokens!,
       partial_requests: r.partial_requests!,
+      estimated_requests: Number(e.requests),
+      estimated_tokens: Number(e.tokens),
       budget_used: r.budget_used!,
       budget_period_start: r.budget_period_start!,
       revoked: r.revoked === 1,

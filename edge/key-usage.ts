@@ -109,6 +109,7 @@ export function charge(env: Env, key: KeyRecord, requestId: string, o: Outcome |
       prompt_tokens: o?.usage?.prompt_tokens ?? 0,
       completion_tokens: o?.usage?.completion_tokens ?? 0,
       partial: o !== undefined && !o.completed && o.status < 400,
+      estimated: o?.usageEstimated === true,
       reservation: hasLimits(key) ? requestId : undefined,
     },
   });

@@ -254,6 +254,37 @@ describe("proxy", () => {
       ...extra,
     });
 
+  it("a client gone before the first token aborts the engine's request at once, tries no other, and blames none", async () => {
+    const client = new AbortController();
+    // Headers, then nothing: the engine holds its first token back.
+    const silent = (init: RequestInit) => sse([], { stallAfter: 0, signal: init.signal });
+    let aborted = false;
+    const { result, verdicts, calls } = run(
+      {
+        a: (init) => {
+          init.signal?.addEventListener("abort", () => {
+            aborted = true;
+          });
+          queueMicrotask(() => client.abort());
+          return silent(init);
+        },
+        b: silent,
+      },
+      ["a", "b"],
+      {
+        stream: true,
+        clientSignal: client.signal,
+        settings: routerSchema.parse({ retries: 2, timeouts: { first_token: "60s", total: "5m" } }),
+      },
+    );
+    const r = await result;
+    expect(aborted).toBe(true);
+    expect(calls).toHaveLength(1);
+    expect(r.response.status).toBe(499);
+    expect(await r.outcome).toMatchObject({ status: 499, errorCode: "client_closed", disconnected: true });
+    expect(verdicts).toEqual([["a", "abandon"]]);
+  });
+
   it("leaves an engine that sends no headers within first_token when response_header is longer", async () => {
     const t0 = Date.now();
     const { result, verdicts } = streamedTo({ response_header: "60s", first_token: "150ms" }, ["a"]);

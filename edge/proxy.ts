@@ -3,13 +3,14 @@ import {
   type Call,
   type Committed,
   connect,
+  type Held,
   holdFirstToken,
   isFailure,
   newCall,
   readWhole,
   relay,
 } from "./proxy/attempt.ts";
-import { type Failure, type Outcome, outcomeOf, reasonOf } from "./proxy/failure.ts";
+import { clientLeft, type Failure, type Outcome, outcomeOf, reasonOf } from "./proxy/failure.ts";
 import type { ProxyInput } from "./proxy/input.ts";
 
 export type { Outcome } from "./proxy/failure.ts";
@@ -74,11 +75,32 @@ export async function proxy(input: ProxyInput): Promise<ProxyResult> {
 }
 
 async function attempt(call: Call): Promise<Committed | Failure> {
-  const res = await connect(call);
-  if (isFailure(res)) return res;
-  if (!call.input.stream) return readWhole(call, res);
-  const held = await holdFirstToken(call, res);
+  if (!call.input.stream) {
+    // A non-streamed answer runs on when its client leaves, and is charged
+    // what the engine reports (docs/edge.md).
+    const res = await connect(call);
+    return isFailure(res) ? res : readWhole(call, res);
+  }
+  const held = await firstToken(call);
   return isFailure(held) ? held : relay(call, held);
+}
+
+/**
+ * Until a stream's first token, a client that leaves aborts the attempt at
+ * once: otherwise the engine would work for nobody, and the lease stay
+ * held, until that token came or first_token ran out.
+ */
+async function firstToken(call: Call): Promise<Held | Failure> {
+  const signal = call.input.clientSignal;
+  if (signal?.aborted) return clientLeft();
+  signal?.addEventListener("abort", call.abort, { once: true });
+  try {
+    const res = await connect(call);
+    const held = isFailure(res) ? res : await holdFirstToken(call, res);
+    return isFailure(held) && signal?.aborted ? clientLeft() : held;
+  } finally {
+    signal?.removeEventListener("abort", call.abort);
+  }
 }
 
 function refused(

@@ -98,6 +98,8 @@ export async function startEdge(
 export type FastEdge = Omit<Edge, "proc"> & {
   /** Miniflare's own port (its entry worker); `url` is the Worker's direct socket. */
   port: number;
+  /** What the Worker and workerd logged so far, but the access log: one entry a line. */
+  logged: string[];
 };
 
 /**
@@ -105,13 +107,14 @@ export type FastEdge = Omit<Edge, "proc"> & {
  * per request, for operators) would bury the test report, so it is dropped
  * there; the Worker's other lines still show.
  */
-const withoutAccessLog = {
+const withoutAccessLog = (logged: string[] = []) => ({
   structuredWorkerdLogs: true,
   handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
     if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+    logged.push(message);
     (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
   },
-};
+});
 
 /**
  * The edge in workerd through Miniflare, bundled as `wrangler deploy`
@@ -139,6 +142,7 @@ export async function startEdgeMiniflare(
   const token = newSecret();
   const port = await freePort();
   const direct = await directSocket();
+  const logged: string[] = [];
   const mf = new Miniflare({
     ...runtimeOf(config),
     host: "127.0.0.1",
@@ -153,7 +157,7 @@ export async function startEdgeMiniflare(
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
     bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
-    ...withoutAccessLog,
+    ...withoutAccessLog(logged),
     ...direct.options,
   });
   await mf.ready;
@@ -162,6 +166,7 @@ export async function startEdgeMiniflare(
     url,
     port,
     token,
+    logged,
     sync: edgeSyncClient(url, token),
     async stop() {
       await mf.dispose();
@@ -299,7 +304,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
   });
 }
 
-export async function keyUsage(edge: Edge, keyId: string) {
+export async function keyUsage(edge: Pick<Edge, "sync">, keyId: string) {
   const { usage } = await edge.sync.getUsage({ keyId });
   const u = usage[0]!;
   return {
@@ -307,6 +312,8 @@ export async function keyUsage(edge: Edge, keyId: string) {
     prompt: Number(u.promptTokens),
     completion: Number(u.completionTokens),
     partial: Number(u.partialRequests),
+    estimatedRequests: Number(u.estimatedRequests),
+    estimatedTokens: Number(u.estimatedTokens),
   };
 }
 
@@ -459,7 +466,7 @@ export async function startEdgeIsolates(
     host: "127.0.0.1",
     port: await freePort(),
     workers: workers as never,
-    ...withoutAccessLog,
+    ...withoutAccessLog(),
   });
   await mf.ready;
   const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");

@@ -312,6 +312,6 @@ sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-l
   --sim-hang-after N --sim-hang-phase first-token|mid-stream --sim-slow-token-ms M
   --sim-weights-read-ms MS --sim-prefill-us-per-token US --sim-per-seq-us US
   --sim-trace FILE
-  --sim-quirks QUIRK... (no-done usage-on-finish no-continuous-usage fastapi-errors pinned-model)
+  --sim-quirks QUIRK... (no-done usage-on-finish no-continuous-usage fastapi-errors pinned-model no-usage)
 see docs/sim-engine.md
 `;

@@ -302,7 +302,8 @@ export class Generation {
       }
       return chatChoice(c.index, c.text, "", lp, finish);
     });
-    const json = responseBody(this.chat, spec.id, spec.created, spec.model, choices, usage);
+    const body = spec.quirks?.has("no-usage") ? "null" : usage;
+    const json = responseBody(this.chat, spec.id, spec.created, spec.model, choices, body);
     res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
     res.end(json);
   }

@@ -9,7 +9,9 @@
  * - `no-continuous-usage`: `continuous_usage_stats` is ignored;
  * - `fastapi-errors`: errors are FastAPI's `{"detail": …}` (a list of
  *   validation issues for a 400 that names a field);
- * - `pinned-model`: any `model` is accepted and answered as the served name.
+ * - `pinned-model`: any `model` is accepted and answered as the served name;
+ * - `no-usage`: no usage anywhere, whatever `stream_options` ask, so the
+ *   edge has to estimate it.
  */
 import type { UsageMode } from "../common/usage-mode.ts";
 
@@ -19,12 +21,14 @@ export const QUIRKS = [
   "no-continuous-usage",
   "fastapi-errors",
   "pinned-model",
+  "no-usage",
 ] as const;
 export type Quirk = (typeof QUIRKS)[number];
 export type Quirks = ReadonlySet<Quirk>;
 
 /** The usage a quirky engine streams when `asked` is what the request's stream_options say. */
 export function streamedUsageMode(asked: UsageMode, quirks: Quirks): UsageMode {
+  if (quirks.has("no-usage")) return "none";
   return asked === "continuous" && quirks.has("no-continuous-usage") ? "final" : asked;
 }
 

@@ -154,6 +154,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
           completion_tokens: Number(u.completionTokens),
           total_tokens: Number(u.totalTokens),
           partial_requests: Number(u.partialRequests),
+          estimated_requests: Number(u.estimatedRequests),
+          estimated_tokens: Number(u.estimatedTokens),
           budget_used: Number(u.budgetUsed),
           budget_tokens: Number(u.budgetTokens),
           revoked: u.revoked,
@@ -164,7 +166,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
         }
         process.stdout.write(
           renderTable(
-            ["ID", "NAME", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "PARTIAL", "BUDGET"],
+            ["ID", "NAME", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "PARTIAL", "ESTIMATED", "BUDGET"],
             rows.map((r) => [
               r.id,
               r.name,
@@ -173,6 +175,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
               String(r.completion_tokens),
               String(r.total_tokens),
               String(r.partial_requests),
+              // Requests and tokens the edge estimated: the engine reported no usage for them.
+              r.estimated_requests ? `${r.estimated_requests} req, ${r.estimated_tokens} tok` : "-",
               r.budget_tokens ? `${r.budget_used}/${r.budget_tokens}` : "-",
             ]),
           ),

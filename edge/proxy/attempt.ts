@@ -310,6 +310,8 @@ export function relay(call: Call, held: Held): Committed {
   });
   const onClientGone = () => client.leave();
   input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
+  // Gone between its first token and now: the listener above never fires.
+  if (input.clientSignal?.aborted) client.leave();
   client.send(held.head);
 
   // Read eagerly rather than when the client pulls: every chunk the engine

@@ -106,6 +106,24 @@ export function earlyEnd(
   return failed(stage, error, !finished);
 }
 
+/**
+ * The client went away before its first byte: nothing is retried, and the
+ * endpoint's breaker hears neither a success nor a failure. 499, as for a
+ * client that leaves while queued, though no one reads it.
+ */
+export function clientLeft(): Failure {
+  return {
+    error: new ApiError(
+      499,
+      "The client closed the request before the first token.",
+      "invalid_request_error",
+      "client_closed",
+    ),
+    retryable: false,
+    verdict: "abandon",
+  };
+}
+
 /** A stream cut after the client had bytes: only the error event's body matters, its status never goes out. */
 function midStream(message: string): ApiError {
   return new ApiError(502, message, "server_error", "upstream_disconnected");
@@ -197,7 +215,8 @@ export function outcomeOf(where: Where, end: End, counted: Counted = NOTHING): V
         ...base,
         status: end.failure.error.status,
         completed: false,
-        disconnected: false,
+        // Only a client that left is neither the engine's failure nor its success (clientLeft).
+        disconnected: end.failure.verdict === "abandon",
         errorCode: end.failure.error.code,
         verdict: end.failure.verdict,
         why: reasonOf(end.failure),

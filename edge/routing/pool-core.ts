@@ -8,10 +8,9 @@
  *   for retries, and which tier decided. In-flight is counted, the session
  *   pinned and the prompt's blocks recorded at that moment, so the next
  *   decision already sees this one.
- * - `release` comes once when the request ends, with every attempt's
- *   verdict: it frees the in-flight slot and feeds the breakers. A lease
- *   never released (its isolate died) expires after the longest a request
- *   may run.
+ * - `release` comes once when the request ends, with every attempt's verdict: it frees
+ *   the in-flight slot and feeds the breakers. A lease never released (its isolate died)
+ *   expires after the longest a request may run.
  *
  * Pure and clock-free: every entry point takes `now`, and answers through a
  * callback, synchronously or when a later call (a release, a tick, a load
@@ -80,6 +79,7 @@ export class PoolCore {
   private clock = 0;
   private turn = 0;
   private failOpens = 0;
+  private readonly estimated = { requests: 0, tokens: 0 };
   private lastRejections: Rejection[] = [];
   private readonly counters = new Map<string, BandCounters>();
   private readonly routes: Record<RouteTier, number> = {
@@ -158,6 +158,7 @@ export class PoolCore {
 
   admit(req: AdmitRequest, now: number, respond: (a: Admission) => void): void {
     this.clock = now;
+    if (req.estimated) for (const k of ["requests", "tokens"] as const) this.estimated[k] += req.estimated[k];
     if (this.tombstones.delete(req.id)) {
       respond(refusal(503, "abandoned", "The client left before the request was admitted.", 0));
       return;
@@ -264,8 +265,7 @@ export class PoolCore {
         ),
       );
     }
-    // Leases are held in the order granted, all for the same span: the
-    // first one not yet due ends the scan.
+    // Leases are held in the order granted, all for the same span: the first not yet due ends the scan.
     for (const [id, lease] of this.held) {
       if (lease.expiresAt > now) break;
       this.held.delete(id);
@@ -355,9 +355,8 @@ export class PoolCore {
   }
 
   /**
-   * The tokens a request will newly hold on the endpoint: its answer, and
-   * its prompt less the leading blocks the endpoint already caches (those
-   * are resident and shared, and the scraped KV use counts them).
+   * The tokens a request will newly hold on the endpoint: its answer, and its prompt less the leading
+   * blocks the endpoint already caches (resident and shared, and the scraped KV use counts them).
    */
   private charge(req: AdmitRequest, endpoint: string): number {
     const d = req.demand;
@@ -433,6 +432,7 @@ export class PoolCore {
       leases: this.held.size,
       sessions: this.sessions.size,
       failOpens: this.failOpens,
+      estimated: { ...this.estimated },
       bands: [...s.admission.bands]
         .sort((a, b) => b.priority - a.priority)
         .map((b) => ({

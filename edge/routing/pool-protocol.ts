@@ -20,6 +20,14 @@ export interface AdmitRequest {
   prefix: readonly number[];
   /** What the request will need of an engine; without it, a sequence and `assumed_output_tokens`. */
   demand?: Demand | undefined;
+  /** Usage the caller estimated for this model since its last admit, for the pool's counter. */
+  estimated?: EstimatedUsage | undefined;
+}
+
+/** Requests charged the edge's estimate because the engine reported no usage, and their tokens. */
+export interface EstimatedUsage {
+  requests: number;
+  tokens: number;
 }
 
 export interface Lease {
@@ -135,6 +143,7 @@ export interface PoolStatus {
   leases: number;
   sessions: number;
   failOpens: number;
+  estimated: EstimatedUsage;
   bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
   routes: Record<RouteTier, number>;
   endpoints: EndpointStatus[];

@@ -13,6 +13,8 @@ import { waitUntil } from "../harness/process.ts";
  */
 const TOKEN = "dashboard-edge-test-admin-token-0123";
 const MODEL = "dash-chat";
+// Needs two GPUs on a one-GPU node: in the catalog, never placed, so its pool has no endpoint.
+const UNPLACED = "dash-unplaced";
 
 describe("the dashboard's Edge and Keys panels, with the edge in workerd", () => {
   let edge: Edge;
@@ -35,6 +37,13 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
         engine_args: ["--max-model-len", "4096", "--sim-speed", "50"]
         replicas: { min: 1 }
         startup_deadline: 60s
+  - name: ${UNPLACED}
+    profiles:
+      - name: tp2
+        engine: vllm
+        source: test/dash-unplaced
+        tensor_parallel: 2
+        replicas: { min: 1 }
 `,
       node: "dash-edge-1",
       agent: { gpus: "1xH100-80GB" },
@@ -49,6 +58,14 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
         messages: [{ role: "user", content: `hello ${i}` }],
         max_tokens: 16,
       });
+    // Refused at once with 503 no_endpoints; no retries, so each is one request.
+    const once = openai.withOptions({ maxRetries: 0 });
+    for (let i = 0; i < 2; i++) {
+      const err = await once.chat.completions
+        .create({ model: UNPLACED, messages: [{ role: "user", content: "hi" }], max_tokens: 4 })
+        .catch((e: unknown) => e);
+      expect(err).toMatchObject({ status: 503, code: "no_endpoints" });
+    }
     browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     await page.goto(`${cp.adminUrl}/#token=${TOKEN}`);
@@ -82,6 +99,29 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     // uPlot drew the three charts, each with the model in its legend.
     await onPage(() => page.locator("#edge .plot canvas").count()).toBe(3);
     expect(await page.locator("#edge .plot .u-legend").first().textContent()).toContain(MODEL);
+  });
+
+  it("shows each band's refusals for no endpoint and for no capacity", async () => {
+    const band = async (model: string) =>
+      (await cp.client.getEdgeStatus({ model })).models[0]?.pool?.bands.find((b) => b.name === "gold");
+    await waitUntil(
+      "the edge's gold band counting the two refusals",
+      async () => ((await band(UNPLACED))?.noEndpoints ?? 0n) >= 2n,
+    );
+    const unplaced = page.locator(`#edge [data-pool="${UNPLACED}"] tr[data-band="gold"]`);
+    const gold = (await band(UNPLACED))!;
+    await onPage(() => unplaced.locator("td:nth-child(8)").textContent()).toBe(String(gold.noEndpoints));
+    expect(await unplaced.locator("td:nth-child(9)").textContent()).toBe(String(gold.noCapacity));
+    const headers = await page
+      .locator(`#edge [data-pool="${UNPLACED}"] table`)
+      .first()
+      .locator("th")
+      .allTextContents();
+    expect(headers.slice(7)).toEqual(["Refused: no endpoint (503)", "Refused: no capacity (503)"]);
+    // The served model refused nothing.
+    const served = page.locator(`#edge [data-pool="${MODEL}"] tr[data-band="gold"]`);
+    expect(await served.locator("td:nth-child(8)").textContent()).toBe("0");
+    expect(await served.locator("td:nth-child(9)").textContent()).toBe("0");
   });
 
   it("a panel that fails shows its error in its place, and the rest of the page renders", async () => {
