@@ -9,8 +9,8 @@ import { join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
 import OpenAI from "openai";
+import { hashSecret, newSecret } from "../cli/ctl/keys.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
-import { hashSecret, newSecret } from "../controlplane/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../controlplane/edgesync-client.ts";
 import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";

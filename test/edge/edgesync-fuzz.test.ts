@@ -10,7 +10,7 @@ import {
 } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hashSecret } from "../../controlplane/ctl/keys.ts";
+import { hashSecret } from "../../cli/ctl/keys.ts";
 import {
   EdgeSyncService,
   EndpointSchema,

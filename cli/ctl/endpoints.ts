@@ -4,11 +4,11 @@ import { parseDocument } from "yaml";
 import { z } from "zod";
 import { errorMessage } from "../../common/log.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
+import { endpointSchema } from "../../controlplane/config/schema.ts";
+import { staticEndpoint } from "../../controlplane/edge-publisher.ts";
+import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../controlplane/edgesync-client.ts";
 import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { endpointSchema } from "../config/schema.ts";
-import { staticEndpoint } from "../edge-publisher.ts";
-import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../edgesync-client.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
