@@ -23,6 +23,7 @@
  */
 import type { DatabaseSync } from "node:sqlite";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
 import {
@@ -33,7 +34,6 @@ import {
 } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
 import type { ShardAt } from "./load-board.ts";
 import { replicaStatus } from "./reconcile/table.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
