@@ -4,10 +4,12 @@ import { parseDocument } from "yaml";
 import { z } from "zod";
 import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { errorMessage } from "../../common/log.ts";
+import {
+  staticEndpoint,
+  staticEndpointListIssues,
+  staticEndpointSchema,
+} from "../../common/static-endpoint.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
-import { endpointSchema } from "../../controlplane/config/schema.ts";
-import { staticEndpoint } from "../../controlplane/edge-publisher.ts";
-import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
@@ -20,16 +22,9 @@ import { renderTable } from "./table.ts";
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
  */
-export const endpointsFileSchema = z.array(endpointSchema).superRefine((list, ctx) => {
-  const seen = new Map<string, number>();
-  list.forEach((e, i) => {
-    const first = seen.get(e.id);
-    if (first !== undefined) {
-      ctx.addIssue({ code: "custom", path: [i, "id"], message: `duplicate id (also endpoints[${first}])` });
-    } else seen.set(e.id, i);
-  });
-  for (const c of poolPriorityConflicts(list)) {
-    ctx.addIssue({ code: "custom", path: [c.index, "priority"], message: c.message });
+export const endpointsFileSchema = z.array(staticEndpointSchema).superRefine((list, ctx) => {
+  for (const i of staticEndpointListIssues(list)) {
+    ctx.addIssue({ code: "custom", path: [i.index, i.field], message: i.message });
   }
 });
 export type EndpointsFile = z.output<typeof endpointsFileSchema>;
