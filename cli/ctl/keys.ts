@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { parseDuration } from "../../common/duration.ts";
-import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
+import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { recordFields } from "../../edge/api-key.ts";
 import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
@@ -59,84 +59,33 @@ function keyJson(k: ApiKey) {
   };
 }
 
+const FLAGS = {
+  ...EDGE_FLAGS,
+  name: { type: "string" },
+  band: { type: "string" },
+  "default-band": { type: "string" },
+  tenant: { type: "string" },
+  models: { type: "string" },
+  rpm: { type: "string" },
+  tpm: { type: "string" },
+  budget: { type: "string" },
+  "max-concurrent": { type: "string" },
+} as const;
+
+type Values = Exclude<ReturnType<typeof openCommand<typeof FLAGS>>, number>["values"];
+
 export async function main(argv: string[]): Promise<number | undefined> {
-  const opened = openCommand(argv, HELP, {
-    ...EDGE_FLAGS,
-    name: { type: "string" },
-    band: { type: "string" },
-    "default-band": { type: "string" },
-    tenant: { type: "string" },
-    models: { type: "string" },
-    rpm: { type: "string" },
-    tpm: { type: "string" },
-    budget: { type: "string" },
-    "max-concurrent": { type: "string" },
-  });
+  const opened = openCommand(argv, HELP, FLAGS);
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
   const edge = edgeUrl(values.edge);
   const client = edgeSyncClient(edge);
   try {
     switch (command) {
-      case "create": {
-        if (!values.name) throw new Error("--name is required");
-        if (!values.band) throw new Error("--band is required (the highest band this key may use)");
-        const secret = newSecret();
-        const id = `key_${randomBytes(8).toString("hex")}`;
-        const key = {
-          id,
-          hash: hashSecret(secret),
-          name: values.name,
-          tenant: values.tenant ?? "",
-          maxBand: values.band,
-          defaultBand: values["default-band"] ?? "",
-          models: values.models
-            ? values.models
-                .split(",")
-                .map((s) => s.trim())
-                .filter(Boolean)
-            : [],
-          rpm: positiveInt("rpm", values.rpm),
-          tpm: positiveInt("tpm", values.tpm),
-          maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
-          budget: parseBudget(values.budget),
-          createdAtUnixMs: BigInt(Date.now()),
-        };
-        await client.putKey({ key });
-        if (values.json) process.stdout.write(`${JSON.stringify({ id, secret })}\n`);
-        else {
-          process.stdout.write(`id:     ${id}\nsecret: ${secret}\n`);
-          process.stderr.write("The secret is shown only now; the edge keeps only its SHA-256.\n");
-        }
-        return 0;
-      }
-      case "list": {
-        const { keys } = await client.listKeys({});
-        if (values.json) {
-          process.stdout.write(`${JSON.stringify(keys.map(keyJson), null, 2)}\n`);
-          return 0;
-        }
-        const rows = keys.map((k) => [
-          k.id,
-          k.name,
-          k.tenant || "-",
-          k.maxBand,
-          // Empty: the router's admission.default_band, clamped to the key's highest band.
-          k.defaultBand || "router's",
-          k.models.join(",") || "*",
-          k.rpm ? String(k.rpm) : "-",
-          k.tpm ? String(k.tpm) : "-",
-          k.budget ? `${k.budget.tokens}/${k.budget.period}` : "-",
-          k.revoked ? "revoked" : "active",
-        ]);
-        process.stdout.write(
-          renderTable(
-            ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"],
-            rows,
-          ),
-        );
-        return 0;
-      }
+      case "create":
+        return await createKey(client, values);
+      case "list":
+        return await listKeys(client, values);
       case "revoke": {
         const id = positionals[0];
         if (!id) throw new Error("usage: llmgw keys revoke ID");
@@ -144,41 +93,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
         process.stdout.write(`revoked ${id}\n`);
         return 0;
       }
-      case "usage": {
-        const { usage } = await client.getUsage({ keyId: positionals[0] ?? "" });
-        const rows = usage.map((u) => ({
-          id: u.keyId,
-          name: u.name,
-          requests: Number(u.requests),
-          prompt_tokens: Number(u.promptTokens),
-          completion_tokens: Number(u.completionTokens),
-          total_tokens: Number(u.totalTokens),
-          partial_requests: Number(u.partialRequests),
-          budget_used: Number(u.budgetUsed),
-          budget_tokens: Number(u.budgetTokens),
-          revoked: u.revoked,
-        }));
-        if (values.json) {
-          process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
-          return 0;
-        }
-        process.stdout.write(
-          renderTable(
-            ["ID", "NAME", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "PARTIAL", "BUDGET"],
-            rows.map((r) => [
-              r.id,
-              r.name,
-              String(r.requests),
-              String(r.prompt_tokens),
-              String(r.completion_tokens),
-              String(r.total_tokens),
-              String(r.partial_requests),
-              r.budget_tokens ? `${r.budget_used}/${r.budget_tokens}` : "-",
-            ]),
-          ),
-        );
-        return 0;
-      }
+      case "usage":
+        return await usageKeys(client, positionals[0] ?? "", values.json ?? false);
       default:
         process.stderr.write(`llmgw keys: unknown command "${command}"\n\n${HELP}`);
         return 2;
@@ -187,4 +103,101 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stderr.write(`llmgw keys ${command}: ${failure(err)} (edge ${edge})\n`);
     return 1;
   }
+}
+
+async function createKey(client: EdgeSyncClient, values: Values): Promise<number> {
+  if (!values.name) throw new Error("--name is required");
+  if (!values.band) throw new Error("--band is required (the highest band this key may use)");
+  const secret = newSecret();
+  const id = `key_${randomBytes(8).toString("hex")}`;
+  const key = {
+    id,
+    hash: hashSecret(secret),
+    name: values.name,
+    tenant: values.tenant ?? "",
+    maxBand: values.band,
+    defaultBand: values["default-band"] ?? "",
+    models: values.models
+      ? values.models
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [],
+    rpm: positiveInt("rpm", values.rpm),
+    tpm: positiveInt("tpm", values.tpm),
+    maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
+    budget: parseBudget(values.budget),
+    createdAtUnixMs: BigInt(Date.now()),
+  };
+  await client.putKey({ key });
+  if (values.json) process.stdout.write(`${JSON.stringify({ id, secret })}\n`);
+  else {
+    process.stdout.write(`id:     ${id}\nsecret: ${secret}\n`);
+    process.stderr.write("The secret is shown only now; the edge keeps only its SHA-256.\n");
+  }
+  return 0;
+}
+
+async function listKeys(client: EdgeSyncClient, values: Values): Promise<number> {
+  const { keys } = await client.listKeys({});
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify(keys.map(keyJson), null, 2)}\n`);
+    return 0;
+  }
+  const rows = keys.map((k) => [
+    k.id,
+    k.name,
+    k.tenant || "-",
+    k.maxBand,
+    // Empty: the router's admission.default_band, clamped to the key's highest band.
+    k.defaultBand || "router's",
+    k.models.join(",") || "*",
+    k.rpm ? String(k.rpm) : "-",
+    k.tpm ? String(k.tpm) : "-",
+    k.budget ? `${k.budget.tokens}/${k.budget.period}` : "-",
+    k.revoked ? "revoked" : "active",
+  ]);
+  process.stdout.write(
+    renderTable(
+      ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"],
+      rows,
+    ),
+  );
+  return 0;
+}
+
+async function usageKeys(client: EdgeSyncClient, keyId: string, json: boolean): Promise<number> {
+  const { usage } = await client.getUsage({ keyId: keyId });
+  const rows = usage.map((u) => ({
+    id: u.keyId,
+    name: u.name,
+    requests: Number(u.requests),
+    prompt_tokens: Number(u.promptTokens),
+    completion_tokens: Number(u.completionTokens),
+    total_tokens: Number(u.totalTokens),
+    partial_requests: Number(u.partialRequests),
+    budget_used: Number(u.budgetUsed),
+    budget_tokens: Number(u.budgetTokens),
+    revoked: u.revoked,
+  }));
+  if (json) {
+    process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+    return 0;
+  }
+  process.stdout.write(
+    renderTable(
+      ["ID", "NAME", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "PARTIAL", "BUDGET"],
+      rows.map((r) => [
+        r.id,
+        r.name,
+        String(r.requests),
+        String(r.prompt_tokens),
+        String(r.completion_tokens),
+        String(r.total_tokens),
+        String(r.partial_requests),
+        r.budget_tokens ? `${r.budget_used}/${r.budget_tokens}` : "-",
+      ]),
+    ),
+  );
+  return 0;
 }
