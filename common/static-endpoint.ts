@@ -17,13 +17,13 @@ export const staticEndpointSchema = z.strictObject({
   pool: z
     .string()
     .default("default")
-    .describe("Spill-over group: lower-priority pools take requests only when higher ones cannot"),
+    .describe("Spill group: a lower-priority group takes requests only when higher ones cannot"),
   weight: z.number().positive().default(1).describe("Relative share of traffic (heterogeneous GPUs)"),
   priority: z
     .number()
     .int()
     .default(0)
-    .describe("Spill-over priority of the endpoint's pool; a pool's endpoints share one (docs/routing.md)"),
+    .describe("Priority of the endpoint's spill group; a group's endpoints share one (docs/routing.md)"),
   via: viaSchema
     .default("direct")
     .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
@@ -62,7 +62,8 @@ export type StaticEndpointConfig = z.output<typeof staticEndpointSchema>;
 
 /**
  * What is wrong across a list of static endpoints, each issue at its index
- * and field: an id used twice, a spill group given two priorities.
+ * and field: an id used twice, a spill group given two priorities (the edge's
+ * poolPriorityConflicts says "pool" for it).
  */
 export function staticEndpointListIssues(
   list: readonly StaticEndpointConfig[],

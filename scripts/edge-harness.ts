@@ -267,7 +267,7 @@ export interface EndpointSpec {
   models: string[];
   priority?: number;
   weight?: number;
-  /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
+  /** The spill group. Default: "default" at priority 0, else a group of its own per priority (a group's endpoints share one). */
   pool?: string;
   /** What the engine can hold, as an endpoint file's `capacity:` says it. */
   capacity?: { maxNumSeqs?: number; kvTokens?: number };

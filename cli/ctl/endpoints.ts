@@ -16,7 +16,7 @@ import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
- * (id, url, models, pool, weight, priority, optionally via, capacity and
+ * (id, url, models, pool (the spill group), weight, priority, optionally via, capacity and
  * served_model_name) is validated
  * here with path-named errors and written straight to the edge, with no
  * control plane involved — how a user points llmgw at engines they run by
@@ -50,7 +50,8 @@ const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--
        llmgw ctl endpoints check FILE
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
-FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via,
+FILE is a YAML list of endpoints: id, url, models, pool (its spill group), weight,
+priority (the spill group's), via,
 capacity (max_num_seqs, kv_tokens: what the engine can hold) and
 served_model_name (the name sent to that engine, if not the catalog's).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops
