@@ -19,14 +19,10 @@ import type { EngineBins } from "./engines/registry.ts";
 import type { GpuFact } from "./engines/validate.ts";
 import { trimLog } from "./output-tail.ts";
 import { adoptShard } from "./shard/adoption.ts";
-import {
-  begin,
-  DEFAULT_POLICY,
-  type LifecyclePolicy,
-  type RestartPolicy,
-  type ShardReport,
-} from "./shard/lifecycle.ts";
+import { begin } from "./shard/lifecycle.ts";
 import type { ScrapeSettings } from "./shard/load-watch.ts";
+import { DEFAULT_POLICY, type LifecyclePolicy, type RestartPolicy } from "./shard/policy.ts";
+import type { ShardReport } from "./shard/record.ts";
 import { type RunnerContext, ShardRunner, type SupervisorStats } from "./shard/runner.ts";
 import { readStateFile, STATE_FILE_NAME, writeStateFile } from "./state-file.ts";
 

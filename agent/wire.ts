@@ -8,7 +8,7 @@ import {
   type ShardStatus,
   ShardStatusSchema,
 } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { ShardReport } from "./shard/lifecycle.ts";
+import type { ShardReport } from "./shard/record.ts";
 
 export interface RegisterFacts {
   nodeName: string;

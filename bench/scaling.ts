@@ -35,7 +35,7 @@
  * Env: DAY_H (4), LOAD_S (120), SEED (1), TTFT_S (2), SCALING (the scaling
  * fleet's `scaling:` section as JSON, e.g. '{"target_saturation":0.5}').
  */
-import { renderTable } from "../controlplane/ctl/table.ts";
+import { renderTable } from "../common/text-table.ts";
 import { percentile } from "../loadgen/stats.ts";
 import { DEFAULT_H100_8B_CORE, type EngineCoreConfig } from "../sim-engine/engine-core.ts";
 import { type DayModel, type DayResult, simulateDay } from "./scaling/day-sim.ts";

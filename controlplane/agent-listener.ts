@@ -24,9 +24,9 @@ import {
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../common/log.ts";
 import { AgentService } from "../proto/gen/agent/v1/agent_pb.ts";
+import { type AgentStreams, CONNECT_PATH } from "./agentsvc/agent-streams.ts";
 import type { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { Enrollment, type EnrollPeer } from "./agentsvc/enroll.ts";
-import { type AgentStreams, CONNECT_PATH } from "./agentsvc/service.ts";
 import { type CertFacts, CertificateStore, certFacts } from "./certificates.ts";
 import type { LoadedConfig } from "./config/load.ts";
 import type { ListenersConfig } from "./config/schema.ts";

@@ -75,7 +75,7 @@ describe("names, aliases, fallbacks", () => {
       }),
     );
     expect(issues).toEqual([
-      'endpoints[1].id: "e" is already used by endpoints[0]',
+      'endpoints[1].id: duplicate id "e" (also endpoints[0])',
       'endpoints[1].models[1]: unknown model "zz"',
     ]);
   });

@@ -10,7 +10,7 @@
  * CLI, tests and benchmarks all build the same catalog from the same config.
  */
 import { checkCatalogNames } from "../common/catalog-names.ts";
-import { poolPriorityConflicts } from "../edge/catalog.ts";
+import { staticEndpointListIssues } from "../common/static-endpoint.ts";
 import type {
   Config,
   EndpointConfig,
@@ -291,15 +291,10 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
     });
   });
 
-  for (const c of poolPriorityConflicts(config.endpoints)) {
-    issues.push(`endpoints[${c.index}].priority: ${c.message}`);
+  for (const c of staticEndpointListIssues(config.endpoints)) {
+    issues.push(`endpoints[${c.index}].${c.field}: ${c.message}`);
   }
-  const endpointIds = new Map<string, number>();
   config.endpoints.forEach((e, i) => {
-    const prev = endpointIds.get(e.id);
-    if (prev !== undefined)
-      issues.push(`endpoints[${i}].id: "${e.id}" is already used by endpoints[${prev}]`);
-    else endpointIds.set(e.id, i);
     e.models.forEach((n, j) => {
       if (canonical(n) === undefined) issues.push(`endpoints[${i}].models[${j}]: unknown model "${n}"`);
     });

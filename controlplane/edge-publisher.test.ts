@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
+import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { createLogger } from "../common/log.ts";
 import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { buildCatalog } from "./catalog.ts";
 import { configSchema } from "./config/schema.ts";
 import { type EdgeFacts, EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
 import type { ReplicaRecord, TrackedState } from "./reconcile/types.ts";
 
 const endpoint = (id: string, host: string) =>

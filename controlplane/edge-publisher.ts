@@ -22,7 +22,9 @@
  * placed anyway.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
+import { staticEndpoint } from "../common/static-endpoint.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
 import {
   type Endpoint,
@@ -32,7 +34,6 @@ import {
 } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
 import type { ShardAt } from "./load-board.ts";
 import { OneRowStore } from "./one-row-store.ts";
 import { replicaStatus } from "./reconcile/table.ts";
@@ -46,22 +47,6 @@ export interface EdgeFacts {
   /** How the edge reaches the replicas placed here (config `edge.via`). */
   via: EndpointConfig["via"];
   now: number;
-}
-
-/** A configured endpoint (the config's `endpoints:` or `ctl endpoints set`'s file) as EdgeSync carries it. */
-export function staticEndpoint(e: EndpointConfig): Endpoint {
-  return create(EndpointSchema, {
-    id: e.id,
-    url: e.url,
-    models: [...e.models],
-    pool: e.pool,
-    weight: e.weight,
-    priority: e.priority,
-    via: e.via,
-    maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
-    kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
-    servedModelName: e.served_model_name ?? "",
-  });
 }
 
 /** Pure: the endpoint set the edge should have now. */

@@ -12,6 +12,7 @@
  * only as they stream through, per key, not per model.
  */
 import { create } from "@bufbuild/protobuf";
+import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import {
   type EdgeModel,
@@ -22,7 +23,6 @@ import {
   GetEdgeStatusResponseSchema,
 } from "../proto/gen/control/v1/control_pb.ts";
 import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { EdgeSyncClient } from "./edgesync-client.ts";
 
 export const HISTORY_MS = 15 * 60_000;
 

@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { shardStateToWire } from "../common/shard-state.ts";
 import { ShardLoadReportSchema, ShardStatusSchema } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { AgentStreamListener } from "./agentsvc/service.ts";
+import type { AgentStreamListener } from "./agentsvc/agent-streams.ts";
 import { LoadBoard } from "./load-board.ts";
 
 function board() {

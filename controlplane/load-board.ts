@@ -1,6 +1,6 @@
 import { shardStateFromWire } from "../common/shard-state.ts";
 import type { ShardLoad, ShardLoadReport, ShardStatus } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { AgentStreams } from "./agentsvc/service.ts";
+import type { AgentStreams } from "./agentsvc/agent-streams.ts";
 import type { TokenCounter } from "./edge-status.ts";
 import type { ReplicaRecord } from "./reconcile/types.ts";
 

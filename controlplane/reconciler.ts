@@ -7,7 +7,7 @@ import {
   type StartShard,
   StartShardSchema,
 } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { AgentStreams } from "./agentsvc/service.ts";
+import type { AgentStreams } from "./agentsvc/agent-streams.ts";
 import type { Catalog, CatalogProfile } from "./catalog.ts";
 import type { Config } from "./config/schema.ts";
 import type { IntentStore } from "./intent-store.ts";

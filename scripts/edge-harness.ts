@@ -9,9 +9,9 @@ import { basename, join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
 import OpenAI from "openai";
+import { hashSecret, newSecret } from "../cli/ctl/keys.ts";
+import { type EdgeSyncClient, edgeSyncClient } from "../common/edgesync-client.ts";
 import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
-import { hashSecret, newSecret } from "../controlplane/ctl/keys.ts";
-import { type EdgeSyncClient, edgeSyncClient } from "../controlplane/edgesync-client.ts";
 import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
 
@@ -279,7 +279,7 @@ export interface EndpointSpec {
   models: string[];
   priority?: number;
   weight?: number;
-  /** Default: "default" at priority 0, else a pool of its own per priority (a pool's endpoints share one). */
+  /** The spill group. Default: "default" at priority 0, else a group of its own per priority (a group's endpoints share one). */
   pool?: string;
   /** What the engine can hold, as an endpoint file's `capacity:` says it. */
   capacity?: { maxNumSeqs?: number; kvTokens?: number };

@@ -6,12 +6,12 @@
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@connectrpc/connect";
+import { controlClient } from "../cli/ctl/client.ts";
+import { type NodeJson, nodeJson } from "../cli/ctl/nodes.ts";
+import { replicaJson } from "../cli/ctl/replicas.ts";
 import { processArgv, processRunning } from "../common/proc-fs.ts";
 import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp } from "../common/processes.ts";
 import { tempDir } from "../common/temp-dir.ts";
-import { controlClient } from "../controlplane/ctl/client.ts";
-import { type NodeJson, nodeJson } from "../controlplane/ctl/nodes.ts";
-import { replicaJson } from "../controlplane/ctl/replicas.ts";
 import type { ControlService } from "../proto/gen/control/v1/control_pb.ts";
 
 /** A control plane on loopback with its own ports, config file and data dir. */

@@ -14,7 +14,7 @@ describe("the repository's imports (README, Layout)", () => {
     expect([...sources.keys()].filter((f) => f.startsWith("proto/gen/"))).toEqual([]);
   });
 
-  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/; dashboard/ only common/ and proto/, and no program imports it; no program imports test/; loadgen/ not controlplane/", () => {
+  it("nothing in agent/ or edge/ imports controlplane/; agent/ and controlplane/ share only common/; sim-engine/ imports only common/; dashboard/ only common/ and proto/, and no program imports it; no program imports test/; loadgen/ not controlplane/; cli/ctl/ not controlplane/ or agent/, and only scripts/ and tests import cli/", () => {
     expect(violations(sources)).toEqual([]);
   });
 
@@ -65,11 +65,33 @@ describe("the checker", () => {
     expect(cycles(files)).toEqual([["controlplane/b.ts", "controlplane/c.ts", "controlplane/b.ts"]]);
   });
 
+  it("keeps ctl a client: it may not import the control plane, its unit tests may; nothing below cli/ imports it", () => {
+    const files = new Map([
+      ["cli/ctl/nodes.ts", 'import { Registry } from "../../controlplane/registry.ts";'],
+      ["cli/ctl/tables.test.ts", 'import { replicaToProto } from "../../controlplane/admin/replicas.ts";'],
+      ["cli/llmgw.ts", 'const m = await import("../controlplane/server-main.ts");'],
+      ["controlplane/server.ts", 'import { controlClient } from "../cli/ctl/client.ts";'],
+      ["scripts/fleet.ts", 'import { controlClient } from "../cli/ctl/client.ts";'],
+    ]);
+    expect(violations(files)).toEqual([
+      {
+        file: "cli/ctl/nodes.ts",
+        imports: "controlplane/registry.ts",
+        rule: "cli/ctl/ must not import controlplane/",
+      },
+      {
+        file: "controlplane/server.ts",
+        imports: "cli/ctl/client.ts",
+        rule: "controlplane/ must not import cli/",
+      },
+    ]);
+  });
+
   it("keeps test/ to tests: a program's code may not import it, its unit tests may", () => {
     const files = new Map([
       ["scripts/local-stack.ts", 'import { killEngines } from "../test/harness/engines.ts";'],
       ["controlplane/reconcile/plan.test.ts", 'import { gpuNode } from "../../test/fixtures/placement.ts";'],
-      ["loadgen/stats.ts", 'import { renderTable } from "../controlplane/ctl/table.ts";'],
+      ["loadgen/stats.ts", 'import { renderTable } from "../controlplane/table.ts";'],
       ["test/x.test.ts", 'import { REPO } from "./harness/process.ts";'],
     ]);
     expect(violations(files)).toEqual([
@@ -80,7 +102,7 @@ describe("the checker", () => {
       },
       {
         file: "loadgen/stats.ts",
-        imports: "controlplane/ctl/table.ts",
+        imports: "controlplane/table.ts",
         rule: "loadgen/ must not import controlplane/",
       },
     ]);

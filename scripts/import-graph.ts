@@ -11,6 +11,9 @@
  *   the harness): what `npm start`, `check:start` and the benchmarks share
  *   with the tests is in common/ or scripts/, and test/ re-exports it;
  * - loadgen/ does not import controlplane/ (the table renderer is common/);
+ * - `llmgw ctl` (cli/ctl/) does not import controlplane/ or agent/: it talks
+ *   to them over the wire, with what common/ and the edge's schemas share;
+ *   nothing but scripts/ and tests imports cli/;
  * - no circle of imports, type-only ones included, outside generated code.
  *
  * Pure over a map of file → source text; `repoSources()` reads the tree.
@@ -96,6 +99,14 @@ const FORBIDDEN: Rule[] = [
     }),
   ),
   rule("loadgen/", "controlplane/"),
+  // ctl is a client: it reaches the control plane through ControlService and
+  // the edge through EdgeSync, and shares with them only common/ and the
+  // edge's schemas; its unit tests may build wire messages the server's way.
+  ...["controlplane/", "agent/"].map((to) => ({ ...rule("cli/ctl/", to), testsMay: true })),
+  // cli/ is the top: the one command loads each program, none loads it back.
+  ...["agent/", "common/", "controlplane/", "dashboard/", "edge/", "loadgen/", "sim-engine/", "bench/"].map(
+    (from) => rule(from, "cli/"),
+  ),
 ];
 
 export function violations(sources: ReadonlyMap<string, string>): Violation[] {

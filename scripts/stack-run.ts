@@ -11,9 +11,9 @@ import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readStateFile, STATE_FILE_NAME } from "../agent/state-file.ts";
+import { controlClient } from "../cli/ctl/client.ts";
 import { processArgv } from "../common/proc-fs.ts";
 import { freePort, REPO } from "../common/processes.ts";
-import { controlClient } from "../controlplane/ctl/client.ts";
 
 export interface StackPorts {
   edge: number;

@@ -181,6 +181,37 @@ const BOOL_TEXT: Record<string, boolean> = {
 };
 
 export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
+  const { raw, ignored, positional } = readWords(argv);
+  if (positional.length > 1) throw new FlagError(`unexpected arguments: ${positional.slice(1).join(" ")}`);
+  if (positional[0] !== undefined) {
+    if (raw.model !== undefined && raw.model !== positional[0]) {
+      throw new FlagError("the model is given twice (positional and --model)");
+    }
+    raw.model = positional[0];
+  }
+  if (raw.model === undefined)
+    throw new FlagError("missing MODEL (usage: llmgw sim-engine serve MODEL [flags])");
+
+  const parsed = Schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const flag = issue.path.length > 0 ? `--${String(issue.path[0])}` : "flags";
+    throw new FlagError(`${flag}: ${issue.message}`);
+  }
+  const f = parsed.data;
+  if (f["node-rank"] >= f.nnodes)
+    throw new FlagError(`--node-rank ${f["node-rank"]} must be below --nnodes ${f.nnodes}`);
+  if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
+    throw new FlagError("--enable-auto-tool-choice requires --tool-call-parser");
+  }
+  return flagsOf(f, ignored);
+}
+
+/**
+ * The command line as flag → raw value, before the schema: vLLM's spellings
+ * (`--a_b`, `--no-x`, `-tp`), and unknown flags set aside with their value.
+ */
+function readWords(argv: readonly string[]) {
   const raw: Record<string, unknown> = {};
   const ignored: string[] = [];
   const positional: string[] = [];
@@ -231,28 +262,11 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
     }
     raw[name] = value;
   }
-  if (positional.length > 1) throw new FlagError(`unexpected arguments: ${positional.slice(1).join(" ")}`);
-  if (positional[0] !== undefined) {
-    if (raw.model !== undefined && raw.model !== positional[0]) {
-      throw new FlagError("the model is given twice (positional and --model)");
-    }
-    raw.model = positional[0];
-  }
-  if (raw.model === undefined)
-    throw new FlagError("missing MODEL (usage: llmgw sim-engine serve MODEL [flags])");
+  return { raw, ignored, positional };
+}
 
-  const parsed = Schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const flag = issue.path.length > 0 ? `--${String(issue.path[0])}` : "flags";
-    throw new FlagError(`${flag}: ${issue.message}`);
-  }
-  const f = parsed.data;
-  if (f["node-rank"] >= f.nnodes)
-    throw new FlagError(`--node-rank ${f["node-rank"]} must be below --nnodes ${f.nnodes}`);
-  if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
-    throw new FlagError("--enable-auto-tool-choice requires --tool-call-parser");
-  }
+/** The validated flags in the shape the engine is built from. */
+function flagsOf(f: z.output<typeof Schema>, ignored: string[]): SimEngineFlags {
   return {
     model: f.model,
     host: f.host,

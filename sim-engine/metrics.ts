@@ -83,11 +83,65 @@ function num(v: number): string {
   return Number.isInteger(v) ? `${v}.0` : String(v);
 }
 
-export function renderMetrics(
-  modelName: string,
-  engines: { metrics: EngineMetrics; gauges: EngineGauges }[],
-  proc: ProcessGauges,
-): string {
+type EngineFigures = { metrics: EngineMetrics; gauges: EngineGauges };
+/** One figure per engine: name, type, help (vLLM's words), and where it is read. */
+type Scalar = [string, "gauge" | "counter", string, (e: EngineFigures) => number];
+
+const GAUGES: Scalar[] = [
+  [
+    "vllm:num_requests_running",
+    "gauge",
+    "Number of requests in model execution batches.",
+    (e) => e.gauges.running,
+  ],
+  [
+    "vllm:num_requests_waiting",
+    "gauge",
+    "Number of requests waiting to be processed.",
+    (e) => e.gauges.waiting,
+  ],
+  [
+    "vllm:kv_cache_usage_perc",
+    "gauge",
+    "KV-cache usage. 1 means 100 percent usage.",
+    (e) => e.gauges.kvUsage,
+  ],
+];
+
+const COUNTERS: Scalar[] = [
+  [
+    "vllm:prefix_cache_queries_total",
+    "counter",
+    "Prefix cache queries, in terms of number of queried tokens.",
+    (e) => e.metrics.prefixQueries,
+  ],
+  [
+    "vllm:prefix_cache_hits_total",
+    "counter",
+    "Prefix cache hits, in terms of number of cached tokens.",
+    (e) => e.metrics.prefixHits,
+  ],
+  [
+    "vllm:num_preemptions_total",
+    "counter",
+    "Cumulative number of preemption from the engine.",
+    (e) => e.metrics.preemptions,
+  ],
+  [
+    "vllm:prompt_tokens_total",
+    "counter",
+    "Number of prefill tokens processed.",
+    (e) => e.metrics.promptTokens,
+  ],
+  [
+    "vllm:generation_tokens_total",
+    "counter",
+    "Number of generation tokens processed.",
+    (e) => e.metrics.generationTokens,
+  ],
+];
+
+export function renderMetrics(modelName: string, engines: EngineFigures[], proc: ProcessGauges): string {
   const out: string[] = [];
   const labels = (i: number, extra = "") => `{engine="${i}",model_name="${esc(modelName)}"${extra}}`;
   const family = (name: string, type: string, help: string, values: (i: number) => string[]) => {
@@ -114,54 +168,11 @@ export function renderMetrics(
   const m = (i: number) => engines[i]!.metrics;
   const g = (i: number) => engines[i]!.gauges;
 
-  scalar(
-    "vllm:num_requests_running",
-    "gauge",
-    "Number of requests in model execution batches.",
-    (i) => g(i).running,
-  );
-  scalar(
-    "vllm:num_requests_waiting",
-    "gauge",
-    "Number of requests waiting to be processed.",
-    (i) => g(i).waiting,
-  );
-  scalar(
-    "vllm:kv_cache_usage_perc",
-    "gauge",
-    "KV-cache usage. 1 means 100 percent usage.",
-    (i) => g(i).kvUsage,
-  );
+  for (const [name, type, help, get] of GAUGES) scalar(name, type, help, (i) => get(engines[i]!));
   family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", (i) => [
     `vllm:cache_config_info${labels(i, `,block_size="${g(i).blockSize}",num_gpu_blocks="${g(i).numBlocks}"`)} 1.0`,
   ]);
-  scalar(
-    "vllm:prefix_cache_queries_total",
-    "counter",
-    "Prefix cache queries, in terms of number of queried tokens.",
-    (i) => m(i).prefixQueries,
-  );
-  scalar(
-    "vllm:prefix_cache_hits_total",
-    "counter",
-    "Prefix cache hits, in terms of number of cached tokens.",
-    (i) => m(i).prefixHits,
-  );
-  scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", (i) => {
-    return m(i).preemptions;
-  });
-  scalar(
-    "vllm:prompt_tokens_total",
-    "counter",
-    "Number of prefill tokens processed.",
-    (i) => m(i).promptTokens,
-  );
-  scalar(
-    "vllm:generation_tokens_total",
-    "counter",
-    "Number of generation tokens processed.",
-    (i) => m(i).generationTokens,
-  );
+  for (const [name, type, help, get] of COUNTERS) scalar(name, type, help, (i) => get(engines[i]!));
   family("vllm:request_success_total", "counter", "Count of successfully processed requests.", (i) =>
     (["stop", "length", "abort"] as const).map(
       (r) => `vllm:request_success_total${labels(i, `,finished_reason="${r}"`)} ${num(m(i).success[r])}`,

@@ -8,12 +8,11 @@ import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../common/log.ts";
 import { usageModeOf } from "../common/usage-mode.ts";
-import { type ChoicePlan, type OutputShape, planChoice } from "./choice-plan.ts";
+import type { ChoicePlan } from "./choice-plan.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
 import { Generation, type GenerationSpec } from "./generation.ts";
-import { checkSchema, SchemaError } from "./json-values.ts";
 import { renderMetrics } from "./metrics.ts";
 import {
   ApiError,
@@ -24,20 +23,17 @@ import {
   embeddingsBody,
   errorBody,
   JSON_HEADERS,
-  messageText,
   modelsBody,
-  promptOf,
-  type ResponseFormat,
   SSE_HEADERS,
   usageJson,
   zodToApiError,
 } from "./protocol.ts";
 import { fastApiErrorBody, type Quirks, streamedUsageMode } from "./quirks.ts";
+import { chatPlan, completionPlan } from "./request-plan.ts";
 import { type Arrival, type RequestTrace, TraceSpan, wallMs } from "./request-trace.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent } from "./scheduler.ts";
-import { chatPromptTokens, completionPromptTokens, fnv1a } from "./text.ts";
-import { type ToolFunction, toolToCall } from "./tool-choice.ts";
+import { completionPromptTokens, fnv1a } from "./text.ts";
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 export const CRASH_EXIT_CODE = 70;
@@ -158,65 +154,10 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    if (r.top_logprobs && !r.logprobs) {
-      throw new ApiError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs");
-    }
-    const messages = r.messages.map((m, i) => ({
-      role: m.role,
-      content: messageText(m.content, i),
-      ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => c.function) } : {}),
-    }));
-    const tools: ToolFunction[] = r.tools?.map((t) => t.function) ?? [];
-    const call = this.toolCall(r, tools, messages.at(-1));
     // The tools as the client wrote them: what a chat template would render.
-    const toolsJson = tools.length > 0 ? JSON.stringify((body as { tools: unknown }).tools) : undefined;
-    const promptIds = chatPromptTokens(messages, toolsJson);
-    let plans: ChoicePlan[];
-    if (call) {
-      const param = `tools.${tools.indexOf(call)}.function.parameters`;
-      const shape: OutputShape = {
-        kind: "tool",
-        name: call.name,
-        parameters: checked(call.parameters, param),
-      };
-      plans = this.plans(r, promptIds, shape, param);
-    } else plans = this.plans(r, promptIds, outputShape(r.response_format), SCHEMA_PARAM);
-    const maxTokens = r.max_completion_tokens ?? r.max_tokens ?? undefined;
-    const logprobs = r.logprobs ? { top: r.top_logprobs ?? 0, greedy: r.temperature === 0 } : null;
-    this.generate("chat", model, promptIds, maxTokens, plans, logprobs, r, res);
-  }
-
-  /**
-   * The tool a chat request's answer calls (tool-choice.ts), after vLLM's
-   * checks: `tool_choice` needs `tools`, a named function must be among
-   * them, and "auto" (the default when tools are given) needs
-   * `--enable-auto-tool-choice` with a `--tool-call-parser`.
-   */
-  private toolCall(
-    r: ChatRequest,
-    tools: ToolFunction[],
-    last: { role: string; content: string } | undefined,
-  ): ToolFunction | undefined {
-    if (r.tool_choice != null && tools.length === 0) {
-      throw new ApiError(400, "When using `tool_choice`, `tools` must be set.", "tool_choice");
-    }
-    if (tools.length === 0) return undefined;
-    const choice = r.tool_choice ?? "auto";
-    if (typeof choice === "object" && !tools.some((t) => t.name === choice.function.name)) {
-      throw new ApiError(
-        400,
-        `Tool '${choice.function.name}' has not been passed in \`tools\`.`,
-        "tool_choice",
-      );
-    }
-    if (choice === "auto" && !this.opts.autoToolChoice) {
-      throw new ApiError(
-        400,
-        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
-        "tool_choice",
-      );
-    }
-    return toolToCall(tools, choice, last && { role: last.role, text: last.content });
+    const toolsJson = r.tools?.length ? JSON.stringify((body as { tools: unknown }).tools) : undefined;
+    const plan = chatPlan(r, toolsJson, this.opts);
+    this.generate("chat", model, plan.promptIds, plan.maxTokens, plan.choices, plan.logprobs, r, res);
   }
 
   private completions(body: unknown, res: ServerResponse): void {
@@ -224,28 +165,8 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    const logprobs = r.logprobs != null ? { top: r.logprobs, greedy: r.temperature === 0 } : null;
-    const promptIds = completionPromptTokens(promptOf(r.prompt));
-    const plans = this.plans(r, promptIds, outputShape(r.response_format), SCHEMA_PARAM);
-    this.generate("completion", model, promptIds, r.max_tokens ?? undefined, plans, logprobs, r, res);
-  }
-
-  /** One plan per choice; `param` names the schema a plan could not be drawn from. */
-  private plans(
-    r: ChatRequest | CompletionRequest,
-    promptIds: number[],
-    shape: OutputShape,
-    param: string,
-  ): ChoicePlan[] {
-    const seed = r.seed ?? this.opts.seed;
-    return Array.from({ length: r.n ?? 1 }, (_, i) => {
-      try {
-        return planChoice(seed, promptIds, this.opts.outputLen, i, shape, r.ignore_eos === true);
-      } catch (err) {
-        if (err instanceof SchemaError) throw schemaApiError(err, param);
-        throw err;
-      }
-    });
+    const plan = completionPlan(r, this.opts);
+    this.generate("completion", model, plan.promptIds, plan.maxTokens, plan.choices, plan.logprobs, r, res);
   }
 
   /**
@@ -493,32 +414,6 @@ export class SimServer {
     });
     res.end(body);
   }
-}
-
-const SCHEMA_PARAM = "response_format.json_schema.schema";
-
-/** What `response_format` asks of the output; a json_schema without a schema is any JSON object. */
-function outputShape(format: ResponseFormat | null | undefined): OutputShape {
-  if (!format || format.type === "text") return { kind: "text" };
-  if (format.type === "json_object") return { kind: "json_object" };
-  const schema = format.json_schema.schema;
-  if (!schema) return { kind: "json_object" };
-  return { kind: "json_schema", schema: checked(schema, SCHEMA_PARAM) };
-}
-
-/** A schema the generator can honour, or the 400 naming where it cannot. */
-function checked<T>(schema: T, param: string): T {
-  try {
-    checkSchema(schema ?? {});
-  } catch (err) {
-    if (err instanceof SchemaError) throw schemaApiError(err, param);
-    throw err;
-  }
-  return schema;
-}
-
-function schemaApiError(err: SchemaError, param: string): ApiError {
-  return new ApiError(400, `${param}: ${err.message}`, param);
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {

@@ -2,7 +2,7 @@ import { adoptEngine, cmdlineMentions, type EngineProcess, processAlive } from "
 import { engineUrl, probeHealth } from "../health-probe.ts";
 import { readTail, TAIL_LINES } from "../output-tail.ts";
 import type { ShardRecord } from "../state-file.ts";
-import { fromRecord } from "./lifecycle.ts";
+import { fromRecord } from "./record.ts";
 import { buildLaunch, type RunnerContext, ShardRunner } from "./runner.ts";
 
 /**

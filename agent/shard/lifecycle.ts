@@ -20,47 +20,7 @@
 import { doublingDelay } from "../../common/backoff.ts";
 import { type FailedState, isFailed, type ShardState } from "../../common/shard-state.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
-
-export interface RestartPolicy {
-  /** Agent-local restart of a failed single-node shard. Multi-node shards are a gang: the control plane restarts those. */
-  enabled: boolean;
-  baseMs: number;
-  maxMs: number;
-  /** Healthy this long and the failure count starts over. */
-  resetAfterMs: number;
-}
-
-export const DEFAULT_RESTART: RestartPolicy = {
-  enabled: true,
-  baseMs: 10_000,
-  maxMs: 5 * 60_000,
-  resetAfterMs: 10 * 60_000,
-};
-
-export interface LifecyclePolicy {
-  restart: RestartPolicy;
-  /** Readiness poll while starting; also how long a headless rank must stay up to count as ready. */
-  healthIntervalMs: number;
-  /** Health poll once ready; `livenessFailures` misses in a row fail the shard. 0 failures disables it. */
-  livenessIntervalMs: number;
-  livenessFailures: number;
-  defaultStartupDeadlineMs: number;
-  defaultStopGraceMs: number;
-  drainPollMs: number;
-  /** Minimum time in draining, so the edge hears of it before an idle engine is stopped. */
-  drainSettleMs: number;
-}
-
-export const DEFAULT_POLICY: LifecyclePolicy = {
-  restart: DEFAULT_RESTART,
-  healthIntervalMs: 1_000,
-  livenessIntervalMs: 5_000,
-  livenessFailures: 6,
-  defaultStartupDeadlineMs: 20 * 60_000,
-  defaultStopGraceMs: 30_000,
-  drainPollMs: 1_000,
-  drainSettleMs: 2_000,
-};
+import type { LifecyclePolicy } from "./policy.ts";
 
 /** What happens once a terminating engine is gone. */
 export type Ending = { kind: "stop"; reason: string } | { kind: "fail"; state: FailedState; reason: string };
@@ -167,30 +127,6 @@ export function begin(spec: StartShard, failures: number, now: number): Step {
     phase: { name: "launching" },
   };
   return { life, effects: [{ kind: "launch" }] };
-}
-
-/** What a previous agent's state file says about a shard, before its process is looked for. */
-export interface Recorded {
-  spec: StartShard;
-  state: Exclude<ShardState, "stopped">;
-  since: number;
-  failures: number;
-  drainDeadlineAt: number | null;
-}
-
-export function fromRecord(r: Recorded): ShardLife {
-  return {
-    spec: r.spec,
-    state: r.state,
-    reason: "adopted",
-    since: r.since,
-    tail: [],
-    pid: null,
-    healthUrl: null,
-    failures: r.failures,
-    claimed: false,
-    phase: { name: "adopting", drainDeadlineAt: r.drainDeadlineAt },
-  };
 }
 
 export function step(life: ShardLife, ev: LifeEvent, now: number, p: LifecyclePolicy): Step {
@@ -510,52 +446,4 @@ function adopt(
   // Alive but not (or not yet) healthy: a fresh startup deadline, since how
   // long it has been loading is not something the agent could watch.
   return beginStarting(found, `adopted pid ${ev.pid}, waiting for health`, now, p, p.healthIntervalMs);
-}
-
-/** The domain status the supervisor hands out; the stream converts it to the wire's ShardStatus. */
-export interface ShardReport {
-  replicaId: string;
-  rank: number;
-  state: ShardState;
-  reason: string;
-  since: number;
-  exitCode?: number | undefined;
-  tail: readonly string[];
-  pid: number;
-  /** The spec it runs; absent on a stop of a shard this agent does not know. */
-  spec?: StartShard | undefined;
-  /** Set while a restart is pending (the control plane leaves it to the agent). */
-  restartAt?: number | undefined;
-}
-
-export function reportOf(life: ShardLife): ShardReport {
-  return {
-    replicaId: life.spec.replicaId,
-    rank: life.spec.rank,
-    state: life.state,
-    reason: life.reason,
-    since: life.since,
-    exitCode: life.exitCode,
-    tail: life.tail,
-    pid: life.pid ?? 0,
-    spec: life.spec,
-    restartAt: life.phase.name === "backoff" ? life.phase.restartAt : undefined,
-  };
-}
-
-/** The state file's word for a shard; null for one that should not outlive this agent in it. */
-export function persistedState(life: ShardLife): Recorded | null {
-  if (life.state === "stopped" || life.phase.name === "gone") return null;
-  return {
-    spec: life.spec,
-    state: life.state,
-    since: life.since,
-    failures: life.failures,
-    drainDeadlineAt:
-      life.phase.name === "draining"
-        ? life.phase.deadlineAt
-        : life.phase.name === "adopting"
-          ? life.phase.drainDeadlineAt
-          : null,
-  };
 }

@@ -16,17 +16,10 @@ import {
 import { engineUrl, probeHealth } from "../health-probe.ts";
 import { readTail, TAIL_LINES } from "../output-tail.ts";
 import type { ShardRecord } from "../state-file.ts";
-import {
-  type Effect,
-  type LifecyclePolicy,
-  type LifeEvent,
-  persistedState,
-  reportOf,
-  type ShardLife,
-  type ShardReport,
-  step,
-} from "./lifecycle.ts";
+import { type Effect, type LifeEvent, type ShardLife, step } from "./lifecycle.ts";
 import { LoadWatch, type ScrapeSettings } from "./load-watch.ts";
+import type { LifecyclePolicy } from "./policy.ts";
+import { persistedState, reportOf, type ShardReport } from "./record.ts";
 
 /** What the agent's /metrics counts of its engines. */
 export interface SupervisorStats {

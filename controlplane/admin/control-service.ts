@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
+import type { EdgeSyncClient } from "../../common/edgesync-client.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { ClaimRefusals } from "../agentsvc/claim-refusals.ts";
 import type { EdgeStatusPoller } from "../edge-status.ts";
-import type { EdgeSyncClient } from "../edgesync-client.ts";
 import type { IntentStore } from "../intent-store.ts";
 import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";

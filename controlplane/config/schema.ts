@@ -2,6 +2,7 @@ import { z } from "zod";
 import { modelNameSchema } from "../../common/catalog-names.ts";
 import { durationSchema as duration } from "../../common/duration.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
+import { staticEndpointSchema } from "../../common/static-endpoint.ts";
 import { viaSchema } from "../../edge/catalog.ts";
 import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
 
@@ -192,56 +193,6 @@ export const modelSchema = z.strictObject({
     .describe("Deployment profiles placed by the control plane; none = router-only (static endpoints)"),
 });
 
-export const endpointSchema = z.strictObject({
-  id: z.string().min(1).describe("Unique endpoint id"),
-  url: z.url({ protocol: /^https?$/ }).describe("Base URL of an OpenAI-compatible engine"),
-  models: z.array(z.string().min(1)).min(1).describe("Models (names or aliases) this endpoint serves"),
-  pool: z
-    .string()
-    .default("default")
-    .describe("Spill-over group: lower-priority pools take requests only when higher ones cannot"),
-  weight: z.number().positive().default(1).describe("Relative share of traffic (heterogeneous GPUs)"),
-  priority: z
-    .number()
-    .int()
-    .default(0)
-    .describe("Spill-over priority of the endpoint's pool; a pool's endpoints share one (docs/routing.md)"),
-  via: viaSchema
-    .default("direct")
-    .describe("How the edge reaches it: direct (its URL), vpc (Workers VPC binding) or tunnel (Access)"),
-  // A static endpoint's load is scraped by nobody, so its batch is the
-  // operator's to say (without it the pool assumes vLLM's default); its KV
-  // tokens, unstated, the control plane reads once off its /metrics
-  // (controlplane/static-capacity.ts).
-  capacity: z
-    .strictObject({
-      max_num_seqs: z
-        .number()
-        .int()
-        .positive()
-        .optional()
-        .describe("Requests the engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests)"),
-      kv_tokens: z
-        .number()
-        .int()
-        .positive()
-        .optional()
-        .describe(
-          "Tokens the engine's KV cache holds (vLLM: num_gpu_blocks × block_size); unset: the control plane reads it off /metrics",
-        ),
-    })
-    .optional()
-    .describe(
-      "What the engine can hold; the edge's pool counts each request's demand against it (docs/routing.md)",
-    ),
-  served_model_name: z
-    .string()
-    .min(1)
-    .max(256)
-    .optional()
-    .describe("The model name sent to this engine (its --served-model-name); default: the catalog's name"),
-});
-
 // mTLS on the agent listener (docs/agents.md, "Security: mTLS and
 // enrollment"). Off by default until every agent has enrolled.
 export const agentTlsSchema = z.strictObject({
@@ -384,7 +335,7 @@ export const configSchema = z.strictObject({
   router: routerSchema.prefault({}),
   scaling: scalingSchema.prefault({}),
   models: z.array(modelSchema).default([]),
-  endpoints: z.array(endpointSchema).default([]),
+  endpoints: z.array(staticEndpointSchema).default([]),
 });
 
 export type Config = z.output<typeof configSchema>;
@@ -395,5 +346,5 @@ export type AdminConfig = Config["admin"];
 export type ScalingConfig = Config["scaling"];
 export type ModelConfig = z.output<typeof modelSchema>;
 export type ProfileConfig = z.output<typeof profileSchema>;
-export type EndpointConfig = z.output<typeof endpointSchema>;
+export type { StaticEndpointConfig as EndpointConfig } from "../../common/static-endpoint.ts";
 export type EngineKind = z.output<typeof engineKind>;

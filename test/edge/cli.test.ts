@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseEndpointsFile } from "../../cli/ctl/endpoints.ts";
 import { checkCatalogNames } from "../../common/catalog-names.ts";
-import { parseEndpointsFile } from "../../controlplane/ctl/endpoints.ts";
 import { runLlmgw } from "../harness/process.ts";
 import { clientFor, type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
 

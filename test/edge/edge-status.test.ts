@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { controlClient } from "../../controlplane/ctl/client.ts";
+import { controlClient } from "../../cli/ctl/client.ts";
 import { type ControlPlaneHandle, startControlPlane } from "../harness/fleet.ts";
 import { waitUntil } from "../harness/process.ts";
 import { clientFor, createKey, type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";

@@ -1,8 +1,8 @@
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
-import { newSecret } from "../../controlplane/ctl/keys.ts";
-import { edgeSyncClient } from "../../controlplane/edgesync-client.ts";
+import { newSecret } from "../../cli/ctl/keys.ts";
+import { edgeSyncClient } from "../../common/edgesync-client.ts";
 import { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { type ControlPlaneHandle, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { freePort, waitUntil } from "../harness/process.ts";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { create, type MessageInitShape, toJson, toJsonString } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { readStartTime } from "../../agent/engine-process.ts";
-import type { ShardReport } from "../../agent/shard/lifecycle.ts";
+import type { ShardReport } from "../../agent/shard/record.ts";
 import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
 import { Supervisor, type SupervisorOptions } from "../../agent/supervisor.ts";
 import type { ShardState } from "../../common/shard-state.ts";

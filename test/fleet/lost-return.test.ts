@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { killEngines } from "../../agent/kill-engines.ts";
-import type { ReplicaJson } from "../../controlplane/ctl/replicas.ts";
+import type { ReplicaJson } from "../../cli/ctl/replicas.ts";
 import { type ControlPlaneHandle, processRunning, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 

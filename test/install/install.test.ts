@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { controlClient } from "../../controlplane/ctl/client.ts";
+import { controlClient } from "../../cli/ctl/client.ts";
 import { type Installed, packAndInstall } from "../../scripts/pack-install.ts";
 import {
   killProcessesMatching,

@@ -107,6 +107,9 @@ export type Endpoint = Message<"edge.v1.Endpoint"> & {
   models: string[];
 
   /**
+   * The endpoint's spill group (not the model's pool): a group of lower
+   * priority takes requests only while no endpoint of a higher one can.
+   *
    * @generated from field: string pool = 4;
    */
   pool: string;
@@ -713,6 +716,8 @@ export type PoolEndpointStatus = Message<"edge.v1.PoolEndpointStatus"> & {
   url: string;
 
   /**
+   * The endpoint's spill group (Endpoint.pool).
+   *
    * @generated from field: string pool = 3;
    */
   pool: string;

@@ -2,34 +2,29 @@ import { readFileSync } from "node:fs";
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { parseDocument } from "yaml";
 import { z } from "zod";
+import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { errorMessage } from "../../common/log.ts";
+import {
+  staticEndpoint,
+  staticEndpointListIssues,
+  staticEndpointSchema,
+} from "../../common/static-endpoint.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
-import { poolPriorityConflicts } from "../../edge/catalog.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { endpointSchema } from "../config/schema.ts";
-import { staticEndpoint } from "../edge-publisher.ts";
-import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../edgesync-client.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
- * (id, url, models, pool, weight, priority, optionally via, capacity and
+ * (id, url, models, pool (the spill group), weight, priority, optionally via, capacity and
  * served_model_name) is validated
  * here with path-named errors and written straight to the edge, with no
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
  */
-export const endpointsFileSchema = z.array(endpointSchema).superRefine((list, ctx) => {
-  const seen = new Map<string, number>();
-  list.forEach((e, i) => {
-    const first = seen.get(e.id);
-    if (first !== undefined) {
-      ctx.addIssue({ code: "custom", path: [i, "id"], message: `duplicate id (also endpoints[${first}])` });
-    } else seen.set(e.id, i);
-  });
-  for (const c of poolPriorityConflicts(list)) {
-    ctx.addIssue({ code: "custom", path: [c.index, "priority"], message: c.message });
+export const endpointsFileSchema = z.array(staticEndpointSchema).superRefine((list, ctx) => {
+  for (const i of staticEndpointListIssues(list)) {
+    ctx.addIssue({ code: "custom", path: [i.index, i.field], message: i.message });
   }
 });
 export type EndpointsFile = z.output<typeof endpointsFileSchema>;
@@ -55,7 +50,8 @@ const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--
        llmgw ctl endpoints check FILE
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
-FILE is a YAML list of endpoints: id, url, models, pool, weight, priority, via,
+FILE is a YAML list of endpoints: id, url, models, pool (its spill group), weight,
+priority (the spill group's), via,
 capacity (max_num_seqs, kv_tokens: what the engine can hold) and
 served_model_name (the name sent to that engine, if not the catalog's).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops

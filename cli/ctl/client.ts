@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { Client } from "@connectrpc/connect";
+import { bearerClient } from "../../common/edgesync-client.ts";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
-import { bearerClient } from "../edgesync-client.ts";
 
 export const DEFAULT_CONTROL_PLANE = "http://127.0.0.1:9090";
 

@@ -39,54 +39,40 @@ to the edge: --edge defaults to $LLMGW_EDGE_URL, else http://127.0.0.1:8787,
 and the EdgeSync secret is read from $LLMGW_EDGE_TOKEN.
 `;
 
+const FLAGS = {
+  "control-plane": { type: "string" },
+  json: { type: "boolean" },
+  deadline: { type: "string" },
+  ttl: { type: "string" },
+  uses: { type: "string" },
+  node: { type: "string" },
+  replace: { type: "boolean" },
+  "token-file": { type: "string" },
+  watch: { type: "boolean" },
+  interval: { type: "string" },
+} as const;
+
+type ControlClient = Client<typeof ControlService>;
+type Opened = Exclude<ReturnType<typeof openCommand<typeof FLAGS>>, number>;
+type Values = Opened["values"];
+
 export async function main(argv: string[]): Promise<number> {
   if (argv[0] === "endpoints") {
     const mod = await import("./endpoints.ts");
     return (await mod.main(argv.slice(1))) ?? 0;
   }
-  const opened = openCommand(argv, HELP, {
-    "control-plane": { type: "string" },
-    json: { type: "boolean" },
-    deadline: { type: "string" },
-    ttl: { type: "string" },
-    uses: { type: "string" },
-    node: { type: "string" },
-    replace: { type: "boolean" },
-    "token-file": { type: "string" },
-    watch: { type: "boolean" },
-    interval: { type: "string" },
-  });
+  const opened = openCommand(argv, HELP, FLAGS);
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
   const url = values["control-plane"] ?? process.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE;
   try {
     const client = controlClient(url, adminToken(values["token-file"]));
     switch (command) {
-      case "status": {
-        if (positionals.length > 0)
-          throw new Error("usage: llmgw ctl status [--watch] [--interval 2s] [--json]");
-        const json = values.json ?? false;
-        if (!values.watch) {
-          if (values.interval) throw new Error("--interval goes with --watch");
-          process.stdout.write(await statusFrame(client, json));
-          return 0;
-        }
-        const every = parseDuration(values.interval ?? "2s");
-        if (every < 500) throw new Error("--interval must be at least 500ms");
-        return watchStatus(client, url, json, every);
-      }
+      case "status":
+        return await statusCommand(client, url, positionals, values);
       case "nodes":
-        if (positionals[0] === "revoke") {
-          const node = positionals[1];
-          if (!node) throw new Error("usage: llmgw ctl nodes revoke NAME");
-          const r = await client.revokeNode({ node });
-          if (values.json) process.stdout.write(`${JSON.stringify({ node, ...r })}\n`);
-          else
-            process.stdout.write(
-              `${node}: revoked ${r.serials.length} certificate${r.serials.length === 1 ? "" : "s"}${r.disconnected ? ", stream closed" : ""}; re-admitting it takes a new join token\n`,
-            );
-          return 0;
-        }
+        if (positionals[0] === "revoke")
+          return await revokeCommand(client, positionals[1], values.json ?? false);
         if (positionals.length > 0) throw new Error(`usage: llmgw ctl nodes [revoke NAME]`);
         process.stdout.write(await nodesCommand(client, values.json ?? false));
         return 0;
@@ -124,37 +110,8 @@ export async function main(argv: string[]): Promise<number> {
         process.stdout.write(`${node}: ${command === "drain" ? "draining" : `${command}ed`}\n`);
         return 0;
       }
-      case "tokens": {
-        if (positionals[0] !== "create")
-          throw new Error(
-            "usage: llmgw ctl tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]] [--json]",
-          );
-        if (values.replace && !values.node)
-          throw new Error("--replace needs --node NAME: the node whose certificate the token replaces");
-        const ttlMs = values.ttl ? parseDuration(values.ttl) : 0;
-        if (values.ttl && ttlMs <= 0) throw new Error("--ttl must be positive");
-        const uses = values.uses === undefined ? 1 : Number(values.uses);
-        if (!Number.isInteger(uses) || uses < 1) throw new Error("--uses must be a positive integer");
-        const t = await client.createJoinToken({
-          ttlMs: BigInt(ttlMs),
-          uses,
-          node: values.node ?? "",
-          replace: values.replace ?? false,
-        });
-        const expires = new Date(Number(t.expiresAtUnixMs)).toISOString();
-        if (values.json) {
-          process.stdout.write(
-            `${JSON.stringify({ token: t.token, expiresAt: expires, uses: t.uses, caFingerprint: t.caFingerprint })}\n`,
-          );
-        } else {
-          process.stdout.write(`${t.token}\n`);
-          process.stderr.write(
-            `join token for ${t.uses} enrollment${t.uses === 1 ? "" : "s"}${values.node ? ` of node ${values.node}${values.replace ? ", replacing its current certificate" : ""}` : ""}, valid until ${expires}; it is not shown again.\n` +
-              `start an agent with: llmgw agent --control-plane https://HOST:PORT --node ${values.node ?? "NAME"} --join-token ${t.token}\n`,
-          );
-        }
-        return 0;
-      }
+      case "tokens":
+        return await tokensCommand(client, positionals, values);
       default:
         process.stderr.write(`llmgw ctl: unknown command "${command}"\n\n${HELP}`);
         return 2;
@@ -165,7 +122,63 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-async function statusFrame(client: Client<typeof ControlService>, json: boolean): Promise<string> {
+async function statusCommand(client: ControlClient, url: string, positionals: string[], values: Values) {
+  if (positionals.length > 0) throw new Error("usage: llmgw ctl status [--watch] [--interval 2s] [--json]");
+  const json = values.json ?? false;
+  if (!values.watch) {
+    if (values.interval) throw new Error("--interval goes with --watch");
+    process.stdout.write(await statusFrame(client, json));
+    return 0;
+  }
+  const every = parseDuration(values.interval ?? "2s");
+  if (every < 500) throw new Error("--interval must be at least 500ms");
+  return watchStatus(client, url, json, every);
+}
+
+async function revokeCommand(client: ControlClient, node: string | undefined, json: boolean) {
+  if (!node) throw new Error("usage: llmgw ctl nodes revoke NAME");
+  const r = await client.revokeNode({ node });
+  if (json) process.stdout.write(`${JSON.stringify({ node, ...r })}\n`);
+  else
+    process.stdout.write(
+      `${node}: revoked ${r.serials.length} certificate${r.serials.length === 1 ? "" : "s"}${r.disconnected ? ", stream closed" : ""}; re-admitting it takes a new join token\n`,
+    );
+  return 0;
+}
+
+async function tokensCommand(client: ControlClient, positionals: string[], values: Values) {
+  if (positionals[0] !== "create")
+    throw new Error(
+      "usage: llmgw ctl tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]] [--json]",
+    );
+  if (values.replace && !values.node)
+    throw new Error("--replace needs --node NAME: the node whose certificate the token replaces");
+  const ttlMs = values.ttl ? parseDuration(values.ttl) : 0;
+  if (values.ttl && ttlMs <= 0) throw new Error("--ttl must be positive");
+  const uses = values.uses === undefined ? 1 : Number(values.uses);
+  if (!Number.isInteger(uses) || uses < 1) throw new Error("--uses must be a positive integer");
+  const t = await client.createJoinToken({
+    ttlMs: BigInt(ttlMs),
+    uses,
+    node: values.node ?? "",
+    replace: values.replace ?? false,
+  });
+  const expires = new Date(Number(t.expiresAtUnixMs)).toISOString();
+  if (values.json) {
+    process.stdout.write(
+      `${JSON.stringify({ token: t.token, expiresAt: expires, uses: t.uses, caFingerprint: t.caFingerprint })}\n`,
+    );
+  } else {
+    process.stdout.write(`${t.token}\n`);
+    process.stderr.write(
+      `join token for ${t.uses} enrollment${t.uses === 1 ? "" : "s"}${values.node ? ` of node ${values.node}${values.replace ? ", replacing its current certificate" : ""}` : ""}, valid until ${expires}; it is not shown again.\n` +
+        `start an agent with: llmgw agent --control-plane https://HOST:PORT --node ${values.node ?? "NAME"} --join-token ${t.token}\n`,
+    );
+  }
+  return 0;
+}
+
+async function statusFrame(client: ControlClient, json: boolean): Promise<string> {
   const s = await fetchStatus(client);
   return json ? `${JSON.stringify(statusJson(s))}\n` : formatStatus(s);
 }
@@ -177,7 +190,7 @@ async function statusFrame(client: Client<typeof ControlService>, json: boolean)
  * not end the watch; a refused token does, since waiting will not fix it.
  */
 async function watchStatus(
-  client: Client<typeof ControlService>,
+  client: ControlClient,
   url: string,
   json: boolean,
   everyMs: number,

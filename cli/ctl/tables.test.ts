@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { replicaToProto } from "../admin/replicas.ts";
-import type { ReplicaRecord } from "../reconcile/types.ts";
+import { replicaToProto } from "../../controlplane/admin/replicas.ts";
+import type { ReplicaRecord } from "../../controlplane/reconcile/types.ts";
 import { type NodeJson, nodesTable } from "./nodes.ts";
 import { failureNote, replicaJson } from "./replicas.ts";
 

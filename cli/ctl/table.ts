@@ -1,4 +1,4 @@
-// One table renderer for ctl and `llmgw bench` alike (loadgen/ may not import controlplane/).
+// ctl draws its tables with common/text-table.ts, the renderer `llmgw bench` uses too.
 export { renderTable } from "../../common/text-table.ts";
 
 export function ago(ms: number, now = Date.now()): string {

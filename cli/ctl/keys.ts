@@ -1,0 +1,207 @@
+import { createHash, randomBytes } from "node:crypto";
+import { parseDuration } from "../../common/duration.ts";
+import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
+import { recordFields } from "../../edge/api-key.ts";
+import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
+import { renderTable } from "./table.ts";
+
+/**
+ * `llmgw keys create|list|revoke|usage`: API keys at the edge, over EdgeSync.
+ * The secret is generated here and printed once; only its SHA-256 ever
+ * leaves this process, so neither the edge nor the control plane can leak
+ * a usable key.
+ */
+
+const HELP = `usage: llmgw keys <command> [--edge URL]
+
+commands:
+  create --name N --band BAND [--default-band B] [--tenant T] [--models a,b]
+         [--rpm N] [--tpm N] [--budget TOKENS/PERIOD]   e.g. --budget 1000000/30d
+         [--max-concurrent N]   requests in flight at once; more get 429 concurrency_limit
+  list [--json]
+  revoke ID
+  usage [ID] [--json]
+
+--edge defaults to $LLMGW_EDGE_URL, else ${DEFAULT_EDGE}; the EdgeSync secret is read
+from $LLMGW_EDGE_TOKEN.
+`;
+
+export function newSecret(): string {
+  return `sk-llmgw-${randomBytes(32).toString("base64url")}`;
+}
+
+export function hashSecret(secret: string): string {
+  return createHash("sha256").update(secret).digest("hex");
+}
+
+function positiveInt(name: string, v: string | undefined): number {
+  if (v === undefined) return 0;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--${name}: expected a whole number, got "${v}"`);
+  return n;
+}
+
+export function parseBudget(v: string | undefined): { tokens: bigint; period: string } | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d+)\/(\S+)$/.exec(v);
+  if (!m) throw new Error(`--budget: expected TOKENS/PERIOD such as 1000000/30d, got "${v}"`);
+  parseDuration(m[2]!); // refuse a bad period here rather than at the edge
+  return { tokens: BigInt(m[1]!), period: m[2]! };
+}
+
+function keyJson(k: ApiKey) {
+  return {
+    ...recordFields(k),
+    budget: k.budget ? { tokens: Number(k.budget.tokens), period: k.budget.period } : null,
+    created_at: new Date(Number(k.createdAtUnixMs)).toISOString(),
+    revoked: k.revoked,
+  };
+}
+
+const FLAGS = {
+  ...EDGE_FLAGS,
+  name: { type: "string" },
+  band: { type: "string" },
+  "default-band": { type: "string" },
+  tenant: { type: "string" },
+  models: { type: "string" },
+  rpm: { type: "string" },
+  tpm: { type: "string" },
+  budget: { type: "string" },
+  "max-concurrent": { type: "string" },
+} as const;
+
+type Values = Exclude<ReturnType<typeof openCommand<typeof FLAGS>>, number>["values"];
+
+export async function main(argv: string[]): Promise<number | undefined> {
+  const opened = openCommand(argv, HELP, FLAGS);
+  if (typeof opened === "number") return opened;
+  const { command, values, positionals } = opened;
+  const edge = edgeUrl(values.edge);
+  const client = edgeSyncClient(edge);
+  try {
+    switch (command) {
+      case "create":
+        return await createKey(client, values);
+      case "list":
+        return await listKeys(client, values);
+      case "revoke": {
+        const id = positionals[0];
+        if (!id) throw new Error("usage: llmgw keys revoke ID");
+        await client.revokeKey({ id });
+        process.stdout.write(`revoked ${id}\n`);
+        return 0;
+      }
+      case "usage":
+        return await usageKeys(client, positionals[0] ?? "", values.json ?? false);
+      default:
+        process.stderr.write(`llmgw keys: unknown command "${command}"\n\n${HELP}`);
+        return 2;
+    }
+  } catch (err) {
+    process.stderr.write(`llmgw keys ${command}: ${failure(err)} (edge ${edge})\n`);
+    return 1;
+  }
+}
+
+async function createKey(client: EdgeSyncClient, values: Values): Promise<number> {
+  if (!values.name) throw new Error("--name is required");
+  if (!values.band) throw new Error("--band is required (the highest band this key may use)");
+  const secret = newSecret();
+  const id = `key_${randomBytes(8).toString("hex")}`;
+  const key = {
+    id,
+    hash: hashSecret(secret),
+    name: values.name,
+    tenant: values.tenant ?? "",
+    maxBand: values.band,
+    defaultBand: values["default-band"] ?? "",
+    models: values.models
+      ? values.models
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [],
+    rpm: positiveInt("rpm", values.rpm),
+    tpm: positiveInt("tpm", values.tpm),
+    maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
+    budget: parseBudget(values.budget),
+    createdAtUnixMs: BigInt(Date.now()),
+  };
+  await client.putKey({ key });
+  if (values.json) process.stdout.write(`${JSON.stringify({ id, secret })}\n`);
+  else {
+    process.stdout.write(`id:     ${id}\nsecret: ${secret}\n`);
+    process.stderr.write("The secret is shown only now; the edge keeps only its SHA-256.\n");
+  }
+  return 0;
+}
+
+async function listKeys(client: EdgeSyncClient, values: Values): Promise<number> {
+  const { keys } = await client.listKeys({});
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify(keys.map(keyJson), null, 2)}\n`);
+    return 0;
+  }
+  const rows = keys.map((k) => [
+    k.id,
+    k.name,
+    k.tenant || "-",
+    k.maxBand,
+    // Empty: the router's admission.default_band, clamped to the key's highest band.
+    k.defaultBand || "router's",
+    k.models.join(",") || "*",
+    k.rpm ? String(k.rpm) : "-",
+    k.tpm ? String(k.tpm) : "-",
+    k.budget ? `${k.budget.tokens}/${k.budget.period}` : "-",
+    k.revoked ? "revoked" : "active",
+  ]);
+  process.stdout.write(
+    renderTable(
+      ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"],
+      rows,
+    ),
+  );
+  return 0;
+}
+
+async function usageKeys(client: EdgeSyncClient, keyId: string, json: boolean): Promise<number> {
+  const { usage } = await client.getUsage({ keyId: keyId });
+  const rows = usage.map((u) => ({
+    id: u.keyId,
+    name: u.name,
+    requests: Number(u.requests),
+    prompt_tokens: Number(u.promptTokens),
+    completion_tokens: Number(u.completionTokens),
+    total_tokens: Number(u.totalTokens),
+    partial_requests: Number(u.partialRequests),
+    estimated_requests: Number(u.estimatedRequests),
+    estimated_tokens: Number(u.estimatedTokens),
+    budget_used: Number(u.budgetUsed),
+    budget_tokens: Number(u.budgetTokens),
+    revoked: u.revoked,
+  }));
+  if (json) {
+    process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+    return 0;
+  }
+  process.stdout.write(
+    renderTable(
+      ["ID", "NAME", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL", "PARTIAL", "ESTIMATED", "BUDGET"],
+      rows.map((r) => [
+        r.id,
+        r.name,
+        String(r.requests),
+        String(r.prompt_tokens),
+        String(r.completion_tokens),
+        String(r.total_tokens),
+        String(r.partial_requests),
+        // Requests and tokens the edge estimated: the engine reported no usage for them.
+        r.estimated_requests ? `${r.estimated_requests} req, ${r.estimated_tokens} tok` : "-",
+        r.budget_tokens ? `${r.budget_used}/${r.budget_tokens}` : "-",
+      ]),
+    ),
+  );
+  return 0;
+}
