@@ -77,7 +77,8 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
-import { freePort, processCpuSeconds, REPO } from "../common/processes.ts";
+import { freePort } from "../common/free-ports.ts";
+import { processCpuSeconds, REPO } from "../common/processes.ts";
 import {
   bundleWorker,
   createKey,

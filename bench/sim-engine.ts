@@ -21,7 +21,8 @@
  * Env: SIM_BENCH_SPEED (fidelity speed, default 1), SIM_BENCH_COST_SECONDS (6).
  */
 import { Agent, request } from "node:http";
-import { freePort, type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../common/processes.ts";
+import { freePort } from "../common/free-ports.ts";
+import { type Proc, processCpuSeconds, startLlmgw, waitUntil } from "../common/processes.ts";
 import {
   type CalibrationRow,
   calibrate,

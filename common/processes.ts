@@ -6,26 +6,11 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const LLMGW = join(REPO, "bin", "llmgw.mjs");
-
-/** A port that was free a moment ago, for a process about to bind it. */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      if (typeof addr !== "object" || addr === null) return reject(new Error("no address"));
-      srv.close(() => resolve(addr.port));
-    });
-  });
-}
 
 export interface Proc {
   child: ChildProcess;

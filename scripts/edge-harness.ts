@@ -11,7 +11,8 @@ import { Miniflare } from "miniflare";
 import OpenAI from "openai";
 import { hashSecret, newSecret } from "../cli/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../common/edgesync-client.ts";
-import { freePort, type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
+import { freePort } from "../common/free-ports.ts";
+import { type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
 import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
 

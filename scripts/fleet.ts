@@ -9,8 +9,9 @@ import type { Client } from "@connectrpc/connect";
 import { controlClient } from "../cli/ctl/client.ts";
 import { type NodeJson, nodeJson } from "../cli/ctl/nodes.ts";
 import { replicaJson } from "../cli/ctl/replicas.ts";
+import { freePort, freePortBlock } from "../common/free-ports.ts";
 import { processArgv, processRunning } from "../common/proc-fs.ts";
-import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp } from "../common/processes.ts";
+import { type Proc, runLlmgw, startLlmgw, waitForHttp } from "../common/processes.ts";
 import { tempDir } from "../common/temp-dir.ts";
 import type { ControlService } from "../proto/gen/control/v1/control_pb.ts";
 
@@ -34,6 +35,8 @@ export interface ControlPlaneHandle {
   /** One sample of /metrics, e.g. `llmgw_agent_rejections_total{reason="name_in_use"}`; 0 when absent. */
   metric(series: string): Promise<number>;
   restart(): Promise<void>;
+  /** The engine ports this control plane hands out (`control.port_range`, set for it alone). */
+  enginePorts: [number, number];
 }
 
 export { tempDir };
@@ -54,6 +57,10 @@ export async function startControlPlane(
   const agentPort = opts.agentPort ?? (await freePort());
   const adminPort = opts.adminPort ?? (await freePort());
   const configPath = join(dir, "llmgw.yaml");
+  // Engine ports of their own, whatever the config says: two control
+  // planes started at once (two test files) never hand out the same port.
+  const engines = await freePortBlock(100);
+  const portEnv = { LLMGW_CONTROL__PORT_RANGE: `[${engines[0]}, ${engines.at(-1)}]` };
   writeFileSync(
     configPath,
     `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(dir, "data")}\n${configBody}`,
@@ -64,7 +71,7 @@ export async function startControlPlane(
     const p = startLlmgw(
       "control-plane",
       ["server", "--config", configPath],
-      { ...tokenEnv, ...opts.env },
+      { ...portEnv, ...tokenEnv, ...opts.env },
       opts.entry,
     );
     await waitForHttp(p, `${adminUrl}/healthz`);
@@ -77,6 +84,7 @@ export async function startControlPlane(
     agentUrl: `http://127.0.0.1:${agentPort}`,
     adminUrl,
     adminToken: opts.adminToken,
+    enginePorts: [engines[0]!, engines.at(-1)!],
     client: controlClient(adminUrl, opts.adminToken),
     async nodes() {
       const { nodes } = await handle.client.listNodes({});

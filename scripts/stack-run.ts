@@ -12,8 +12,9 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readStateFile, STATE_FILE_NAME } from "../agent/state-file.ts";
 import { controlClient } from "../cli/ctl/client.ts";
+import { freePort, freePortBlock } from "../common/free-ports.ts";
 import { processArgv } from "../common/proc-fs.ts";
-import { freePort, REPO } from "../common/processes.ts";
+import { REPO } from "../common/processes.ts";
 
 export interface StackPorts {
   edge: number;
@@ -22,14 +23,14 @@ export interface StackPorts {
   engines: [number, number];
 }
 
-/** Free ports, and a block of engine ports apart from other tests' (23000-24999) and npm start's (20000-20999). */
+/** Free ports, and a block of engine ports no other test or stack is handed at the same time. */
 export async function stackPorts(): Promise<StackPorts> {
-  const from = 25_000 + 100 * Math.floor(Math.random() * 50);
+  const engines = await freePortBlock(100);
   return {
     edge: await freePort(),
     admin: await freePort(),
     agent: await freePort(),
-    engines: [from, from + 99],
+    engines: [engines[0]!, engines.at(-1)!],
   };
 }
 

@@ -8,7 +8,8 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Miniflare } from "miniflare";
-import { freePort, REPO } from "../common/processes.ts";
+import { freePort } from "../common/free-ports.ts";
+import { REPO } from "../common/processes.ts";
 
 export const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
 

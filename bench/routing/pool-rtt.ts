@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Miniflare } from "miniflare";
-import { freePort } from "../../common/processes.ts";
+import { freePort } from "../../common/free-ports.ts";
 import { renderTable } from "../../common/text-table.ts";
 import { bundleWorker, directSocket, runtimeOf } from "../../scripts/workerd.ts";
 

@@ -20,7 +20,6 @@ control:
   heartbeat_interval: 300ms
   unreachable_after: ${UNREACHABLE_AFTER_MS}ms
   lost_after: 60s
-  port_range: [24300, 24399]
 `;
 // "tiny" fits a node of one GPU; "wide" asks for four GPUs, which no node has.
 const MODELS = `

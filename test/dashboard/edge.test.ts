@@ -28,7 +28,6 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     stack = await startLinkedStack({
       tag: "edge-dashboard",
       adminToken: TOKEN,
-      portRange: [25100, 25199],
       models: `  - name: ${MODEL}
     profiles:
       - name: 1gpu

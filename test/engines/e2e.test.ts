@@ -38,7 +38,6 @@ control:
   lost_after: 30s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24100, 24199]
 models:
   - name: e2e-chat
     profiles:
@@ -156,8 +155,8 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
     const shard = ready.shards[0]!;
     expect(shard.node).toBe(NODE);
     expect(shard.gpus).toHaveLength(1);
-    expect(shard.ports.http).toBeGreaterThanOrEqual(24100);
-    expect(shard.ports.http).toBeLessThanOrEqual(24199);
+    expect(shard.ports.http).toBeGreaterThanOrEqual(cp.enginePorts[0]);
+    expect(shard.ports.http).toBeLessThanOrEqual(cp.enginePorts[1]);
     expect(ready.restarts).toBe(0);
     pid = shard.pid!;
     engineUrl = `http://${HOST}:${shard.ports.http}`;

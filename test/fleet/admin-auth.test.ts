@@ -64,7 +64,6 @@ control:
   interval: 1s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24800, 24899]
 models:
   - name: tiny
     profiles:

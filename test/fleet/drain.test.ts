@@ -9,7 +9,6 @@ control:
   interval: 1s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24200, 24299]
 `;
 const MODELS = `
 models:

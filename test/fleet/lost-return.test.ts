@@ -22,7 +22,6 @@ control:
   lost_after: 3s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24700, 24799]
 models:
   - name: tiny
     profiles:

@@ -23,7 +23,6 @@ control:
   interval: 1s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24500, 24599]
 models:
   - name: tiny
     profiles:

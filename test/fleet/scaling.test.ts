@@ -18,7 +18,6 @@ control:
   interval: 1s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [25000, 25099]
 router:
   scrape_interval: 500ms
 scaling:

@@ -17,7 +17,6 @@ control:
   interval: 1s
   startup_grace: 1s
   heartbeat_interval: 300ms
-  port_range: [24900, 24999]
 router:
   scrape_interval: 10s
 models:

@@ -34,7 +34,6 @@ control:
   startup_grace: 1s
   heartbeat_interval: 300ms
   max_message_bytes: ${MAX_MESSAGE}
-  port_range: [24700, 24799]
 models:
   - name: tiny
     profiles:

@@ -21,7 +21,6 @@ export interface LinkedStack {
 export async function startLinkedStack(o: {
   tag: string;
   adminToken: string;
-  portRange: [number, number];
   /** The `models:` list, as YAML items. */
   models: string;
   node: string;
@@ -50,7 +49,6 @@ router:
 control:
   startup_grace: 1s
   interval: 1s
-  port_range: [${o.portRange.join(", ")}]
 models:
 ${o.models}`,
       { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: o.adminToken },

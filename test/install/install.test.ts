@@ -16,7 +16,7 @@ import {
   startControlPlane,
   tempDir,
 } from "../harness/fleet.ts";
-import { freePort, REPO, waitUntil } from "../harness/process.ts";
+import { freePort, freePortBlock, REPO, waitUntil } from "../harness/process.ts";
 import { startPrivateManager, type UnitManager, whyNoManager } from "./systemd.ts";
 
 // The production install, end to end: `npm pack`, the tarball installed
@@ -35,12 +35,12 @@ const PKG = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as {
 };
 
 /** The control and model sections; the listen addresses and data_dir go before them. */
-function modelsConfig(ports: string): string {
+/** The models, and `control.port_range` when the control plane is not started by startControlPlane (which sets it). */
+function modelsConfig(ports?: number[]): string {
   return `control:
   interval: 1s
   startup_grace: 1s
-  port_range: ${ports}
-models:
+${ports ? `  port_range: [${ports[0]}, ${ports.at(-1)}]\n` : ""}models:
   - name: ${MODEL}
     profiles:
       - name: 1gpu
@@ -118,7 +118,7 @@ describe("npm pack, then npm install --omit=dev", () => {
   });
 
   it("runs a control plane, an agent with simulated GPUs and a sim engine from the install; the replica goes ready", async () => {
-    const cp = await startControlPlane(modelsConfig("[25200, 25249]"), { entry: installed.bin });
+    const cp = await startControlPlane(modelsConfig(), { entry: installed.bin });
     const node = "install-node";
     const agent = startAgent(cp, node, { entry: installed.bin });
     try {
@@ -253,7 +253,7 @@ ExecStart=${process.execPath} ${installed.bin} agent --state-dir %S/llmgw-agent 
       mkdirSync(join(mgr.stateRoot, "llmgw"), { recursive: true });
       writeFileSync(
         join(mgr.stateRoot, "llmgw", "llmgw.yaml"),
-        `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(mgr.stateRoot, "llmgw")}\n${modelsConfig("[25250, 25299]")}`,
+        `agent_listen: 127.0.0.1:${agentPort}\nadmin_listen: 127.0.0.1:${adminPort}\ndata_dir: ${join(mgr.stateRoot, "llmgw")}\n${modelsConfig(await freePortBlock(50))}`,
       );
       await mgr.systemctl("daemon-reload");
       await mgr.systemctl("start", "llmgw-server.service");

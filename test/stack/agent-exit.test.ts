@@ -24,7 +24,6 @@ const CONFIG = `
 control:
   interval: 1s
   startup_grace: 1s
-  port_range: [24400, 24499]
 models:
   - name: exit-demo
     profiles:

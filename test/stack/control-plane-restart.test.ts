@@ -60,7 +60,6 @@ control:
   startup_grace: 2s
   interval: 1s
   heartbeat_interval: 500ms
-  port_range: [24600, 24699]
 models:
   - name: steady
     profiles:

@@ -111,7 +111,7 @@ describe("npm start's stack scales qwen-32b with the load through the edge", () 
           }
         }),
       );
-      let grown: string;
+      let grown = "";
       try {
         await waitUntil(
           `${MODEL} at ${MAX} ready replicas`,
@@ -119,7 +119,17 @@ describe("npm start's stack scales qwen-32b with the load through the edge", () 
           150_000,
           500,
         );
-        grown = await explain();
+        // The edge's line needs a poll fresher than three status intervals;
+        // under a loaded machine one can come late, so wait for it.
+        grown = await waitUntil(
+          "explain with a fresh edge poll",
+          async () => {
+            const text = await explain();
+            return /edge: saturation \d\.\d\d, \d+ queued/.test(text) ? text : undefined;
+          },
+          30_000,
+          500,
+        );
         await dashboardShows("grown", MAX, MAX);
       } finally {
         loading = false;

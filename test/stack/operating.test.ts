@@ -34,7 +34,6 @@ describe("operating the stack", () => {
     stack = await startLinkedStack({
       tag: "edge-operating",
       adminToken: ADMIN_TOKEN,
-      portRange: [25000, 25099],
       models: `  - name: ${MODEL}
     profiles:
       - name: 1gpu

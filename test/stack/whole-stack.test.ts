@@ -28,7 +28,6 @@ edge:
 control:
   startup_grace: 1s
   interval: 1s
-  port_range: [24000, 24099]
 models:
   - name: llama-3.1-8b-instruct
     aliases: [llama-8b]
