@@ -127,7 +127,7 @@ export async function admit(input: AdmitInput): Promise<PoolLease> {
   let onAbort: (() => void) | undefined;
   try {
     answer = await Promise.race([
-      channel.admit(request, input.table.endpoints.version),
+      channel.admit(request, input.table.endpoints.version, input.defer),
       new Promise<"timeout">((r) => {
         timer = setTimeout(() => r("timeout"), bound);
       }),

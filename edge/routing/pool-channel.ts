@@ -20,6 +20,14 @@
  * wait, the channel keeps one poll open, made by one of the waiting
  * requests; the pool answers it when a decision lands in the channel's
  * mailbox (edge/routing/pool-exchange.ts).
+ *
+ * On Workers a promise belongs to the request that created it, and one
+ * request resolving another's after that one has ended is refused (workerd
+ * warns, and cancels what followed). So a request waits only on promises of
+ * its own: it hands the call it waits for a wake-up of its own and takes it
+ * back when it stops waiting, and the request that makes a call keeps
+ * itself alive until the call is answered (`keepAlive`), because a poll can
+ * outlive the admit that opened it (its decision came with another call).
  */
 import type { Admission, AdmitRequest, Exchange, ExchangeAnswer, ReleaseReport } from "./pool-protocol.ts";
 
@@ -61,7 +69,8 @@ function setTimer(ms: number): Timer {
 }
 
 interface Call {
-  settled: Promise<void>;
+  /** Wake-ups of the requests waiting on this call's answer. */
+  waiters: Set<() => void>;
   done: boolean;
   /** Ended without an answer. */
   lost: boolean;
@@ -121,8 +130,16 @@ export class PoolChannel {
     this.timer = opts.timer ?? setTimer;
   }
 
-  /** Decides one request: granted, refused, or rejected with PoolCallLost if the pool did not answer in time. */
-  async admit(req: AdmitRequest, endpointsVersion: number): Promise<Admission> {
+  /**
+   * Decides one request: granted, refused, or rejected with PoolCallLost if
+   * the pool did not answer in time. `keepAlive` keeps the calling request
+   * alive until a call it makes is answered (the runtime's waitUntil).
+   */
+  async admit(
+    req: AdmitRequest,
+    endpointsVersion: number,
+    keepAlive?: (answered: Promise<unknown>) => void,
+  ): Promise<Admission> {
     let decided!: () => void;
     const decision = new Promise<void>((r) => {
       decided = r;
@@ -133,14 +150,14 @@ export class PoolChannel {
     while (entry.state !== "done") {
       const call =
         entry.state === "queued"
-          ? this.polling()
+          ? this.polling(keepAlive)
           : entry.state === "unsent"
-            ? this.sending(true)
+            ? this.sending(true, keepAlive)
             : entry.sentWith;
       if (!call) throw new Error(`admit ${req.id} is ${entry.state} with no call carrying it`);
       await this.until(call, decision);
       // A poll that failed at once must not become a busy loop against a pool that throws.
-      if (call.lost && entry.state === "queued") await this.within(POLL_RETRY_MS, decision);
+      if (call.lost && entry.state === "queued") await this.within(POLL_RETRY_MS, undefined, decision);
     }
     if (entry.admission === undefined) throw new PoolCallLost("the pool did not answer in time");
     return entry.admission;
@@ -187,14 +204,14 @@ export class PoolChannel {
    * release before its own admit); a release or an abandon waits for any
    * call, and rides in the next one.
    */
-  private sending(admitting: boolean): Call | undefined {
+  private sending(admitting: boolean, keepAlive?: (answered: Promise<unknown>) => void): Call | undefined {
     const busy = (c: Call | undefined): c is Call => c !== undefined && !c.done;
     if (busy(this.admitLane)) return this.admitLane;
     if (!admitting && busy(this.noteLane)) return this.noteLane;
     if (this.unsentAdmits.length === 0 && this.unsentNotes.length === 0) return undefined;
     const admits = this.unsentAdmits.splice(0, this.maxBatch);
     const notes = this.unsentNotes.splice(0, Math.max(0, this.maxBatch - admits.length));
-    const call = this.call(admits, notes, false);
+    const call = this.call(admits, notes, false, keepAlive);
     if (admits.length > 0) this.admitLane = call;
     else this.noteLane = call;
     for (const a of admits) {
@@ -206,18 +223,23 @@ export class PoolChannel {
   }
 
   /** The open poll, or a new one made now while admits wait in the pool's queue. */
-  private polling(): Call {
+  private polling(keepAlive?: (answered: Promise<unknown>) => void): Call {
     if (this.poller && !this.poller.done) return this.poller;
-    this.poller = this.call([], [], true);
+    this.poller = this.call([], [], true, keepAlive);
     return this.poller;
   }
 
-  private call(admits: AdmitEntry[], notes: NoteEntry[], poll: boolean): Call {
+  private call(
+    admits: AdmitEntry[],
+    notes: NoteEntry[],
+    poll: boolean,
+    keepAlive?: (answered: Promise<unknown>) => void,
+  ): Call {
     const failOpens = this.failOpens;
     this.failOpens = 0;
     const hold = poll ? this.opts.pollHoldMs : 0;
     const call: Call = {
-      settled: Promise.resolve(),
+      waiters: new Set(),
       done: false,
       lost: false,
       deadline: this.now() + hold + this.opts.answerWithinMs,
@@ -246,10 +268,11 @@ export class PoolChannel {
     } catch (err) {
       sent = Promise.reject(err);
     }
-    call.settled = sent.then(
+    const settled = sent.then(
       (answer) => this.answered(call, answer),
       () => this.lost(call),
     );
+    keepAlive?.(settled);
     return call;
   }
 
@@ -270,22 +293,36 @@ export class PoolChannel {
     }
     for (const a of call.admits) if (a.state === "sent") a.state = "queued";
     for (const n of call.notes) n.state = "done";
+    this.wake(call);
   }
 
   /** Waits for the call's answer, or `also`, and past its deadline counts the call lost. */
   private async until(call: Call, also?: Promise<void>): Promise<void> {
-    await this.within(call.deadline - this.now(), call.settled, also);
+    await this.within(call.deadline - this.now(), call, also);
     // Whatever it carried is lost.
     if (!call.done && this.now() >= call.deadline) this.lost(call);
   }
 
-  private async within(ms: number, ...events: (Promise<void> | undefined)[]): Promise<void> {
+  /** Waits `ms`, or for `call`'s answer, or for `also` (the waiter's own promise). */
+  private async within(ms: number, call: Call | undefined, also?: Promise<void>): Promise<void> {
     const t = this.timer(Math.max(0, ms));
+    let wake!: () => void;
+    const woken = new Promise<void>((r) => {
+      wake = r;
+    });
+    if (call?.done) wake();
+    else call?.waiters.add(wake);
     try {
-      await Promise.race([t.fired, ...events.filter((e) => e !== undefined)]);
+      await Promise.race([t.fired, woken, ...(also ? [also] : [])]);
     } finally {
       t.cancel();
+      call?.waiters.delete(wake);
     }
+  }
+
+  private wake(call: Call): void {
+    for (const w of call.waiters) w();
+    call.waiters.clear();
   }
 
   private lost(call: Call): void {
@@ -300,6 +337,7 @@ export class PoolChannel {
       this.unsentNotes.push({ kind: "abandon", id: a.req.id, state: "unsent" });
     }
     for (const n of call.notes) n.state = "lost";
+    this.wake(call);
   }
 
   private finish(e: AdmitEntry, admission: Admission | undefined): void {
