@@ -7,7 +7,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { z } from "zod";
-import { poolPriorityConflicts, viaSchema } from "../edge/catalog.ts";
+import { poolPriorityConflicts, viaSchema } from "../edge/config/catalog.ts";
 import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 
 export const staticEndpointSchema = z.strictObject({

@@ -10,7 +10,7 @@ import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { ownerOnlyDir, ownerOnlyFiles } from "../common/owner-only.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
-import { routerWarnings } from "../edge/router-config.ts";
+import { routerWarnings } from "../edge/config/router.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";

@@ -15,7 +15,7 @@
  */
 
 import { mulberry32 } from "../../common/rng.ts";
-import type { RouterConfig } from "../../edge/router-config.ts";
+import type { RouterConfig } from "../../edge/config/router.ts";
 import { predictDemand } from "../../edge/routing/demand.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";

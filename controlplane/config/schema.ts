@@ -3,8 +3,8 @@ import { modelNameSchema } from "../../common/catalog-names.ts";
 import { durationSchema as duration } from "../../common/duration.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { staticEndpointSchema } from "../../common/static-endpoint.ts";
-import { viaSchema } from "../../edge/catalog.ts";
-import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
+import { viaSchema } from "../../edge/config/catalog.ts";
+import { routerSchema, routingPolicy } from "../../edge/config/router.ts";
 
 /**
  * The configuration file's shape. Snake_case keys, as operators write YAML;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import { PoolCallLost, PoolChannel, type Timer } from "./pool-channel.ts";
 import { PoolCore } from "./pool-core.ts";
 import { PoolExchange } from "./pool-exchange.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import { type Admission, type AdmitRequest, type Lease, PoolCore } from "./pool-core.ts";
 import { blockHashes } from "./prefix-hash.ts";
 import type { EndpointSpec, LoadSample, RoutingPolicy } from "./types.ts";

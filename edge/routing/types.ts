@@ -4,7 +4,7 @@
  * Worker isolate (fail-open), a unit test and the discrete-event benchmark
  * all host the same code.
  */
-import type { RoutingPolicy } from "../router-config.ts";
+import type { RoutingPolicy } from "../config/router.ts";
 
 export type { RoutingPolicy };
 

@@ -1,11 +1,11 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import type { EdgeSyncService, PoolStatusSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import { edgeConfig } from "./config-store.ts";
-import type { Env } from "./env.ts";
-import { poolOf } from "./pool-client.ts";
-import type { LoadUpdate, PoolStatus } from "./routing/pool-core.ts";
-import type { LoadSample } from "./routing/types.ts";
+import type { EdgeSyncService, PoolStatusSchema } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { edgeConfig } from "../config/store.ts";
+import type { Env } from "../env.ts";
+import { poolOf } from "../pool/client.ts";
+import type { LoadUpdate, PoolStatus } from "../routing/pool-core.ts";
+import type { LoadSample } from "../routing/types.ts";
 
 /**
  * EdgeSync's live calls, both straight to the models' pools and never to

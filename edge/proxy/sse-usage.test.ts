@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { SseSplitter } from "../common/sse.ts";
-import { usageModeOf } from "../common/usage-mode.ts";
-import { chatChunks, contentDelta, usageJson } from "../sim-engine/protocol.ts";
+import { SseSplitter } from "../../common/sse.ts";
+import { usageModeOf } from "../../common/usage-mode.ts";
+import { chatChunks, contentDelta, usageJson } from "../../sim-engine/protocol.ts";
 import { StreamUsage } from "./sse-usage.ts";
 
 describe("SSE usage", () => {

@@ -12,11 +12,11 @@
  * `x-llmgw-route: fail-open`, and tells the pool how often with its next
  * call, for the pool's `fail_opens` counter.
  */
-import { endpointSpec, type RoutingTable } from "./catalog.ts";
-import type { Env } from "./env.ts";
-import { type ApiError, errors } from "./openai-errors.ts";
-import type { RouterConfig } from "./router-config.ts";
-import { PoolChannel } from "./routing/pool-channel.ts";
+import { endpointSpec, type RoutingTable } from "../config/catalog.ts";
+import type { RouterConfig } from "../config/router.ts";
+import type { Env } from "../env.ts";
+import { type ApiError, errors } from "../openai-errors.ts";
+import { PoolChannel } from "../routing/pool-channel.ts";
 import {
   type Admission,
   type AdmitRequest,
@@ -24,8 +24,8 @@ import {
   PoolCore,
   type ReleaseReport,
   type Verdict,
-} from "./routing/pool-core.ts";
-import { POLL_HOLD_MS } from "./routing/pool-exchange.ts";
+} from "../routing/pool-core.ts";
+import { POLL_HOLD_MS } from "../routing/pool-exchange.ts";
 
 export class ClientGone extends Error {}
 

@@ -3,9 +3,9 @@
  * (snake_case, as in KV): the one place the two spellings meet. `llmgw keys`
  * prints the same snake_case fields.
  */
-import { formatDuration } from "../common/duration.ts";
-import type { ApiKey } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import type { KeyRecord } from "./key-rules.ts";
+import { formatDuration } from "../../common/duration.ts";
+import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import type { KeyRecord } from "./rules.ts";
 
 /** The fields an ApiKey and a key record share, in the record's spelling. */
 export function recordFields(k: ApiKey) {

@@ -1,4 +1,4 @@
-import { errors } from "./openai-errors.ts";
+import { errors } from "../openai-errors.ts";
 import {
   type Call,
   type Committed,
@@ -9,11 +9,11 @@ import {
   newCall,
   readWhole,
   relay,
-} from "./proxy/attempt.ts";
-import { clientLeft, type Failure, type Outcome, outcomeOf, reasonOf } from "./proxy/failure.ts";
-import type { ProxyInput } from "./proxy/input.ts";
+} from "./attempt.ts";
+import { clientLeft, type Failure, type Outcome, outcomeOf, reasonOf } from "./failure.ts";
+import type { ProxyInput } from "./input.ts";
 
-export type { Outcome } from "./proxy/failure.ts";
+export type { Outcome } from "./failure.ts";
 /**
  * Sends one OpenAI request to an engine and streams the answer back.
  *
@@ -27,7 +27,7 @@ export type { Outcome } from "./proxy/failure.ts";
  * attempt's verdict goes to its lease — the proxy never touches breakers
  * or counts itself.
  */
-export type { ApiPath, ProxyInput, Targets } from "./proxy/input.ts";
+export type { ApiPath, ProxyInput, Targets } from "./input.ts";
 
 export interface ProxyResult {
   response: Response;

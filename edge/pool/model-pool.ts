@@ -1,7 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
-import { endpointSpec } from "./catalog.ts";
-import { type ConfigEnv, edgeConfig, invalidateEdgeConfig } from "./config-store.ts";
-import type { RouterConfig } from "./router-config.ts";
+import { endpointSpec } from "../config/catalog.ts";
+import type { RouterConfig } from "../config/router.ts";
+import { type ConfigEnv, edgeConfig, invalidateEdgeConfig } from "../config/store.ts";
 import {
   type BreakerOpened,
   type Exchange,
@@ -9,9 +9,9 @@ import {
   type LoadUpdate,
   PoolCore,
   type PoolStatus,
-} from "./routing/pool-core.ts";
-import { PoolExchange } from "./routing/pool-exchange.ts";
-import type { EndpointSpec } from "./routing/types.ts";
+} from "../routing/pool-core.ts";
+import { PoolExchange } from "../routing/pool-exchange.ts";
+import type { EndpointSpec } from "../routing/types.ts";
 
 /**
  * One per model (named by the model): the shared state every edge isolate

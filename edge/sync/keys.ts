@@ -1,15 +1,15 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { parseDuration } from "../common/duration.ts";
-import { formatPath } from "../common/zod-issues.ts";
-import type { ApiKey, EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import { apiKeyOf, recordFields } from "./api-key.ts";
-import { keyCache, keyKvName } from "./auth.ts";
-import { edgeConfig } from "./config-store.ts";
-import { invalid } from "./edgesync-errors.ts";
-import type { Env } from "./env.ts";
-import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
-import { revocationLog, revocationWatch } from "./revocations.ts";
-import type { RouterConfig } from "./router-config.ts";
+import { parseDuration } from "../../common/duration.ts";
+import { formatPath } from "../../common/zod-issues.ts";
+import type { ApiKey, EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import type { RouterConfig } from "../config/router.ts";
+import { edgeConfig } from "../config/store.ts";
+import type { Env } from "../env.ts";
+import { apiKeyOf, recordFields } from "../keys/api-key.ts";
+import { keyCache, keyKvName } from "../keys/auth.ts";
+import { revocationLog, revocationWatch } from "../keys/revocations.ts";
+import { type KeyRecord, keyRecordSchema } from "../keys/rules.ts";
+import { invalid } from "./errors.ts";
 
 /**
  * EdgeSync's key calls: API keys (hashes only) into KV, revocation through

@@ -4,10 +4,11 @@
  * per request; it is not what makes revocation fast. A revoked key is
  * refused everywhere within seconds through the RevocationLog every isolate
  * polls (revocations.ts), and at once by its KeyLedger when the key has
- * limits, since those keys are admitted by the ledger (key-ledger.ts).
+ * limits, since those keys are admitted by the ledger (ledger.ts).
  */
-import { type KeyRecord, keyRecordSchema } from "./key-rules.ts";
-import { errors } from "./openai-errors.ts";
+
+import { errors } from "../openai-errors.ts";
+import { type KeyRecord, keyRecordSchema } from "./rules.ts";
 import { sha256Hex } from "./sha256.ts";
 
 const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { ROUTING_POLICIES, type RoutingPolicy } from "./router-config.ts";
-import type { EndpointSpec } from "./routing/types.ts";
+import type { EndpointSpec } from "../routing/types.ts";
+import { ROUTING_POLICIES, type RoutingPolicy } from "./router.ts";
 
 /**
  * What the edge knows about models and engines: the catalog (names,
@@ -8,7 +8,7 @@ import type { EndpointSpec } from "./routing/types.ts";
  * document written by EdgeSync. Pure: built from the two documents, queried
  * per request.
  */
-/** How the edge reaches an engine (upstream.ts): the public URL, a Workers VPC binding, or an Access-protected tunnel. */
+/** How the edge reaches an engine (edge/proxy/upstream.ts): the public URL, a Workers VPC binding, or an Access-protected tunnel. */
 export const viaSchema = z.enum(["direct", "vpc", "tunnel"]);
 
 export const endpointRecordSchema = z.object({

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
+import { errors } from "../openai-errors.ts";
+import { ClientGone, type PoolLease } from "../pool/client.ts";
+import type { EndpointSpec } from "../routing/types.ts";
 import { AttemptPlan } from "./attempt-plan.ts";
-import { errors } from "./openai-errors.ts";
-import { ClientGone, type PoolLease } from "./pool-client.ts";
-import type { EndpointSpec } from "./routing/types.ts";
 
 const ep = (id: string): EndpointSpec => ({
   id,

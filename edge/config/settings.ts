@@ -7,8 +7,8 @@
  * parse with routerSchema fills in the defaults.
  */
 import { z } from "zod";
-import { formatIssues } from "../common/zod-issues.ts";
-import { type RouterConfig, routerSchema } from "./router-config.ts";
+import { formatIssues } from "../../common/zod-issues.ts";
+import { type RouterConfig, routerSchema } from "./router.ts";
 
 export const routerDocSchema = z.object({
   version: z.number().int().min(0),

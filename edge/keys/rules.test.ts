@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "./key-rules.ts";
-import { ApiError } from "./openai-errors.ts";
+import { ApiError } from "../openai-errors.ts";
+import { type KeyRecord, keyRecordSchema, modelAllowed, resolveBand } from "./rules.ts";
 
 describe("key rules", () => {
   const bands = [

@@ -1,5 +1,5 @@
 /**
- * Usage this isolate estimated (the engine reported none, usage-estimate.ts)
+ * Usage this isolate estimated (the engine reported none, edge/proxy/usage-estimate.ts)
  * and has not yet told the model's pool. The pool is the one place that
  * counts per model across isolates (docs/metrics.md,
  * `llmgw_edge_estimated_*`), and the admit is the call an isolate already
@@ -7,7 +7,7 @@
  * isolate, as fail-opens do. They trail by at most one request per isolate;
  * an isolate that is evicted first takes its last counts with it.
  */
-import type { EstimatedUsage } from "./routing/pool-protocol.ts";
+import type { EstimatedUsage } from "../routing/pool-protocol.ts";
 
 export class EstimateTally {
   private readonly pending = new Map<string, EstimatedUsage>();

@@ -1,12 +1,12 @@
-import { formatDuration } from "../common/duration.ts";
+import { formatDuration } from "../../common/duration.ts";
+import type { Env } from "../env.ts";
+import { type ApiError, errors } from "../openai-errors.ts";
+import type { Outcome } from "../proxy/proxy.ts";
 import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
-import type { Env } from "./env.ts";
-import { type KeyRecord, limitsOf } from "./key-rules.ts";
-import { type ApiError, errors } from "./openai-errors.ts";
-import type { Outcome } from "./proxy.ts";
 import type { AdmitRefusal } from "./rate-window.ts";
 import type { ReservationRequest } from "./reservations.ts";
+import { type KeyRecord, limitsOf } from "./rules.ts";
 
 /**
  * A key's limits before a request and its charge after: the two places a

@@ -8,9 +8,9 @@
  * must not be able to stop every request by accident.
  */
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { checkCatalogNames, modelNameSchema } from "../common/catalog-names.ts";
-import { formatPath } from "../common/zod-issues.ts";
-import type { EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
+import { formatPath } from "../../common/zod-issues.ts";
+import type { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import {
   catalogDocSchema,
   catalogModelSchema,
@@ -21,12 +21,12 @@ import {
   endpointsDocSchema,
   poolPriorityConflicts,
   RoutingTable,
-} from "./catalog.ts";
-import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "./config-store.ts";
-import { invalid, nextVersion } from "./edgesync-errors.ts";
-import type { Env } from "./env.ts";
-import { poolOf } from "./pool-client.ts";
-import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "./settings.ts";
+} from "../config/catalog.ts";
+import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
+import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
+import type { Env } from "../env.ts";
+import { poolOf } from "../pool/client.ts";
+import { invalid, nextVersion } from "./errors.ts";
 
 /** A pushed model's name must be one the control plane's config accepts; stored documents are read as they were written. */
 const pushedModelSchema = catalogModelSchema.extend({ name: modelNameSchema });

@@ -1,6 +1,6 @@
-import { eventFields } from "../common/sse.ts";
-import type { UsageMode } from "../common/usage-mode.ts";
-import { normaliseEngineError, type OpenAIErrorBody } from "./openai-errors.ts";
+import { eventFields } from "../../common/sse.ts";
+import type { UsageMode } from "../../common/usage-mode.ts";
+import { normaliseEngineError, type OpenAIErrorBody } from "../openai-errors.ts";
 
 /**
  * Server-sent events from an engine, split into whole events and read for

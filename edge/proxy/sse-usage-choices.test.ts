@@ -6,7 +6,7 @@
  * count (vLLM's continuous stats count per choice), until the final total.
  */
 import { describe, expect, it } from "vitest";
-import { stepLogprobs } from "../sim-engine/logprobs.ts";
+import { stepLogprobs } from "../../sim-engine/logprobs.ts";
 import {
   chatChunks,
   chatLogprob,
@@ -16,7 +16,7 @@ import {
   contentDelta,
   toolCallDelta,
   usageJson,
-} from "../sim-engine/protocol.ts";
+} from "../../sim-engine/protocol.ts";
 import { StreamUsage } from "./sse-usage.ts";
 
 const enc = new TextEncoder();

@@ -7,7 +7,7 @@
  * duration strings, as operators write YAML; every object is strict.
  */
 import { z } from "zod";
-import { durationSchema as duration } from "../common/duration.ts";
+import { durationSchema as duration } from "../../common/duration.ts";
 
 /** The routing policies a model may name. `chat` is the product; the others are baselines. */
 export const ROUTING_POLICIES = ["chat", "round-robin", "least-load", "random"] as const;

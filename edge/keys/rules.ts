@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { ApiError, errors } from "./openai-errors.ts";
+import { ApiError, errors } from "../openai-errors.ts";
 
 /**
  * An API key as stored at the edge (KV `keys/<sha256 hex>`). The secret

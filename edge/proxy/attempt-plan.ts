@@ -5,9 +5,9 @@
  * called once per request; an endpoint is never tried twice. The plan holds
  * every lease it took and settles each exactly once.
  */
-import type { ApiError } from "./openai-errors.ts";
-import { ClientGone, type PoolLease } from "./pool-client.ts";
-import type { EndpointSpec } from "./routing/types.ts";
+import type { ApiError } from "../openai-errors.ts";
+import { ClientGone, type PoolLease } from "../pool/client.ts";
+import type { EndpointSpec } from "../routing/types.ts";
 
 export interface Target {
   model: string;

@@ -3,8 +3,8 @@
  * Connect paths `/edge.v1.EdgeSyncService/<Method>`, unary only, behind a
  * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time; during a
  * rotation `EDGE_SYNC_TOKEN_NEXT` is accepted too (docs/edge.md#rotating-the-token).
- * The calls live by what they touch: configuration (edgesync-config.ts),
- * keys (edgesync-keys.ts), the models' pools (edgesync-pools.ts).
+ * The calls live by what they touch: configuration (config.ts),
+ * keys (keys.ts), the models' pools (pools.ts).
  */
 import { type DescMessage, fromBinary } from "@bufbuild/protobuf";
 import { createConnectRouter } from "@connectrpc/connect";
@@ -12,12 +12,12 @@ import {
   universalServerRequestFromFetch,
   universalServerResponseToFetch,
 } from "@connectrpc/connect/protocol";
-import { EdgeSyncService } from "../proto/gen/edge/v1/edgesync_pb.ts";
-import { secretsEqual } from "./auth.ts";
-import { configCalls } from "./edgesync-config.ts";
-import { keyCalls } from "./edgesync-keys.ts";
-import { poolCalls } from "./edgesync-pools.ts";
-import type { Env } from "./env.ts";
+import { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import type { Env } from "../env.ts";
+import { secretsEqual } from "../keys/auth.ts";
+import { configCalls } from "./config.ts";
+import { keyCalls } from "./keys.ts";
+import { poolCalls } from "./pools.ts";
 
 export const EDGESYNC_PREFIX = `/${EdgeSyncService.typeName}/`;
 

@@ -13,7 +13,7 @@
  * Never zero for a request that reached an engine: a prompt of nothing
  * still costs a token.
  */
-import { CHARS_PER_TOKEN, promptTokens } from "./routing/demand.ts";
+import { CHARS_PER_TOKEN, promptTokens } from "../routing/demand.ts";
 import { answerChars, type Usage } from "./sse-usage.ts";
 
 export interface Relayed {

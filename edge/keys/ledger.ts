@@ -12,7 +12,6 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { ChargeBatch } from "./charge.ts";
-import type { KeyLimits } from "./key-rules.ts";
 import {
   ADMIT_WAIT_MS,
   type AdmitResult,
@@ -24,6 +23,7 @@ import {
   waitBeforeRetry,
 } from "./rate-window.ts";
 import { OpenReservations, type Reservation, type ReservationRequest } from "./reservations.ts";
+import type { KeyLimits } from "./rules.ts";
 
 export interface UsageTotals {
   requests: number;

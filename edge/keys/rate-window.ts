@@ -1,4 +1,4 @@
-import type { KeyLimits } from "./key-rules.ts";
+import type { KeyLimits } from "./rules.ts";
 
 /**
  * A sliding one-minute window made of one-second buckets: enough precision

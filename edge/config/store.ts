@@ -16,7 +16,7 @@ import {
   endpointsDocSchema,
   RoutingTable,
 } from "./catalog.ts";
-import type { RouterConfig } from "./router-config.ts";
+import type { RouterConfig } from "./router.ts";
 import { EMPTY_ROUTER_DOC, type RouterDoc, resolveSettings, routerDocSchema } from "./settings.ts";
 
 export const CATALOG_KEY = "config/catalog";

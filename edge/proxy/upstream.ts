@@ -7,7 +7,7 @@
  * - tunnel: a public tunnel hostname behind Cloudflare Access, reached with
  *   the service token the Worker holds as secrets.
  */
-import type { EndpointRecord } from "./catalog.ts";
+import type { EndpointRecord } from "../config/catalog.ts";
 
 export interface FetchLike {
   fetch(input: string | Request, init?: RequestInit): Promise<Response>;

@@ -8,7 +8,7 @@ export interface ChargeInput {
   completion_tokens: number;
   /** The answer was cut short (client disconnect, engine failure). */
   partial: boolean;
-  /** The token counts are the edge's estimate: the engine reported none (usage-estimate.ts). */
+  /** The token counts are the edge's estimate: the engine reported none (edge/proxy/usage-estimate.ts). */
   estimated?: boolean | undefined;
   /** The request's reservation in its key's ledger (its request id), for keys with limits. */
   reservation?: string | undefined;

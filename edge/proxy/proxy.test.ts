@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
+import { routerSchema } from "../config/router.ts";
+import type { PoolLease } from "../pool/client.ts";
+import type { Verdict } from "../routing/pool-core.ts";
+import type { EndpointSpec } from "../routing/types.ts";
 import type { Target } from "./attempt-plan.ts";
-import type { PoolLease } from "./pool-client.ts";
 import { type ProxyInput, proxy } from "./proxy.ts";
-import { routerSchema } from "./router-config.ts";
-import type { Verdict } from "./routing/pool-core.ts";
-import type { EndpointSpec } from "./routing/types.ts";
 import type { UpstreamFetch } from "./upstream.ts";
 
 /**
