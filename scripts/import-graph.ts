@@ -11,6 +11,8 @@
  * - the sim engine is its own program: it imports only common/;
  * - the dashboard is browser code: it imports only common/ and proto/, and
  *   no program imports it (the control plane serves its built bundle);
+ * - common/ is below every program: it imports none of them (what two
+ *   programs share moves down into it);
  * - no program's code imports test/ (its unit tests may use the fixtures and
  *   the harness): what `npm start`, `check:start` and the benchmarks share
  *   with the tests is in common/ or scripts/, and test/ re-exports it;
@@ -107,6 +109,9 @@ const FORBIDDEN: Rule[] = [
     }),
   ),
   rule("loadgen/", "controlplane/"),
+  ...["agent/", "bench/", "controlplane/", "edge/", "loadgen/", "scripts/", "sim-engine/"].map((to) =>
+    rule("common/", to),
+  ),
   // ctl is a client: it reaches the control plane through ControlService and
   // the edge through EdgeSync, and shares with them only common/ and the
   // edge's schemas; its unit tests may build wire messages the server's way.

@@ -217,7 +217,7 @@ export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[
     engines.map((e) => ({
       id: e.id,
       url: `http://${e.id}`,
-      pool: "default",
+      spillGroup: "default",
       priority: 0,
       weight: 1,
       via: "direct",

@@ -137,7 +137,7 @@ export function simulateDay(o: DayOptions): DayResult {
       ready.map((r) => ({
         id: r.id,
         url: `http://${r.id}`,
-        pool: "default",
+        spillGroup: "default",
         priority: 0,
         weight: 1,
         via: "direct",

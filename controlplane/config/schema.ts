@@ -1,9 +1,9 @@
 import { z } from "zod";
 import { modelNameSchema } from "../../common/catalog-names.ts";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { viaSchema } from "../../common/endpoint-fields.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { staticEndpointSchema } from "../../common/static-endpoint.ts";
-import { viaSchema } from "../../edge/config/catalog.ts";
 import { routerSchema, routingPolicy } from "../../edge/config/router.ts";
 
 /**

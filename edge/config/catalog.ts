@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { DEFAULT_SPILL_GROUP, viaSchema } from "../../common/endpoint-fields.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import { ROUTING_POLICIES, type RoutingPolicy } from "./router.ts";
 
@@ -8,14 +9,12 @@ import { ROUTING_POLICIES, type RoutingPolicy } from "./router.ts";
  * document written by EdgeSync. Pure: built from the two documents, queried
  * per request.
  */
-/** How the edge reaches an engine (edge/proxy/upstream.ts): the public URL, a Workers VPC binding, or an Access-protected tunnel. */
-export const viaSchema = z.enum(["direct", "vpc", "tunnel"]);
-
 export const endpointRecordSchema = z.object({
   id: z.string().min(1).max(128),
   url: z.url({ protocol: /^https?$/ }),
   models: z.array(z.string().min(1)).min(1),
-  pool: z.string().default("default"),
+  /** The endpoint's spill group (common/endpoint-fields.ts). */
+  pool: z.string().default(DEFAULT_SPILL_GROUP),
   weight: z.number().positive().default(1),
   priority: z.number().int().default(0),
   via: viaSchema.default("direct"),
@@ -31,7 +30,7 @@ export function endpointSpec(e: EndpointRecord): EndpointSpec {
   const spec: EndpointSpec = {
     id: e.id,
     url: e.url,
-    pool: e.pool,
+    spillGroup: e.pool,
     priority: e.priority,
     weight: e.weight,
     via: e.via,
@@ -39,25 +38,6 @@ export function endpointSpec(e: EndpointRecord): EndpointSpec {
   };
   if (e.max_num_seqs || e.kv_tokens) spec.capacity = { maxSeqs: e.max_num_seqs, kvTokens: e.kv_tokens };
   return spec;
-}
-
-/**
- * Spill-over goes pool by pool in priority order, so a pool has one
- * priority: the index and message of every endpoint that breaks that.
- */
-export function poolPriorityConflicts(
-  list: readonly { pool?: string | undefined; priority?: number | undefined }[],
-): { index: number; message: string }[] {
-  const seen = new Map<string, number>();
-  const out: { index: number; message: string }[] = [];
-  list.forEach((e, index) => {
-    const pool = e.pool || "default";
-    const priority = e.priority ?? 0;
-    const p = seen.get(pool);
-    if (p === undefined) seen.set(pool, priority);
-    else if (p !== priority) out.push({ index, message: `pool "${pool}" already has priority ${p}` });
-  });
-  return out;
 }
 
 export const catalogModelSchema = z.object({

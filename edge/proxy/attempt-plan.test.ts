@@ -7,7 +7,7 @@ import { AttemptPlan } from "./attempt-plan.ts";
 const ep = (id: string): EndpointSpec => ({
   id,
   url: `http://${id}`,
-  pool: "default",
+  spillGroup: "default",
   priority: 0,
   weight: 1,
   via: "direct",

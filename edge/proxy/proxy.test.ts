@@ -20,7 +20,7 @@ const settings = routerSchema.parse({
 const ep = (id: string): EndpointSpec => ({
   id,
   url: `http://${id}.test`,
-  pool: "default",
+  spillGroup: "default",
   priority: 0,
   weight: 1,
   via: "direct",

@@ -447,7 +447,7 @@ export class PoolCore {
         return {
           id: c.spec.id,
           url: c.spec.url,
-          pool: c.spec.pool,
+          pool: c.spec.spillGroup,
           priority: c.spec.priority,
           weight: c.spec.weight,
           state: c.state ?? "unscraped",

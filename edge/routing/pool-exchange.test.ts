@@ -19,7 +19,7 @@ function desk(seqs = 2) {
   const spec: EndpointSpec = {
     id: "e0",
     url: "http://e0",
-    pool: "default",
+    spillGroup: "default",
     priority: 0,
     weight: 1,
     via: "direct",

@@ -9,6 +9,7 @@
  */
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
+import { spillGroupPriorityConflicts } from "../../common/endpoint-fields.ts";
 import { formatPath } from "../../common/zod-issues.ts";
 import type { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import {
@@ -19,7 +20,6 @@ import {
   endpointRecordSchema,
   endpointSpec,
   endpointsDocSchema,
-  poolPriorityConflicts,
   RoutingTable,
 } from "../config/catalog.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
@@ -88,7 +88,7 @@ export function configCalls(env: Env): ConfigCalls {
         ids.add(r.data.id);
         return r.data;
       });
-      const conflict = poolPriorityConflicts(endpoints)[0];
+      const conflict = spillGroupPriorityConflicts(endpoints)[0];
       if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
       const [rawOld, rawCatalog] = await Promise.all([
         kv.get(ENDPOINTS_KEY, "json"),
