@@ -133,20 +133,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Every store has opened the database by now, so its WAL files exist too.
   const db = join(config.data_dir, "llmgw.db");
   ownerOnlyFiles([db, `${db}-wal`, `${db}-shm`], log);
-  const shutdown = async () => {
-    clearInterval(ticker);
-    agents.stop();
-    reconciler.stop();
-    edge?.publisher.stop();
-    edge?.status.stop();
-    edge?.published.close();
-    intents.close();
-    known.close();
-    tls?.tokens.close();
-    tls?.certs.close();
-    streams.closeAll();
-    await Promise.all([closeServer(agents.server), closeServer(admin)]);
-  };
+  const shutdown = () => stopAll({ ticker, agents, reconciler, edge, intents, known, tls, streams, admin });
   const { agentPort, adminPort } = await listenBoth(agents.server, admin, config, shutdown);
   announceAgentListener(tls, config, log);
   reconciler.start();
@@ -163,6 +150,33 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     reload: (next) => reload(next, { adminAuth, reconciler, edge, streams, log }),
     close: shutdown,
   };
+}
+
+/** Everything started stopped, every store closed: timers, listeners, the edge link, the streams. */
+async function stopAll(parts: {
+  ticker: ReturnType<typeof setInterval>;
+  agents: ReturnType<typeof agentListener>;
+  reconciler: Reconciler;
+  edge: EdgeLink | undefined;
+  intents: IntentStore;
+  known: KnownFleetStore;
+  tls: AgentTls | undefined;
+  streams: AgentStreams;
+  admin: HttpServer | Http2Server | Http2SecureServer;
+}): Promise<void> {
+  const { ticker, agents, reconciler, edge, intents, known, tls, streams, admin } = parts;
+  clearInterval(ticker);
+  agents.stop();
+  reconciler.stop();
+  edge?.publisher.stop();
+  edge?.status.stop();
+  edge?.published.close();
+  intents.close();
+  known.close();
+  tls?.tokens.close();
+  tls?.certs.close();
+  streams.closeAll();
+  await Promise.all([closeServer(agents.server), closeServer(admin)]);
 }
 
 function newRegistry(config: LoadedConfig["config"], startedAt: number): Registry {
