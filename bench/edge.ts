@@ -296,18 +296,7 @@ async function measure(
   const perRound = Math.max(40, Math.round((REQUESTS * concurrency) / 16));
   const warmup = Math.max(50, Math.round((200 * concurrency) / 16));
   const traceFile = join(dir, `trace-${speed}x${concurrency}${scenario.lockstep ? "-lockstep" : ""}.jsonl`);
-  const sim = await startSim("bench", [
-    "--sim-speed",
-    speed,
-    "--max-num-seqs",
-    "512",
-    // Lockstep answers ignore EOS; the others end at one drawn from [L/2, 3L/2].
-    "--sim-output-len",
-    String(OUTPUT_LEN),
-    "--sim-trace",
-    traceFile,
-  ]);
-  pin(sim.proc.child.pid, OTHER_CPUS);
+  const sim = await scenarioSim(speed, traceFile);
   const ports = await Promise.all(workers.map(() => freePort()));
   const directs = await Promise.all(workers.map(() => directSocket()));
   const mfs = workers.map(
@@ -363,6 +352,35 @@ async function measure(
   }
   const trace = readTrace(traceFile);
   const splits = new Map(targets.map((t) => [t, split(t, trace)]));
+  printTable(scenario, label, perRound, targets, splits);
+  return verdictOf(scenario, targets, splits);
+}
+
+/** The scenario's sim engine, on the CPUs the Workers do not use, tracing every request to `traceFile`. */
+async function scenarioSim(speed: string, traceFile: string) {
+  const sim = await startSim("bench", [
+    "--sim-speed",
+    speed,
+    "--max-num-seqs",
+    "512",
+    // Lockstep answers ignore EOS; the others end at one drawn from [L/2, 3L/2].
+    "--sim-output-len",
+    String(OUTPUT_LEN),
+    "--sim-trace",
+    traceFile,
+  ]);
+  pin(sim.proc.child.pid, OTHER_CPUS);
+  return sim;
+}
+
+/** The scenario's table: each target against the pass-through (targets[1]). */
+function printTable(
+  scenario: Scenario,
+  label: string,
+  perRound: number,
+  targets: Target[],
+  splits: Map<Target, Split>,
+): void {
   const pt = targets[1]!;
   const ptP50 = pct(pt.ttft, 50);
   const ptOutside = pct(splits.get(pt)!.outside, 50);
@@ -412,6 +430,14 @@ async function measure(
   process.stdout.write(
     `${[line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`,
   );
+}
+
+/** What the scenario says of the edge: its cost over the pass-through, and the floor's and the far pool's. */
+function verdictOf(scenario: Scenario, targets: Target[], splits: Map<Target, Split>): Verdict {
+  const pt = targets[1]!;
+  const ptP50 = pct(pt.ttft, 50);
+  const ptOutside = pct(splits.get(pt)!.outside, 50);
+  const ptRps = (pt.done / pt.ms) * 1000;
   const e = targets.find((t) => t.name === EDGE)!;
   const far = targets.find((t) => t.name.startsWith(`${EDGE},`));
   const floor = targets[2]!;

@@ -6,12 +6,12 @@
  * `[placement]`, and what placement next to the pool gives back
  * (docs/deploy.md).
  */
-import { ModelPool as NearPool } from "../edge/model-pool.ts";
+import { ModelPool as NearPool } from "../edge/pool/model-pool.ts";
 import type { Exchange, ExchangeAnswer } from "../edge/routing/pool-protocol.ts";
 import edge from "../edge/worker.ts";
 
-export { KeyLedger } from "../edge/key-ledger.ts";
-export { RevocationLog } from "../edge/revocations.ts";
+export { KeyLedger } from "../edge/keys/ledger.ts";
+export { RevocationLog } from "../edge/keys/revocations.ts";
 
 const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -33,7 +33,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { renderTable } from "../common/text-table.ts";
-import { type RouterConfig, routerSchema } from "../edge/router-config.ts";
+import { type RouterConfig, routerSchema } from "../edge/config/router.ts";
 import type { RoutingPolicy } from "../edge/routing/types.ts";
 import { loadFigure } from "../loadgen/plot.ts";
 import { type LevelSummary, ms } from "../loadgen/stats.ts";

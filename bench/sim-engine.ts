@@ -167,100 +167,127 @@ async function fidelity(e: Engine) {
   // The first requests of a fresh process pay for JIT compilation; keep them out of the figures.
   for (let i = 0; i < 20; i++) await stream(e, promptIds(9000 + i, 0).slice(0, 100), 16);
   for (const [level, { c, rounds }] of LEVELS.entries()) {
-    const m0 = await metrics(e);
-    const samples: Sample[] = [];
-    const trace: TraceRequest[] = [];
-    const t0 = performance.now();
-    await Promise.all(
-      Array.from({ length: c }, async (_, client) => {
-        await sleep(client * STAGGER_REAL_MS);
-        for (let r = 0; r < rounds; r++) {
-          // Fresh prompts per level: a prefix cached by an earlier level would flatter the engine.
-          const prompt = promptIds(level * 1000 + client, r);
-          const sample = await stream(e, prompt, OUTPUT);
-          samples.push(sample);
-          // The engine's own arrival stamp: client-side clocks lag under load and would blur the replay.
-          trace.push({
-            at: sample.simArrival,
-            prompt: [BOS, ...prompt],
-            outputTokens: OUTPUT,
-          });
-        }
-      }),
-    );
-    const wallSim = ((performance.now() - t0) / 1000) * SPEED;
-    const m1 = await metrics(e);
-    const d = (k: string) => (m1.get(k) ?? 0) - (m0.get(k) ?? 0);
-    const tokens = samples.reduce((s, x) => s + x.tokens, 0);
-    const measured = {
+    const run = await runLevel(e, level, c, rounds);
+    const compared = compareLevel(c, rounds, run);
+    rows.push(...compared.rows);
+    worst = Math.max(worst, compared.worst);
+  }
+  return { rows, worst };
+}
+
+interface LevelRun {
+  /** What the clients measured, in simulated seconds. */
+  measured: { tps: number; ttft: number; ttftRaw: number; itl: number };
+  /** What the engine's own histograms say over the level. */
+  engine: { ttft: number; itl: number };
+  /** Every request as the engine saw it arrive, for the replay. */
+  trace: TraceRequest[];
+}
+
+/** One level of the closed loop: `c` staggered clients, `rounds` requests each, against the real process. */
+async function runLevel(e: Engine, level: number, c: number, rounds: number): Promise<LevelRun> {
+  const m0 = await metrics(e);
+  const samples: Sample[] = [];
+  const trace: TraceRequest[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: c }, async (_, client) => {
+      await sleep(client * STAGGER_REAL_MS);
+      for (let r = 0; r < rounds; r++) {
+        // Fresh prompts per level: a prefix cached by an earlier level would flatter the engine.
+        const prompt = promptIds(level * 1000 + client, r);
+        const sample = await stream(e, prompt, OUTPUT);
+        samples.push(sample);
+        // The engine's own arrival stamp: client-side clocks lag under load and would blur the replay.
+        trace.push({
+          at: sample.simArrival,
+          prompt: [BOS, ...prompt],
+          outputTokens: OUTPUT,
+        });
+      }
+    }),
+  );
+  const wallSim = ((performance.now() - t0) / 1000) * SPEED;
+  const m1 = await metrics(e);
+  const d = (k: string) => (m1.get(k) ?? 0) - (m0.get(k) ?? 0);
+  const tokens = samples.reduce((s, x) => s + x.tokens, 0);
+  return {
+    measured: {
       tps: tokens / wallSim,
       ttft: (samples.reduce((s, x) => s + x.ttft, 0) / samples.length / 1000) * SPEED,
       ttftRaw: (samples.reduce((s, x) => s + x.ttftRaw, 0) / samples.length / 1000) * SPEED,
       itl:
         (samples.reduce((s, x) => s + x.itlSum, 0) / samples.reduce((s, x) => s + x.itlCount, 0) / 1000) *
         SPEED,
-    };
-    const engine = {
+    },
+    engine: {
       ttft: d("vllm:time_to_first_token_seconds_sum") / d("vllm:time_to_first_token_seconds_count"),
       itl: d("vllm:inter_token_latency_seconds_sum") / d("vllm:inter_token_latency_seconds_count"),
-    };
-    // Same workload on a virtual clock: same ids (BOS prepended like the server), same stagger, the
-    // client's turnaround (~0.5 ms real) as the gap, so a returning client misses the step in flight.
-    const staggerSim = (STAGGER_REAL_MS / 1000) * SPEED;
-    const cfg = DEFAULT_H100_8B_CORE;
-    const replay = replayTrace(cfg, trace);
-    const ideal = simulateClosedLoop(cfg, {
-      concurrency: c,
-      requestsPerClient: rounds,
-      outputTokens: OUTPUT,
-      prompt: (cl, r) => [BOS, ...promptIds(cl, r)],
-      gapSeconds: 0.0005 * SPEED,
-      startAt: (cl) => cl * staggerSim,
-    });
-    const line = (
-      name: string,
-      meas: number,
-      eng: number | undefined,
-      pred: number,
-      idealPred: number,
-      unit: string,
-      scale = 1,
-    ) => {
-      const delta = (meas - pred) / pred;
-      worst = Math.max(worst, Math.abs(delta));
-      const f = (v: number) => `${(v * scale).toFixed(1)} ${unit}`;
-      rows.push([
-        String(c),
-        name,
-        f(meas),
-        eng === undefined ? "" : f(eng),
-        f(pred),
-        f(idealPred),
-        `${delta >= 0 ? "+" : ""}${(delta * 100).toFixed(1)} %`,
-        Math.abs(delta) <= 0.1 ? "ok" : "OFF",
-      ]);
-    };
-    line(
-      "output throughput",
-      measured.tps,
-      undefined,
-      replay.outputTokens / replay.seconds,
-      ideal.outputTokensPerSecond,
-      "tok/s",
-    );
-    line("TTFT mean", measured.ttft, engine.ttft, replay.ttftMean, ideal.ttftMean, "ms", 1000);
+    },
+    trace,
+  };
+}
+
+/** A level's measured figures against the model's replay of its trace and its ideal closed loop: table rows and the worst miss. */
+function compareLevel(c: number, rounds: number, { measured, engine, trace }: LevelRun) {
+  const rows: string[][] = [];
+  let worst = 0;
+  // Same workload on a virtual clock: same ids (BOS prepended like the server), same stagger, the
+  // client's turnaround (~0.5 ms real) as the gap, so a returning client misses the step in flight.
+  const staggerSim = (STAGGER_REAL_MS / 1000) * SPEED;
+  const cfg = DEFAULT_H100_8B_CORE;
+  const replay = replayTrace(cfg, trace);
+  const ideal = simulateClosedLoop(cfg, {
+    concurrency: c,
+    requestsPerClient: rounds,
+    outputTokens: OUTPUT,
+    prompt: (cl, r) => [BOS, ...promptIds(cl, r)],
+    gapSeconds: 0.0005 * SPEED,
+    startAt: (cl) => cl * staggerSim,
+  });
+  const line = (
+    name: string,
+    meas: number,
+    eng: number | undefined,
+    pred: number,
+    idealPred: number,
+    unit: string,
+    scale = 1,
+  ) => {
+    const delta = (meas - pred) / pred;
+    worst = Math.max(worst, Math.abs(delta));
+    const f = (v: number) => `${(v * scale).toFixed(1)} ${unit}`;
     rows.push([
       String(c),
-      "  TTFT incl. upload",
-      `${(measured.ttftRaw * 1000).toFixed(1)} ms`,
-      "",
-      "",
-      "",
-      "",
-      "",
+      name,
+      f(meas),
+      eng === undefined ? "" : f(eng),
+      f(pred),
+      f(idealPred),
+      `${delta >= 0 ? "+" : ""}${(delta * 100).toFixed(1)} %`,
+      Math.abs(delta) <= 0.1 ? "ok" : "OFF",
     ]);
-    line("ITL mean", measured.itl, engine.itl, replay.itlMean, ideal.itlMean, "ms", 1000);
-  }
+  };
+  line(
+    "output throughput",
+    measured.tps,
+    undefined,
+    replay.outputTokens / replay.seconds,
+    ideal.outputTokensPerSecond,
+    "tok/s",
+  );
+  line("TTFT mean", measured.ttft, engine.ttft, replay.ttftMean, ideal.ttftMean, "ms", 1000);
+  rows.push([
+    String(c),
+    "  TTFT incl. upload",
+    `${(measured.ttftRaw * 1000).toFixed(1)} ms`,
+    "",
+    "",
+    "",
+    "",
+    "",
+  ]);
+  line("ITL mean", measured.itl, engine.itl, replay.itlMean, ideal.itlMean, "ms", 1000);
   return { rows, worst };
 }
 

@@ -7,8 +7,8 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { z } from "zod";
-import { poolPriorityConflicts, viaSchema } from "../edge/catalog.ts";
 import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
+import { DEFAULT_SPILL_GROUP, spillGroupPriorityConflicts, viaSchema } from "./endpoint-fields.ts";
 
 export const staticEndpointSchema = z.strictObject({
   id: z.string().min(1).describe("Unique endpoint id"),
@@ -16,7 +16,7 @@ export const staticEndpointSchema = z.strictObject({
   models: z.array(z.string().min(1)).min(1).describe("Models (names or aliases) this endpoint serves"),
   pool: z
     .string()
-    .default("default")
+    .default(DEFAULT_SPILL_GROUP)
     .describe("Spill group: a lower-priority group takes requests only when higher ones cannot"),
   weight: z.number().positive().default(1).describe("Relative share of traffic (heterogeneous GPUs)"),
   priority: z
@@ -64,8 +64,7 @@ export type StaticEndpointConfig = z.output<typeof staticEndpointSchema>;
 
 /**
  * What is wrong across a list of static endpoints, each issue at its index
- * and field: an id used twice, a spill group given two priorities (the edge's
- * poolPriorityConflicts says "pool" for it).
+ * and field: an id used twice, a spill group given two priorities.
  */
 export function staticEndpointListIssues(
   list: readonly StaticEndpointConfig[],
@@ -78,7 +77,7 @@ export function staticEndpointListIssues(
       out.push({ index, field: "id", message: `duplicate id "${e.id}" (also endpoints[${first}])` });
     else seen.set(e.id, index);
   });
-  for (const c of poolPriorityConflicts(list))
+  for (const c of spillGroupPriorityConflicts(list))
     out.push({ index: c.index, field: "priority", message: c.message });
   return out.sort((a, b) => a.index - b.index);
 }

@@ -34,16 +34,36 @@ const OUTCOME_LABEL: Record<(typeof REQUEST_OUTCOMES)[number], string> = {
 export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBook, now: () => number): void {
   // A pool that did not answer has no figures; its model shows in llmgw_edge_pool_up alone.
   const answered = () => book.pools().filter((p) => !p.error);
-  const perModel = (value: (p: PoolStatus) => number | undefined) => (): Sample[] =>
-    answered().flatMap((p) => {
-      const v = value(p);
-      return v === undefined ? [] : [{ labels: { model: p.model }, value: v }];
-    });
-  const perBand = (value: (b: PoolStatus["bands"][number]) => number) => (): Sample[] =>
-    answered().flatMap((p) =>
-      p.bands.map((b) => ({ labels: { model: p.model, band: b.name }, value: value(b) })),
-    );
+  const views: PoolViews = {
+    answered,
+    perModel: (value) => () =>
+      answered().flatMap((p) => {
+        const v = value(p);
+        return v === undefined ? [] : [{ labels: { model: p.model }, value: v }];
+      }),
+    perBand: (value) => () =>
+      answered().flatMap((p) =>
+        p.bands.map((b) => ({ labels: { model: p.model, band: b.name }, value: value(b) })),
+      ),
+  };
+  registerAdmissionMetrics(metrics, book, views);
+  registerRoutingMetrics(metrics, views);
+  registerPollMetrics(metrics, book, now);
+}
 
+/** The pools that answered the last poll, and samples of one figure per model or per band of them. */
+interface PoolViews {
+  answered: () => PoolStatus[];
+  perModel: (value: (p: PoolStatus) => number | undefined) => () => Sample[];
+  perBand: (value: (b: PoolStatus["bands"][number]) => number) => () => Sample[];
+}
+
+/** Whether each pool answered, its saturation, and its band queues and their outcomes. */
+function registerAdmissionMetrics(
+  metrics: MetricsRegistry,
+  book: EdgeStatusBook,
+  { answered, perModel, perBand }: PoolViews,
+): void {
   metrics.gauge(
     "llmgw_edge_pool_up",
     "1 when the model's pool at the edge answered the last poll, 0 when it did not.",
@@ -77,6 +97,10 @@ export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBo
     "Requests that waited in the band's queue (each then admitted, expired or abandoned).",
     perBand((b) => Number(b.queued)),
   );
+}
+
+/** How the pools routed: picks per tier, breakers, endpoints, leases, fail-opens and estimated usage. */
+function registerRoutingMetrics(metrics: MetricsRegistry, { answered, perModel }: PoolViews): void {
   metrics.counter("llmgw_edge_route_decisions_total", "Picks by the tier that decided them.", () =>
     answered().flatMap((p) =>
       Object.entries(p.routes).map(([tier, n]) => ({ labels: { model: p.model, tier }, value: Number(n) })),
@@ -120,6 +144,10 @@ export function registerEdgeMetrics(metrics: MetricsRegistry, book: EdgeStatusBo
     "Tokens (prompt and completion) of the requests charged the edge's usage estimate.",
     perModel((p) => Number(p.estimatedTokens)),
   );
+}
+
+/** How fresh the control plane's view of the edge is. */
+function registerPollMetrics(metrics: MetricsRegistry, book: EdgeStatusBook, now: () => number): void {
   metrics.gauge(
     "llmgw_edge_status_age_seconds",
     "Time since the last successful poll of the edge's status; absent before the first.",

@@ -5,12 +5,11 @@ import type { Http2SecureServer, Http2Server } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { edgeSyncClient } from "../common/edgesync-client.ts";
 import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { ownerOnlyDir, ownerOnlyFiles } from "../common/owner-only.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
-import { routerWarnings } from "../edge/router-config.ts";
+import { routerWarnings } from "../edge/config/router.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
@@ -18,9 +17,9 @@ import { AgentStreams } from "./agentsvc/agent-streams.ts";
 import { ClaimRefusals } from "./agentsvc/claim-refusals.ts";
 import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
+import { type EdgeLink, edgeLink } from "./edge-link.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
-import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
-import { type EdgeStatusBook, EdgeStatusPoller } from "./edge-status.ts";
+import type { EdgeStatusBook } from "./edge-status.ts";
 import { IntentStore } from "./intent-store.ts";
 import { KnownFleetStore } from "./known-fleet-store.ts";
 import { guardAdminListener } from "./listener/guard.ts";
@@ -30,7 +29,6 @@ import { knownFleet } from "./reconcile/known-fleet.ts";
 import { Reconciler } from "./reconciler.ts";
 import { Registry } from "./registry.ts";
 import { registerScalingMetrics, Scaler } from "./scaler.ts";
-import { StaticCapacity } from "./static-capacity.ts";
 
 export interface ControlPlane {
   readonly agentPort: number;
@@ -65,37 +63,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const now = opts.now ?? Date.now;
   const startedAt = now();
   const c = config.control;
-  const registry = new Registry(
-    {
-      unreachableAfterMs: c.unreachable_after,
-      lostAfterMs: c.lost_after,
-      startupGraceMs: startupGraceMs(config),
-      lostFreezeFraction: c.lost_freeze_fraction,
-    },
-    startedAt,
-  );
+  const registry = newRegistry(config, startedAt);
   const adminAuth = setUpAdminAuth(opts.loaded, log, opts.insecureAdmin ?? false);
-  const catalog = buildCatalog(config);
-  for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
-  for (const w of routerWarnings(config.router)) log.warn("router settings warning", { warning: w });
-  ownerOnlyDir(config.data_dir, log);
-  if (existsSync(join(config.data_dir, "pki"))) ownerOnlyDir(join(config.data_dir, "pki"), log);
+  const catalog = checkedCatalog(config, log);
   const intents = new IntentStore(join(config.data_dir, "llmgw.db"));
   const claims = new ClaimRefusals();
   const tls = config.agent_tls.enabled ? await setUpAgentTls(opts.loaded, log, now, claims) : undefined;
-  const streams = new AgentStreams({
-    registry,
-    log: log.child({ component: "agentsvc" }),
-    controlPlaneId: randomUUID(),
-    epoch: BigInt(startedAt),
-    heartbeatIntervalMs: c.heartbeat_interval,
-    scrape: { intervalMs: config.router.scrape_interval, timeoutMs: config.router.scrape_timeout },
-    readMaxBytes: c.max_message_bytes,
-    now,
-    ...(tls
-      ? { certificates: tls.certs, claims, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) }
-      : {}),
-  });
+  const streams = agentStreams(config, registry, log, now, startedAt, tls, claims);
   const loads = new LoadBoard(streams);
   const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
   // The edge link is built after the reconciler it reads; the scaler asks for its book at each sample.
@@ -159,42 +133,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Every store has opened the database by now, so its WAL files exist too.
   const db = join(config.data_dir, "llmgw.db");
   ownerOnlyFiles([db, `${db}-wal`, `${db}-shm`], log);
-  const shutdown = async () => {
-    clearInterval(ticker);
-    agents.stop();
-    reconciler.stop();
-    edge?.publisher.stop();
-    edge?.status.stop();
-    edge?.published.close();
-    intents.close();
-    known.close();
-    tls?.tokens.close();
-    tls?.certs.close();
-    streams.closeAll();
-    await Promise.all([closeServer(agents.server), closeServer(admin)]);
-  };
-  let agentPort: number;
-  let adminPort: number;
-  try {
-    agentPort = await listen(agents.server, "agent_listen", config.agent_listen);
-    adminPort = await listen(admin, "admin_listen", config.admin_listen);
-  } catch (err) {
-    // A control plane half up — agents connected, operators locked out — is
-    // worse than none: whatever started stops, and the caller exits.
-    await shutdown();
-    throw err;
-  }
-  if (tls) {
-    log.info("agent listener is mTLS: agents enroll with a join token (llmgw ctl tokens create)", {
-      agent_listen: config.agent_listen,
-      hostnames: defaultTlsHostnames(config.agent_tls.hostnames),
-      ca_fingerprint: tls.ca.fingerprint,
-    });
-  } else {
-    log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
-      agent_listen: config.agent_listen,
-    });
-  }
+  const shutdown = () => stopAll({ ticker, agents, reconciler, edge, intents, known, tls, streams, admin });
+  const { agentPort, adminPort } = await listenBoth(agents.server, admin, config, shutdown);
+  announceAgentListener(tls, config, log);
   reconciler.start();
   edge?.start(catalog);
   log.info("control plane listening", { agentPort, adminPort, config: opts.loaded.source });
@@ -206,20 +147,141 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     streams,
     reconciler,
     scaler,
-    reload(next) {
-      reloadAdminTokens(adminAuth, next, log);
-      const nextCatalog = buildCatalog(next.config);
-      reconciler.reload(next.config, nextCatalog);
-      edge?.publisher.setCatalog(nextCatalog);
-      edge?.publisher.setRouterSettings(next.routerSection);
-      streams.setScrape({
-        intervalMs: next.config.router.scrape_interval,
-        timeoutMs: next.config.router.scrape_timeout,
-      });
-      log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
-    },
+    reload: (next) => reload(next, { adminAuth, reconciler, edge, streams, log }),
     close: shutdown,
   };
+}
+
+/** Everything started stopped, every store closed: timers, listeners, the edge link, the streams. */
+async function stopAll(parts: {
+  ticker: ReturnType<typeof setInterval>;
+  agents: ReturnType<typeof agentListener>;
+  reconciler: Reconciler;
+  edge: EdgeLink | undefined;
+  intents: IntentStore;
+  known: KnownFleetStore;
+  tls: AgentTls | undefined;
+  streams: AgentStreams;
+  admin: HttpServer | Http2Server | Http2SecureServer;
+}): Promise<void> {
+  const { ticker, agents, reconciler, edge, intents, known, tls, streams, admin } = parts;
+  clearInterval(ticker);
+  agents.stop();
+  reconciler.stop();
+  edge?.publisher.stop();
+  edge?.status.stop();
+  edge?.published.close();
+  intents.close();
+  known.close();
+  tls?.tokens.close();
+  tls?.certs.close();
+  streams.closeAll();
+  await Promise.all([closeServer(agents.server), closeServer(admin)]);
+}
+
+function newRegistry(config: LoadedConfig["config"], startedAt: number): Registry {
+  const c = config.control;
+  return new Registry(
+    {
+      unreachableAfterMs: c.unreachable_after,
+      lostAfterMs: c.lost_after,
+      startupGraceMs: startupGraceMs(config),
+      lostFreezeFraction: c.lost_freeze_fraction,
+    },
+    startedAt,
+  );
+}
+
+/** The catalog, its warnings and the router's logged; the data directory (and its pki/) made the owner's alone. */
+function checkedCatalog(config: LoadedConfig["config"], log: Logger): Catalog {
+  const catalog = buildCatalog(config);
+  for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
+  for (const w of routerWarnings(config.router)) log.warn("router settings warning", { warning: w });
+  ownerOnlyDir(config.data_dir, log);
+  if (existsSync(join(config.data_dir, "pki"))) ownerOnlyDir(join(config.data_dir, "pki"), log);
+  return catalog;
+}
+
+function agentStreams(
+  config: LoadedConfig["config"],
+  registry: Registry,
+  log: Logger,
+  now: () => number,
+  startedAt: number,
+  tls: AgentTls | undefined,
+  claims: ClaimRefusals,
+): AgentStreams {
+  const c = config.control;
+  return new AgentStreams({
+    registry,
+    log: log.child({ component: "agentsvc" }),
+    controlPlaneId: randomUUID(),
+    epoch: BigInt(startedAt),
+    heartbeatIntervalMs: c.heartbeat_interval,
+    scrape: { intervalMs: config.router.scrape_interval, timeoutMs: config.router.scrape_timeout },
+    readMaxBytes: c.max_message_bytes,
+    now,
+    ...(tls
+      ? { certificates: tls.certs, claims, renew: (cert, csrPem) => tls.enrollment.renew(cert, csrPem) }
+      : {}),
+  });
+}
+
+/** Both listeners bound, or neither left running. */
+async function listenBoth(
+  agents: HttpServer | Http2Server | Http2SecureServer,
+  admin: HttpServer | Http2Server | Http2SecureServer,
+  config: LoadedConfig["config"],
+  shutdown: () => Promise<void>,
+): Promise<{ agentPort: number; adminPort: number }> {
+  try {
+    const agentPort = await listen(agents, "agent_listen", config.agent_listen);
+    const adminPort = await listen(admin, "admin_listen", config.admin_listen);
+    return { agentPort, adminPort };
+  } catch (err) {
+    // A control plane half up — agents connected, operators locked out — is
+    // worse than none: whatever started stops, and the caller exits.
+    await shutdown();
+    throw err;
+  }
+}
+
+function announceAgentListener(tls: AgentTls | undefined, config: LoadedConfig["config"], log: Logger): void {
+  if (tls) {
+    log.info("agent listener is mTLS: agents enroll with a join token (llmgw ctl tokens create)", {
+      agent_listen: config.agent_listen,
+      hostnames: defaultTlsHostnames(config.agent_tls.hostnames),
+      ca_fingerprint: tls.ca.fingerprint,
+    });
+  } else {
+    log.warn("agent listener is plaintext h2c: keep it on a trusted network until mTLS is enabled", {
+      agent_listen: config.agent_listen,
+    });
+  }
+}
+
+/** SIGHUP: the new configuration's tokens, catalog, router settings and scrape settings; listeners and timers stay. */
+function reload(
+  next: LoadedConfig,
+  parts: {
+    adminAuth: AdminAuth;
+    reconciler: Reconciler;
+    edge: EdgeLink | undefined;
+    streams: AgentStreams;
+    log: Logger;
+  },
+): void {
+  const { adminAuth, reconciler, edge, streams, log } = parts;
+  reloadAdminTokens(adminAuth, next, log);
+  const nextCatalog = buildCatalog(next.config);
+  reconciler.reload(next.config, nextCatalog);
+  edge?.publisher.setCatalog(nextCatalog);
+  edge?.publisher.setRouterSettings(next.routerSection);
+  streams.setScrape({
+    intervalMs: next.config.router.scrape_interval,
+    timeoutMs: next.config.router.scrape_timeout,
+  });
+  log.info("configuration reloaded", { source: next.source, models: nextCatalog.models.length });
 }
 
 /**
@@ -363,80 +425,6 @@ function controlPlaneMetrics(
     () => process.memoryUsage().external,
   );
   return metrics;
-}
-
-/**
- * The edge link (config `edge`), when it has a URL and a secret: catalog,
- * endpoints and load to the Worker, and its pools' status back. Built
- * before the admin API that reads the status; `start` once the reconciler
- * runs.
- */
-function edgeLink(
-  loaded: LoadedConfig,
-  log: Logger,
-  startedAt: number,
-  now: () => number,
-  registry: Registry,
-  reconciler: Reconciler,
-  loads: LoadBoard,
-) {
-  const { config } = loaded;
-  const url = config.edge.url;
-  const token = process.env[config.edge.token_env];
-  if (!url) {
-    log.info("no edge.url: endpoints and load are not published (router-only setups use ctl endpoints set)");
-    return undefined;
-  }
-  if (!token) {
-    log.warn("edge.url is set but the EdgeSync secret is not: not publishing to the edge", {
-      token_env: config.edge.token_env,
-    });
-    return undefined;
-  }
-  const client = edgeSyncClient(url, token);
-  const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
-  const timeoutMs = () => reconciler.currentConfig.router.scrape_timeout;
-  const capacity = new StaticCapacity({ log: log.child({ component: "static-capacity" }), timeoutMs, now });
-  const publisher = new EdgePublisher({
-    client,
-    log: log.child({ component: "edge-publisher", edge: url }),
-    loadRefreshMs: Math.max(1_000, Math.floor(config.router.stale_after / 3)),
-    // The hold is for placed replicas whose agents may come back; a
-    // router-only fleet (static endpoints alone) has none to wait for.
-    ...(buildCatalog(config).controlPlaneMode
-      ? {
-          graceUntil: startedAt + startupGraceMs(config),
-          holdUntil: startedAt + Math.max(startupGraceMs(config), config.control.lost_after),
-        }
-      : {}),
-    store: published,
-    facts: () => ({
-      replicas: reconciler.table.list(),
-      address: (node) => registry.get(node)?.advertiseAddress,
-      load: (shard) => loads.get(shard),
-      staticEndpoints: capacity.apply(reconciler.currentConfig.endpoints),
-      via: reconciler.currentConfig.edge.via,
-      now: now(),
-    }),
-  });
-  const status = new EdgeStatusPoller({
-    client,
-    url,
-    intervalMs: config.edge.status_interval,
-    log: log.child({ component: "edge-status", edge: url }),
-    counters: () => loads.tokenCounters(reconciler.table.list()),
-    now,
-  });
-  return {
-    publisher,
-    published,
-    status,
-    client,
-    start(catalog: Catalog) {
-      void publisher.start(catalog, loaded.routerSection);
-      status.start();
-    },
-  };
 }
 
 /**

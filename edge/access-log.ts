@@ -5,7 +5,7 @@
  * it is. It names the key by id, never by its secret; the fields are in
  * docs/edge.md#access-log.
  */
-import type { Usage } from "./sse-usage.ts";
+import type { Usage } from "./proxy/sse-usage.ts";
 
 export interface AccessEntry {
   request_id: string;

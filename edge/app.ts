@@ -1,12 +1,12 @@
 import { Hono } from "hono";
 import { caller } from "./caller.ts";
-import { edgeConfig } from "./config-store.ts";
-import { EDGESYNC_PREFIX, handleEdgeSync } from "./edgesync.ts";
+import { edgeConfig } from "./config/store.ts";
 import type { Env } from "./env.ts";
 import { inference } from "./inference.ts";
-import { modelAllowed } from "./key-rules.ts";
+import { modelAllowed } from "./keys/rules.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { chatRequest, completionRequest, embeddingRequest } from "./request-schema.ts";
+import { EDGESYNC_PREFIX, handleEdgeSync } from "./sync/service.ts";
 import { newRequestId, unhandledError } from "./unhandled.ts";
 
 /**

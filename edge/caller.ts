@@ -1,9 +1,9 @@
 import type { Context } from "hono";
-import { authenticate } from "./auth.ts";
 import type { Env } from "./env.ts";
-import type { KeyRecord } from "./key-rules.ts";
+import { authenticate } from "./keys/auth.ts";
+import { revocationLog, revocationWatch } from "./keys/revocations.ts";
+import type { KeyRecord } from "./keys/rules.ts";
 import { errors } from "./openai-errors.ts";
-import { revocationLog, revocationWatch } from "./revocations.ts";
 
 /**
  * Who is calling: the key behind the Authorization header, refused if

@@ -1,6 +1,6 @@
-import type { KeyLedger } from "./key-ledger.ts";
-import type { ModelPool } from "./model-pool.ts";
-import type { RevocationLog } from "./revocations.ts";
+import type { KeyLedger } from "./keys/ledger.ts";
+import type { RevocationLog } from "./keys/revocations.ts";
+import type { ModelPool } from "./pool/model-pool.ts";
 
 /** The Worker's bindings, as wrangler.toml declares them. */
 export interface Env {
@@ -12,7 +12,7 @@ export interface Env {
   EDGE_SYNC_TOKEN?: string;
   /** A second EdgeSync secret, accepted as well while the token is rotated; never on its own. */
   EDGE_SYNC_TOKEN_NEXT?: string;
-  /** JSON laid over the router settings stored by EdgeSync (local override; see settings.ts). */
+  /** JSON laid over the router settings stored by EdgeSync (local override; see edge/config/settings.ts). */
   LLMGW_ROUTER?: string;
   /** Where new ModelPool objects are created: a locationHint (`enam`, `weur`, …) near the GPUs. */
   LLMGW_POOL_LOCATION?: string;

@@ -1,9 +1,9 @@
 import { app } from "./app.ts";
 import type { Env } from "./env.ts";
 
-export { KeyLedger } from "./key-ledger.ts";
-export { ModelPool } from "./model-pool.ts";
-export { RevocationLog } from "./revocations.ts";
+export { KeyLedger } from "./keys/ledger.ts";
+export { RevocationLog } from "./keys/revocations.ts";
+export { ModelPool } from "./pool/model-pool.ts";
 
 export default {
   fetch: (request, env, ctx) => app.fetch(request, env, ctx),

@@ -9,15 +9,10 @@
  * concurrent streams from one core, and the client must stay cheaper than
  * what it measures.
  */
-import {
-  Agent as HttpAgent,
-  request as httpRequest,
-  type IncomingMessage,
-  type RequestOptions,
-} from "node:http";
+import { Agent as HttpAgent, request as httpRequest, type RequestOptions } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { doublingDelay } from "../common/backoff.ts";
-import { eventFields, SseSplitter } from "../common/sse.ts";
+import { ChatStream, chatRequest, describeError, MAX_ERROR_BODY, readText } from "./chat-stream.ts";
 import { percentile, type RequestResult } from "./stats.ts";
 import type { WorkloadRequest } from "./workloads.ts";
 
@@ -40,46 +35,7 @@ export interface Target {
   record: readonly string[];
 }
 
-const MAX_ERROR_BODY = 64 * 1024;
 const FREE_SOCKET_MS = 2_000;
-
-interface Usage {
-  prompt_tokens?: number;
-  completion_tokens?: number;
-  prompt_tokens_details?: { cached_tokens?: number } | null;
-}
-
-interface StreamChunk {
-  error?: ErrorBody["error"];
-  usage?: Usage | null;
-  choices?: {
-    delta?: { content?: string | null; reasoning_content?: string | null };
-    text?: string;
-    finish_reason?: string | null;
-  }[];
-}
-
-interface ErrorBody {
-  error?: { message?: string; type?: string; code?: string | number | null } | string;
-  message?: string;
-  type?: string;
-  code?: string | number | null;
-}
-
-/** OpenAI's `{"error":{...}}`, vLLM's older flat `{"object":"error",...}`, or text. */
-export function describeError(text: string): { code?: string; message: string } {
-  try {
-    const body = JSON.parse(text) as ErrorBody;
-    const inner = typeof body.error === "object" && body.error !== null ? body.error : body;
-    const message =
-      typeof body.error === "string" ? body.error : (inner.message ?? text.slice(0, 300)).toString();
-    // vLLM puts the HTTP status in `code`; its `type` says more then.
-    const code = typeof inner.code === "string" && inner.code !== "" ? inner.code : inner.type;
-    return { ...(code ? { code } : {}), message };
-  } catch {
-    return { message: text.trim().slice(0, 300) || "(empty body)" };
-  }
-}
 
 export class Client {
   private readonly agent: HttpAgent;
@@ -139,165 +95,14 @@ export class Client {
 
   /** One streamed chat completion; never rejects: failures are results too. */
   send(r: WorkloadRequest): Promise<RequestResult> {
-    const scale = this.target.timeScale;
-    const body = JSON.stringify({
-      model: this.target.model,
-      messages: r.messages,
-      max_tokens: r.maxTokens,
-      stream: true,
-      stream_options: { include_usage: true },
-      ...(r.ignoreEos ? { ignore_eos: true } : {}),
-    });
-    const headers: Record<string, string | number> = {
-      "content-type": "application/json",
-      accept: "text/event-stream",
-      "content-length": Buffer.byteLength(body),
-      ...(r.session !== undefined ? { "x-session-id": r.session } : {}),
-      ...(r.band !== undefined ? { "x-llmgw-band": r.band } : {}),
-    };
+    const { body, headers } = chatRequest(this.target.model, r);
     return new Promise((resolve) => {
-      const t0 = performance.now();
-      const seconds = (ms: number) => (ms / 1000) * scale;
-      let response: IncomingMessage | undefined;
-      let recorded: Record<string, string> | undefined;
-      let first = -1;
-      let last = -1;
-      let chunks = 0;
-      const gaps: number[] = [];
-      let usage: Usage | undefined;
-      let finished = false;
-      let done = false;
-      let settled = false;
-      const settle = (fail?: { status: number; error: string; message: string }) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        const itl = new Float64Array(gaps.length);
-        for (let i = 0; i < gaps.length; i++) itl[i] = seconds(gaps[i]!);
-        const cached = usage?.prompt_tokens_details?.cached_tokens;
-        resolve({
-          ok: fail === undefined,
-          status: fail?.status ?? response?.statusCode ?? 0,
-          ...(fail ? { error: fail.error, errorMessage: fail.message } : {}),
-          ...(first >= 0 ? { ttft: seconds(first - t0) } : {}),
-          e2e: seconds(performance.now() - t0),
-          itl,
-          outputTokens: usage?.completion_tokens ?? chunks,
-          ...(usage?.prompt_tokens !== undefined ? { promptTokens: usage.prompt_tokens } : {}),
-          ...(typeof cached === "number" ? { cachedTokens: cached } : {}),
-          ...(recorded ? { headers: recorded } : {}),
-          ...(r.band !== undefined ? { band: r.band } : {}),
-        });
-      };
-      const req = this.send_(this.options("POST", "/v1/chat/completions", headers), (res) => {
-        response = res;
-        recorded = {};
-        for (const name of this.target.record) {
-          const v = res.headers[name];
-          if (v !== undefined) recorded[name] = Array.isArray(v) ? v.join(",") : v;
-        }
-        const status = res.statusCode ?? 0;
-        res.setEncoding("utf8");
-        if (status !== 200) {
-          readText(res, MAX_ERROR_BODY).then(
-            (text) => {
-              const e = describeError(text);
-              settle({
-                status,
-                error: `${status}${e.code ? ` ${e.code}` : ""}`,
-                message: `${status}: ${e.message}`,
-              });
-            },
-            (err: Error) => settle({ status, error: `${status}`, message: `${status}: ${err.message}` }),
-          );
-          return;
-        }
-        const type = String(res.headers["content-type"] ?? "");
-        if (!type.includes("text/event-stream")) {
-          res.resume();
-          settle({ status, error: "not a stream", message: `expected text/event-stream, got "${type}"` });
-          return;
-        }
-        const splitter = new SseSplitter();
-        const onEvent = (event: string, now: number) => {
-          const fields = eventFields(event);
-          const data = fields.data ?? "";
-          const errorEvent = fields.event === "error";
-          if (data === "") return;
-          if (data === "[DONE]") {
-            done = true;
-            return;
-          }
-          let chunk: StreamChunk;
-          try {
-            chunk = JSON.parse(data) as StreamChunk;
-          } catch {
-            settle({ status, error: "bad event", message: `unparsable stream event: ${data.slice(0, 200)}` });
-            res.destroy();
-            return;
-          }
-          if (chunk.error !== undefined || errorEvent) {
-            const e = describeError(data);
-            settle({
-              status,
-              error: `stream ${e.code ?? "error"}`,
-              message: `error event mid-stream: ${e.message}`,
-            });
-            res.destroy();
-            return;
-          }
-          if (chunk.usage) usage = chunk.usage;
-          for (const c of chunk.choices ?? []) {
-            const text = c.delta?.content || c.delta?.reasoning_content || c.text;
-            if (text) {
-              chunks++;
-              if (first < 0) first = now;
-              else gaps.push(now - last);
-              last = now;
-            }
-            if (c.finish_reason) finished = true;
-          }
-        };
-        res.on("data", (part: string) => {
-          const now = performance.now();
-          for (const event of splitter.push(part)) {
-            if (settled) break;
-            onEvent(event, now);
-          }
-        });
-        res.on("end", () => {
-          for (const event of splitter.end()) if (!settled) onEvent(event, performance.now());
-          if (done || finished) settle();
-          else
-            settle({
-              status,
-              error: "stream cut",
-              message: "the stream ended without a finish_reason or [DONE]",
-            });
-        });
-        res.on("error", (err: Error) =>
-          settle({ status, error: "stream cut", message: `stream interrupted: ${err.message}` }),
-        );
-      });
-      const timer = setTimeout(() => {
-        settle({
-          status: response?.statusCode ?? 0,
-          error: "timeout",
-          message: `no complete answer within ${this.target.timeoutMs} ms`,
-        });
-        req.destroy();
-      }, this.target.timeoutMs);
-      req.on("error", (err: NodeJS.ErrnoException) =>
-        settle(
-          response
-            ? {
-                status: response.statusCode ?? 0,
-                error: "stream cut",
-                message: `stream interrupted: ${err.message}`,
-              }
-            : { status: 0, error: err.code ?? "network error", message: err.message },
-        ),
+      const stream = new ChatStream(r, this.target, resolve);
+      const req = this.send_(this.options("POST", "/v1/chat/completions", headers), (res) =>
+        stream.read(res),
       );
+      stream.abandonAfter(this.target.timeoutMs, () => req.destroy());
+      req.on("error", (err: NodeJS.ErrnoException) => stream.requestFailed(err));
       req.end(body);
     });
   }
@@ -305,18 +110,6 @@ export class Client {
   close(): void {
     this.agent.destroy();
   }
-}
-
-function readText(res: IncomingMessage, limit: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let text = "";
-    res.setEncoding("utf8");
-    res.on("data", (s: string) => {
-      if (text.length < limit) text += s;
-    });
-    res.on("end", () => resolve(text.slice(0, limit)));
-    res.on("error", reject);
-  });
 }
 
 export interface LoopStop {

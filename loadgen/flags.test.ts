@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { describeError } from "./client.ts";
+import { describeError } from "./chat-stream.ts";
 import { type BenchFlags, parseBenchFlags } from "./flags.ts";
 
 const parse = (args: string, env: NodeJS.ProcessEnv = {}) =>

@@ -107,4 +107,25 @@ describe("the checker", () => {
       },
     ]);
   });
+
+  it("keeps the edge's router core pure and EdgeSync a way in: routing/ imports only config/ of the edge's folders; only app.ts imports sync/", () => {
+    const files = new Map([
+      ["edge/routing/pool-core.ts", 'import type { RouterConfig } from "../config/router.ts";'],
+      ["edge/routing/picker.ts", 'import { poolOf } from "../pool/client.ts";'],
+      ["edge/app.ts", 'import { edgeSync } from "./sync/service.ts";'],
+      ["edge/proxy/proxy.ts", 'import { putEndpoints } from "../sync/config.ts";'],
+    ]);
+    expect(violations(files)).toEqual([
+      {
+        file: "edge/routing/picker.ts",
+        imports: "edge/pool/client.ts",
+        rule: "edge/routing/ must not import edge/pool/",
+      },
+      {
+        file: "edge/proxy/proxy.ts",
+        imports: "edge/sync/config.ts",
+        rule: "edge/proxy/ must not import edge/sync/",
+      },
+    ]);
+  });
 });

@@ -4,9 +4,15 @@
  * - nothing in agent/ or edge/ imports controlplane/ (the control plane may
  *   import the edge's schemas, never the other way round), and the agent and
  *   the control plane share only common/;
+ * - in the edge, routing/ is the router's pure core: of the edge's folders it
+ *   imports only config/ (the router settings' schema), never the shells that
+ *   host it (pool/), proxy/, keys/ or sync/; EdgeSync (sync/) is a way in,
+ *   mounted by app.ts, and no other folder of the edge imports it;
  * - the sim engine is its own program: it imports only common/;
  * - the dashboard is browser code: it imports only common/ and proto/, and
  *   no program imports it (the control plane serves its built bundle);
+ * - common/ is below every program: it imports none of them (what two
+ *   programs share moves down into it);
  * - no program's code imports test/ (its unit tests may use the fixtures and
  *   the harness): what `npm start`, `check:start` and the benchmarks share
  *   with the tests is in common/ or scripts/, and test/ re-exports it;
@@ -81,6 +87,10 @@ const isUnitTest = (file: string) => /\.test\.tsx?$/.test(file);
 const FORBIDDEN: Rule[] = [
   rule("agent/", "controlplane/"),
   rule("edge/", "controlplane/"),
+  ...["edge/pool/", "edge/proxy/", "edge/keys/", "edge/sync/"].map((to) => rule("edge/routing/", to)),
+  ...["edge/config/", "edge/keys/", "edge/pool/", "edge/proxy/", "edge/routing/"].map((from) =>
+    rule(from, "edge/sync/"),
+  ),
   // The agent and the control plane share only common/.
   rule("controlplane/", "agent/"),
   // The sim engine is its own program: it shares only common/.
@@ -99,6 +109,9 @@ const FORBIDDEN: Rule[] = [
     }),
   ),
   rule("loadgen/", "controlplane/"),
+  ...["agent/", "bench/", "controlplane/", "edge/", "loadgen/", "scripts/", "sim-engine/"].map((to) =>
+    rule("common/", to),
+  ),
   // ctl is a client: it reaches the control plane through ControlService and
   // the edge through EdgeSync, and shares with them only common/ and the
   // edge's schemas; its unit tests may build wire messages the server's way.

@@ -175,23 +175,25 @@ function merge(a: Obj, b: Obj): Obj {
 
 /** A value conforming to `root` (checked with checkSchema first). */
 export function sampleSchema(root: unknown, rand: Rand): unknown {
-  const value = (schema: unknown, depth: number, at: string): unknown => {
+  return new SchemaSampler(root, rand).value(root, 0, "");
+}
+
+/** Draws values for one root schema: each keyword handled in the order the schema's meaning needs. */
+class SchemaSampler {
+  constructor(
+    private readonly root: unknown,
+    private readonly rand: Rand,
+  ) {}
+
+  value(schema: unknown, depth: number, at: string): unknown {
     if (depth > MAX_DEPTH) throw new SchemaError(at, `schema nests deeper than ${MAX_DEPTH} levels`);
     if (schema === false) throw new SchemaError(at, "schema false admits no value");
-    let s: Obj = schema === true ? {} : (schema as Obj);
-    // $ref siblings apply too (JSON Schema 2019+); refs to refs are followed.
-    for (let hops = 0; s.$ref !== undefined; hops++) {
-      if (hops > MAX_DEPTH) throw new SchemaError(at, "$ref cycle");
-      const { $ref, ...rest } = s;
-      const target = resolveRef(root, $ref, at);
-      if (target === false) throw new SchemaError(at, "schema false admits no value");
-      s = merge(target === true ? {} : (target as Obj), rest);
-    }
+    const s = this.dereferenced(schema === true ? {} : (schema as Obj), at);
     if ("const" in s) return s.const;
-    if (Array.isArray(s.enum)) return pick(rand, s.enum);
+    if (Array.isArray(s.enum)) return pick(this.rand, s.enum);
     if (Array.isArray(s.allOf)) {
       const { allOf, ...rest } = s;
-      return value(
+      return this.value(
         (allOf as unknown[]).reduce<Obj>((acc, b) => merge(acc, b === true ? {} : (b as Obj)), rest),
         depth + 1,
         at,
@@ -200,37 +202,50 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
     const branches = (s.anyOf ?? s.oneOf) as unknown[] | undefined;
     if (branches) {
       const { anyOf: _a, oneOf: _o, ...rest } = s;
-      const i = Math.floor(rand() * branches.length);
+      const i = Math.floor(this.rand() * branches.length);
       const branch = branches[i]!;
       if (branch === false)
         throw new SchemaError(`${at}/${s.anyOf ? "anyOf" : "oneOf"}/${i}`, "schema false admits no value");
-      return value(merge(rest, branch === true ? {} : (branch as Obj)), depth + 1, at);
+      return this.value(merge(rest, branch === true ? {} : (branch as Obj)), depth + 1, at);
     }
-    switch (typeOf(s, rand)) {
+    switch (typeOf(s, this.rand)) {
       case "object":
-        return object(s, depth, at);
+        return this.object(s, depth, at);
       case "array":
-        return array(s, depth, at);
+        return this.array(s, depth, at);
       case "integer":
-        return number(s, at, true);
+        return sampleNumber(s, at, true, this.rand);
       case "number":
-        return number(s, at, false);
+        return sampleNumber(s, at, false, this.rand);
       case "boolean":
-        return rand() < 0.5;
+        return this.rand() < 0.5;
       case "null":
         return null;
       default:
-        return string(s, rand);
+        return sampleString(s, this.rand);
     }
-  };
+  }
 
-  const object = (s: Obj, depth: number, at: string): Obj => {
+  /** `s` with its $ref followed: siblings apply too (JSON Schema 2019+), and refs to refs are followed. */
+  private dereferenced(schema: Obj, at: string): Obj {
+    let s = schema;
+    for (let hops = 0; s.$ref !== undefined; hops++) {
+      if (hops > MAX_DEPTH) throw new SchemaError(at, "$ref cycle");
+      const { $ref, ...rest } = s;
+      const target = resolveRef(this.root, $ref, at);
+      if (target === false) throw new SchemaError(at, "schema false admits no value");
+      s = merge(target === true ? {} : (target as Obj), rest);
+    }
+    return s;
+  }
+
+  private object(s: Obj, depth: number, at: string): Obj {
     const props = isObj(s.properties) ? s.properties : {};
     const required = new Set((s.required as string[] | undefined) ?? []);
     const out: Obj = {};
     for (const [k, sub] of Object.entries(props)) {
-      if (required.has(k) || (depth < MAX_OPTIONAL_DEPTH && rand() < 0.5)) {
-        out[k] = value(sub, depth + 1, `${at}/properties/${escapePointer(k)}`);
+      if (required.has(k) || (depth < MAX_OPTIONAL_DEPTH && this.rand() < 0.5)) {
+        out[k] = this.value(sub, depth + 1, `${at}/properties/${escapePointer(k)}`);
       }
     }
     const extra = s.additionalProperties;
@@ -242,7 +257,7 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
           `required property "${k}" is not in properties and additionalProperties is false`,
         );
       }
-      out[k] = value(extra ?? {}, depth + 1, `${at}/additionalProperties`);
+      out[k] = this.value(extra ?? {}, depth + 1, `${at}/additionalProperties`);
     }
     // A map: no named properties, only a schema for the values.
     if (
@@ -251,18 +266,18 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
       isObj(extra) &&
       depth < MAX_OPTIONAL_DEPTH
     ) {
-      const n = 1 + Math.floor(rand() * 2);
+      const n = 1 + Math.floor(this.rand() * 2);
       for (let i = 0; i < n; i++)
-        out[`${pick(rand, WORDS).toLowerCase()}_${i}`] = value(
+        out[`${pick(this.rand, WORDS).toLowerCase()}_${i}`] = this.value(
           extra,
           depth + 1,
           `${at}/additionalProperties`,
         );
     }
     return out;
-  };
+  }
 
-  const array = (s: Obj, depth: number, at: string): unknown[] => {
+  private array(s: Obj, depth: number, at: string): unknown[] {
     const prefix = (s.prefixItems ?? (Array.isArray(s.items) ? s.items : [])) as unknown[];
     const rest = Array.isArray(s.items) ? (s.additionalItems ?? true) : (s.items ?? true);
     const lo = (s.minItems as number | undefined) ?? 0;
@@ -270,13 +285,13 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
     if (rest === false) hi = Math.min(hi, prefix.length);
     if (hi < lo)
       throw new SchemaError(at, "no array length satisfies minItems, maxItems and the item schemas");
-    const len = depth < MAX_OPTIONAL_DEPTH ? lo + Math.floor(rand() * (hi - lo + 1)) : lo;
+    const len = depth < MAX_OPTIONAL_DEPTH ? lo + Math.floor(this.rand() * (hi - lo + 1)) : lo;
     const out: unknown[] = [];
     const seen = new Set<string>();
     for (let i = 0; out.length < len; i++) {
       const sub = out.length < prefix.length ? prefix[out.length] : rest;
       const where = out.length < prefix.length ? `${at}/prefixItems/${out.length}` : `${at}/items`;
-      const v = value(sub, depth + 1, where);
+      const v = this.value(sub, depth + 1, where);
       if (s.uniqueItems === true) {
         const key = JSON.stringify(v);
         if (seen.has(key)) {
@@ -291,46 +306,46 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
       out.push(v);
     }
     return out;
-  };
+  }
+}
 
-  const number = (s: Obj, at: string, integer: boolean): number => {
-    const num = (k: string) => (typeof s[k] === "number" ? (s[k] as number) : undefined);
-    const exMin = num("exclusiveMinimum");
-    const exMax = num("exclusiveMaximum");
-    const multipleOf = num("multipleOf");
-    if (integer && multipleOf !== undefined && !Number.isInteger(multipleOf)) {
-      throw new SchemaError(at, "multipleOf of an integer must be an integer");
-    }
-    // Work in multiples of a unit, so bounds, integrality and multipleOf hold together.
-    const unit = multipleOf ?? (integer ? 1 : 0.01);
-    let lo = num("minimum") ?? exMin;
-    let hi = num("maximum") ?? exMax;
-    if (lo === undefined) lo = hi === undefined ? 0 : hi - 100;
-    if (hi === undefined) hi = lo + 100;
-    let kLo = Math.ceil(lo / unit - 1e-9);
-    let kHi = Math.floor(hi / unit + 1e-9);
-    if (exMin !== undefined && kLo * unit <= exMin) kLo++;
-    if (exMax !== undefined && kHi * unit >= exMax) kHi--;
-    if (kHi < kLo) throw new SchemaError(at, "no number satisfies the bounds");
-    const k = kLo + Math.floor(rand() * (kHi - kLo + 1));
-    return Number((k * unit).toPrecision(12));
-  };
+/** A number within the schema's bounds, a multiple of its multipleOf. */
+function sampleNumber(s: Obj, at: string, integer: boolean, rand: Rand): number {
+  const num = (k: string) => (typeof s[k] === "number" ? (s[k] as number) : undefined);
+  const exMin = num("exclusiveMinimum");
+  const exMax = num("exclusiveMaximum");
+  const multipleOf = num("multipleOf");
+  if (integer && multipleOf !== undefined && !Number.isInteger(multipleOf)) {
+    throw new SchemaError(at, "multipleOf of an integer must be an integer");
+  }
+  // Work in multiples of a unit, so bounds, integrality and multipleOf hold together.
+  const unit = multipleOf ?? (integer ? 1 : 0.01);
+  let lo = num("minimum") ?? exMin;
+  let hi = num("maximum") ?? exMax;
+  if (lo === undefined) lo = hi === undefined ? 0 : hi - 100;
+  if (hi === undefined) hi = lo + 100;
+  let kLo = Math.ceil(lo / unit - 1e-9);
+  let kHi = Math.floor(hi / unit + 1e-9);
+  if (exMin !== undefined && kLo * unit <= exMin) kLo++;
+  if (exMax !== undefined && kHi * unit >= exMax) kHi--;
+  if (kHi < kLo) throw new SchemaError(at, "no number satisfies the bounds");
+  const k = kLo + Math.floor(rand() * (kHi - kLo + 1));
+  return Number((k * unit).toPrecision(12));
+}
 
-  const string = (s: Obj, rand: Rand): string => {
-    const format = typeof s.format === "string" ? FORMATS[s.format] : undefined;
-    let text = format ? format(rand) : "";
-    if (!format) {
-      const n = 1 + Math.floor(rand() * 4);
-      text = Array.from({ length: n }, () => pick(rand, WORDS)).join(" ");
-    }
-    const min = (s.minLength as number | undefined) ?? 0;
-    const max = s.maxLength as number | undefined;
-    while ([...text].length < min) text += ` ${pick(rand, WORDS)}`;
-    if (max !== undefined) text = [...text].slice(0, Math.max(max, min)).join("");
-    return text;
-  };
-
-  return value(root, 0, "");
+/** Words (or a value of the schema's format), stretched and cut to its length bounds. */
+function sampleString(s: Obj, rand: Rand): string {
+  const format = typeof s.format === "string" ? FORMATS[s.format] : undefined;
+  let text = format ? format(rand) : "";
+  if (!format) {
+    const n = 1 + Math.floor(rand() * 4);
+    text = Array.from({ length: n }, () => pick(rand, WORDS)).join(" ");
+  }
+  const min = (s.minLength as number | undefined) ?? 0;
+  const max = s.maxLength as number | undefined;
+  while ([...text].length < min) text += ` ${pick(rand, WORDS)}`;
+  if (max !== undefined) text = [...text].slice(0, Math.max(max, min)).join("");
+  return text;
 }
 
 /** The schema's type: declared (one of a list, seeded; null only when alone), else inferred from its keywords. */

@@ -62,6 +62,43 @@ export function engineSetup(f: SimEngineFlags): EngineSetup {
 }
 
 export async function main(argv: string[]): Promise<number | undefined> {
+  const parsed = parseCommand(argv);
+  if (typeof parsed === "number") return parsed;
+  const { flags, setup } = parsed;
+  for (const flag of flags.ignored) log.warn("flag accepted but not simulated", { flag });
+
+  if (flags.headless || flags.nodeRank > 0) return headless(flags);
+
+  const trace = openTrace(flags);
+  if (trace === "failed") return 2;
+  const runner = new Runner(engineCores(flags, setup), flags.sim.speed, flags.sim.slowTokenMs, (err) =>
+    log.error("response writer failed", { err: errorMessage(err) }),
+  );
+  const server = simServer(flags, setup, runner, trace);
+  const port = await listen(server, flags);
+  log.info("sim engine listening", {
+    host: flags.host,
+    port,
+    model: flags.model,
+    served_model_names: flags.servedModelNames,
+    kv_blocks: setup.numBlocks,
+    block_size: flags.blockSize,
+    max_model_len: setup.maxModelLen,
+    max_num_seqs: flags.maxNumSeqs,
+    data_parallel_size: flags.dataParallelSize,
+    gpus_per_replica: setup.gpus,
+    speed: flags.sim.speed,
+    startup_seconds: flags.sim.startupSeconds,
+  });
+  const readyTimer = setTimeout(() => {
+    server.markReady();
+    log.info("sim engine ready", { port });
+  }, flags.sim.startupSeconds * 1000);
+  return untilSignal(server, runner, readyTimer, trace);
+}
+
+/** The subcommand and its flags, or the exit code when there is nothing to serve (help, a bad flag). */
+function parseCommand(argv: string[]): { flags: SimEngineFlags; setup: EngineSetup } | number {
   const [sub, ...rest] = argv;
   if (sub === undefined || sub === "--help" || sub === "-h" || sub === "help") {
     process.stdout.write(USAGE);
@@ -75,33 +112,33 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stdout.write(USAGE);
     return 0;
   }
-  let flags: SimEngineFlags;
-  let setup: EngineSetup;
   try {
-    flags = parseServeArgs(rest);
-    setup = engineSetup(flags);
+    const flags = parseServeArgs(rest);
+    return { flags, setup: engineSetup(flags) };
   } catch (err) {
     if (!(err instanceof FlagError)) throw err;
     process.stderr.write(`sim-engine: ${err.message}\n\n${USAGE}`);
     return 2;
   }
-  for (const flag of flags.ignored) log.warn("flag accepted but not simulated", { flag });
+}
 
-  if (flags.headless || flags.nodeRank > 0) return headless(flags);
-
-  let trace: RequestTrace | undefined;
-  if (flags.sim.trace !== undefined) {
-    const file = flags.sim.trace;
-    try {
-      trace = new RequestTrace(file, (err) =>
-        log.error("cannot write the request trace", { file, err: errorMessage(err) }),
-      );
-    } catch (err) {
-      process.stderr.write(`sim-engine: --sim-trace: cannot open ${file}: ${errorMessage(err)}\n`);
-      return 2;
-    }
+/** The --sim-trace file, opened; "failed" (said on stderr) when it cannot be. */
+function openTrace(flags: SimEngineFlags): RequestTrace | undefined | "failed" {
+  if (flags.sim.trace === undefined) return undefined;
+  const file = flags.sim.trace;
+  try {
+    return new RequestTrace(file, (err) =>
+      log.error("cannot write the request trace", { file, err: errorMessage(err) }),
+    );
+  } catch (err) {
+    process.stderr.write(`sim-engine: --sim-trace: cannot open ${file}: ${errorMessage(err)}\n`);
+    return "failed";
   }
-  const cores = Array.from(
+}
+
+/** One engine core per data-parallel rank. */
+function engineCores(flags: SimEngineFlags, setup: EngineSetup): EngineCore[] {
+  return Array.from(
     { length: flags.dataParallelSize },
     () =>
       new EngineCore({
@@ -113,10 +150,15 @@ export async function main(argv: string[]): Promise<number | undefined> {
         latency: setup.latency,
       }),
   );
-  const runner = new Runner(cores, flags.sim.speed, flags.sim.slowTokenMs, (err) =>
-    log.error("response writer failed", { err: errorMessage(err) }),
-  );
-  const server = new SimServer({
+}
+
+function simServer(
+  flags: SimEngineFlags,
+  setup: EngineSetup,
+  runner: Runner,
+  trace: RequestTrace | undefined,
+): SimServer {
+  return new SimServer({
     ...(trace ? { trace } : {}),
     rootModel: flags.model,
     servedModelNames: flags.servedModelNames,
@@ -136,7 +178,10 @@ export async function main(argv: string[]): Promise<number | undefined> {
     runner,
     log,
   });
+}
 
+/** Listens on --host and --port; the port bound (--port 0 picks one). */
+async function listen(server: SimServer, flags: SimEngineFlags): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     server.http.once("error", reject);
     server.http.listen(flags.port, flags.host, () => resolve());
@@ -144,26 +189,16 @@ export async function main(argv: string[]): Promise<number | undefined> {
     throw new Error(`cannot listen on ${flags.host}:${flags.port}: ${errorMessage(err)}`);
   });
   const addr = server.http.address();
-  const port = typeof addr === "object" && addr ? addr.port : flags.port;
-  log.info("sim engine listening", {
-    host: flags.host,
-    port,
-    model: flags.model,
-    served_model_names: flags.servedModelNames,
-    kv_blocks: setup.numBlocks,
-    block_size: flags.blockSize,
-    max_model_len: setup.maxModelLen,
-    max_num_seqs: flags.maxNumSeqs,
-    data_parallel_size: flags.dataParallelSize,
-    gpus_per_replica: setup.gpus,
-    speed: flags.sim.speed,
-    startup_seconds: flags.sim.startupSeconds,
-  });
-  const readyTimer = setTimeout(() => {
-    server.markReady();
-    log.info("sim engine ready", { port });
-  }, flags.sim.startupSeconds * 1000);
+  return typeof addr === "object" && addr ? addr.port : flags.port;
+}
 
+/** Serves until SIGTERM or SIGINT, then stops the runner, cuts the connections and flushes the trace. */
+function untilSignal(
+  server: SimServer,
+  runner: Runner,
+  readyTimer: ReturnType<typeof setTimeout>,
+  trace: RequestTrace | undefined,
+): Promise<number> {
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       log.info("sim engine stopping", { signal });

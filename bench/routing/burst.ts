@@ -7,7 +7,7 @@
  * the constant in-flight target (the design before, which let a burst past
  * the ceilings until the scraped figures caught up).
  */
-import type { RouterConfig } from "../../edge/router-config.ts";
+import type { RouterConfig } from "../../edge/config/router.ts";
 import { percentile } from "../../loadgen/stats.ts";
 import type { Workload } from "../../loadgen/workloads.ts";
 import type { EngineCoreConfig } from "../../sim-engine/engine-core.ts";

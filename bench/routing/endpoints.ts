@@ -5,7 +5,7 @@ export function benchEndpoints(n: number): EndpointSpec[] {
   return Array.from({ length: n }, (_, i) => ({
     id: `e${i}`,
     url: `http://10.0.0.${i}:8000`,
-    pool: "default",
+    spillGroup: "default",
     priority: 0,
     weight: 1,
     via: "direct" as const,

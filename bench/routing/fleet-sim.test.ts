@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { routerSchema } from "../../edge/router-config.ts";
+import { routerSchema } from "../../edge/config/router.ts";
 import { sharedPrefix } from "../../loadgen/workloads.ts";
 import { DEFAULT_H100_8B_CORE } from "../../sim-engine/engine-core.ts";
 import { chatPromptTokens } from "../../sim-engine/text.ts";

@@ -15,7 +15,7 @@
  */
 
 import { mulberry32 } from "../../common/rng.ts";
-import type { RouterConfig } from "../../edge/router-config.ts";
+import type { RouterConfig } from "../../edge/config/router.ts";
 import { predictDemand } from "../../edge/routing/demand.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";
@@ -197,218 +197,277 @@ interface Engine {
 }
 
 export function simulateFleet(opts: FleetOptions, requests: readonly SimRequest[]): FleetResult {
-  const model = opts.model ?? "m";
-  const scrapeMs = opts.scrapeMs ?? 2_000;
-  const pushMs = opts.pushMs ?? 1_000;
-  const tl = new Timeline();
-  const rand = mulberry32(opts.seed ?? 1);
-  const pool = new PoolCore(model, opts.settings, rand);
-  const engines: Engine[] = Array.from({ length: opts.engines }, (_, i) => ({
-    id: `e${i}`,
-    core: new EngineCore(opts.core),
-    busy: false,
-    requests: 0,
-  }));
-  const byId = new Map(engines.map((e) => [e.id, e]));
-  const known = opts.knownCapacity ?? true;
-  const assumed = opts.settings.scoring.assumed_output_tokens;
-  pool.setEndpoints(
-    1,
-    engines.map((e) => ({
-      id: e.id,
-      url: `http://${e.id}`,
-      pool: "default",
-      priority: 0,
-      weight: 1,
-      via: "direct",
-      ...(known
-        ? { capacity: { maxSeqs: opts.core.maxNumSeqs, kvTokens: opts.core.numBlocks * opts.core.blockSize } }
-        : {}),
-    })),
-    0,
-  );
-  const tokens = promptTokenizer();
-  const results = new Map<string, RequestResult>();
-  let open = 0;
-  const prevAt = new Map<string, number>();
-  const leaseOf = new Map<string, string>();
+  return new FleetSimulation(opts, requests).run();
+}
 
-  const kick = (e: Engine) => {
+interface PendingLoad {
+  endpoint: string;
+  at: number;
+  waiting: number;
+  running: number;
+  kvUsage: number;
+}
+
+/**
+ * One run: the pool, the engines and the requests on one virtual clock.
+ * Each event schedules what follows it; `run` schedules the arrivals, the
+ * scrapes, the pushes and the window's marks, in that order (ties run in
+ * scheduling order), then steps the clock dry.
+ */
+class FleetSimulation {
+  private readonly model: string;
+  private readonly known: boolean;
+  private readonly tl = new Timeline();
+  private readonly pool: PoolCore;
+  private readonly engines: Engine[];
+  private readonly byId: Map<string, Engine>;
+  private readonly tokens = promptTokenizer();
+  private readonly results = new Map<string, RequestResult>();
+  private open = 0;
+  private readonly prevAt = new Map<string, number>();
+  private readonly leaseOf = new Map<string, string>();
+  private wake = Number.POSITIVE_INFINITY;
+  private readonly lastArrival: number;
+  private readonly marks = new Map<string, { start?: [number, number]; end?: [number, number] }>();
+
+  constructor(
+    private readonly opts: FleetOptions,
+    private readonly requests: readonly SimRequest[],
+  ) {
+    this.model = opts.model ?? "m";
+    this.pool = new PoolCore(this.model, opts.settings, mulberry32(opts.seed ?? 1));
+    this.engines = Array.from({ length: opts.engines }, (_, i) => ({
+      id: `e${i}`,
+      core: new EngineCore(opts.core),
+      busy: false,
+      requests: 0,
+    }));
+    this.byId = new Map(this.engines.map((e) => [e.id, e]));
+    this.known = opts.knownCapacity ?? true;
+    this.pool.setEndpoints(
+      1,
+      this.engines.map((e) => ({
+        id: e.id,
+        url: `http://${e.id}`,
+        spillGroup: "default",
+        priority: 0,
+        weight: 1,
+        via: "direct",
+        ...(this.known
+          ? {
+              capacity: {
+                maxSeqs: opts.core.maxNumSeqs,
+                kvTokens: opts.core.numBlocks * opts.core.blockSize,
+              },
+            }
+          : {}),
+      })),
+      0,
+    );
+    this.lastArrival = requests.reduce((m, r) => Math.max(m, r.at), 0);
+  }
+
+  run(): FleetResult {
+    for (const req of this.requests) this.tl.at(req.at, () => this.arrive(req));
+    this.scheduleScrapesAndPushes();
+    if (this.opts.window) {
+      this.tl.at(this.opts.window.start, () => this.mark("start"));
+      this.tl.at(this.opts.window.end, () => this.mark("end"));
+    }
+    while (this.tl.step()) {
+      // Every callback schedules what follows it.
+    }
+    return this.result();
+  }
+
+  /** Whether traffic is still to come or in flight: scrapes and pushes run only then. */
+  private busy(): boolean {
+    return this.tl.now < this.lastArrival || this.results.size < this.requests.length || this.open > 0;
+  }
+
+  private arrive(req: SimRequest): void {
+    const tl = this.tl;
+    const band = req.band ?? this.opts.settings.admission.default_band;
+    this.open++;
+    this.results.set(req.id, {
+      id: req.id,
+      band,
+      status: 200,
+      arrival: tl.now,
+      queuedMs: 0,
+      outputTokens: 0,
+      gaps: [],
+    });
+    this.pool.admit(
+      {
+        id: req.id,
+        band,
+        key: req.key ?? req.session ?? req.id,
+        policy: this.opts.policy,
+        session: req.session,
+        prefix: requestPrefixHashes(this.model, { messages: req.messages }),
+        // Estimated from the body as the Worker does, so its error is the real one.
+        ...(this.known
+          ? {
+              demand: predictDemand(
+                { messages: req.messages, max_tokens: req.maxTokens },
+                true,
+                this.opts.settings.scoring.assumed_output_tokens,
+              ),
+            }
+          : {}),
+      },
+      tl.now,
+      (a) => this.onAdmission(req, a),
+    );
+    this.afterPool();
+  }
+
+  /** The pool may answer any waiter during any call; each answer lands here. */
+  private onAdmission(req: SimRequest, a: Admission): void {
+    const r = this.results.get(req.id)!;
+    if (!a.ok) {
+      r.status = a.status;
+      r.code = a.code;
+      r.end = this.tl.now;
+      this.open--;
+      return;
+    }
+    const e = this.byId.get(a.lease.endpoint.id)!;
+    r.endpoint = e.id;
+    r.route = a.lease.route;
+    r.queuedMs = a.lease.queuedMs;
+    this.leaseOf.set(req.id, a.lease.id);
+    e.requests++;
+    e.core.submit({
+      id: req.id,
+      promptIds: this.tokens(req.messages),
+      maxTokens: req.maxTokens,
+      naturalLength: Number.POSITIVE_INFINITY,
+      nextToken: (k) => k,
+      arrival: this.tl.now / 1000,
+    });
+    this.kick(e);
+  }
+
+  /** Starts the engine's next step if it is idle and has work; the step's tokens land when it ends. */
+  private kick(e: Engine): void {
     if (e.busy || !e.core.hasWork()) return;
     const step = e.core.startStep();
     if (!step) return;
     e.busy = true;
+    const tl = this.tl;
     tl.at(tl.now + step.seconds * 1000, () => {
       e.busy = false;
       for (const ev of e.core.finishStep(tl.now / 1000)) {
         if (ev.kind !== "token") continue;
-        const r = results.get(ev.seq.spec.id)!;
+        const r = this.results.get(ev.seq.spec.id)!;
         r.outputTokens++;
         if (ev.index === 0) r.firstToken = tl.now;
-        else r.gaps.push(tl.now - (prevAt.get(r.id) ?? tl.now));
-        prevAt.set(r.id, tl.now);
+        else r.gaps.push(tl.now - (this.prevAt.get(r.id) ?? tl.now));
+        this.prevAt.set(r.id, tl.now);
         if (ev.finished) {
           r.end = tl.now;
-          open--;
-          prevAt.delete(r.id);
-          pool.release(leaseOf.get(r.id)!, { attempts: [{ endpoint: e.id, verdict: "ok" }] }, tl.now);
-          afterPool();
+          this.open--;
+          this.prevAt.delete(r.id);
+          this.pool.release(
+            this.leaseOf.get(r.id)!,
+            { attempts: [{ endpoint: e.id, verdict: "ok" }] },
+            tl.now,
+          );
+          this.afterPool();
         }
       }
-      kick(e);
-    });
-  };
-
-  // The pool may answer any waiter during any call; each answer lands here.
-  const onAdmission = (req: SimRequest) => (a: Admission) => {
-    const r = results.get(req.id)!;
-    if (!a.ok) {
-      r.status = a.status;
-      r.code = a.code;
-      r.end = tl.now;
-      open--;
-      return;
-    }
-    const e = byId.get(a.lease.endpoint.id)!;
-    r.endpoint = e.id;
-    r.route = a.lease.route;
-    r.queuedMs = a.lease.queuedMs;
-    leaseOf.set(req.id, a.lease.id);
-    e.requests++;
-    e.core.submit({
-      id: req.id,
-      promptIds: tokens(req.messages),
-      maxTokens: req.maxTokens,
-      naturalLength: Number.POSITIVE_INFINITY,
-      nextToken: (k) => k,
-      arrival: tl.now / 1000,
-    });
-    kick(e);
-  };
-
-  let wake = Number.POSITIVE_INFINITY;
-  const afterPool = () => {
-    const at = pool.nextWakeAt();
-    if (at === undefined || at >= wake) return;
-    wake = at;
-    tl.at(at, () => {
-      if (wake !== at) return;
-      wake = Number.POSITIVE_INFINITY;
-      pool.tick(tl.now);
-      afterPool();
-    });
-  };
-
-  const band = opts.settings.admission.default_band;
-  for (const req of requests) {
-    tl.at(req.at, () => {
-      open++;
-      results.set(req.id, {
-        id: req.id,
-        band: req.band ?? band,
-        status: 200,
-        arrival: tl.now,
-        queuedMs: 0,
-        outputTokens: 0,
-        gaps: [],
-      });
-      pool.admit(
-        {
-          id: req.id,
-          band: req.band ?? band,
-          key: req.key ?? req.session ?? req.id,
-          policy: opts.policy,
-          session: req.session,
-          prefix: requestPrefixHashes(model, { messages: req.messages }),
-          // Estimated from the body as the Worker does, so its error is the real one.
-          ...(known
-            ? { demand: predictDemand({ messages: req.messages, max_tokens: req.maxTokens }, true, assumed) }
-            : {}),
-        },
-        tl.now,
-        onAdmission(req),
-      );
-      afterPool();
+      this.kick(e);
     });
   }
 
-  // Scrapes and pushes run while there is traffic to route.
-  const lastArrival = requests.reduce((m, r) => Math.max(m, r.at), 0);
-  const pending: { endpoint: string; at: number; waiting: number; running: number; kvUsage: number }[] = [];
-  engines.forEach((e, i) => {
-    const scrape = () => {
-      const g = e.core.gauges();
-      pending.push({
-        endpoint: e.id,
-        at: tl.now,
-        waiting: g.waiting,
-        running: g.running,
-        kvUsage: g.kvUsage,
-      });
-      if (tl.now < lastArrival || results.size < requests.length || open > 0)
-        tl.at(tl.now + scrapeMs, scrape);
-    };
-    tl.at((scrapeMs * i) / engines.length, scrape);
-  });
-  const push = () => {
-    if (pending.length > 0) {
-      pool.updateLoad(
-        pending.splice(0).map((p) => ({
-          endpoint: p.endpoint,
-          sample: {
-            waiting: p.waiting,
-            running: p.running,
-            kvUsage: p.kvUsage,
-            prefixCacheHitRate: 0,
-            at: p.at,
-            state: "ready" as const,
-          },
-        })),
-        tl.now,
-      );
-      afterPool();
-    }
-    if (tl.now < lastArrival || results.size < requests.length || open > 0) tl.at(tl.now + pushMs, push);
-  };
-  tl.at(pushMs / 2, push);
-
-  const marks = new Map<string, { start?: [number, number]; end?: [number, number] }>();
-  const mark = (which: "start" | "end") => () => {
-    for (const e of engines) {
-      const m = marks.get(e.id) ?? {};
-      m[which] = [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
-      marks.set(e.id, m);
-    }
-  };
-  if (opts.window) {
-    tl.at(opts.window.start, mark("start"));
-    tl.at(opts.window.end, mark("end"));
+  /** After any call to the pool: a tick at its next wake-up, unless one comes sooner. */
+  private afterPool(): void {
+    const at = this.pool.nextWakeAt();
+    if (at === undefined || at >= this.wake) return;
+    this.wake = at;
+    this.tl.at(at, () => {
+      if (this.wake !== at) return;
+      this.wake = Number.POSITIVE_INFINITY;
+      this.pool.tick(this.tl.now);
+      this.afterPool();
+    });
   }
 
-  while (tl.step()) {
-    // Every callback schedules what follows it.
-  }
-
-  let first = Number.POSITIVE_INFINITY;
-  let last = 0;
-  for (const r of results.values()) {
-    first = Math.min(first, r.arrival);
-    last = Math.max(last, r.end ?? r.arrival);
-  }
-  return {
-    requests: [...results.values()],
-    engines: engines.map((e) => {
-      const m = marks.get(e.id);
-      const [q0, h0] = m?.start ?? [0, 0];
-      const [q1, h1] = m?.end ?? [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
-      return {
-        id: e.id,
-        requests: e.requests,
-        prefixQueries: e.core.metrics.prefixQueries,
-        prefixHits: e.core.metrics.prefixHits,
-        ...(opts.window ? { window: { prefixQueries: q1 - q0, prefixHits: h1 - h0 } } : {}),
+  /** Each engine scraped every scrapeMs (staggered), the samples pushed to the pool every pushMs, as the agents and the control plane do. */
+  private scheduleScrapesAndPushes(): void {
+    const tl = this.tl;
+    const scrapeMs = this.opts.scrapeMs ?? 2_000;
+    const pushMs = this.opts.pushMs ?? 1_000;
+    const pending: PendingLoad[] = [];
+    this.engines.forEach((e, i) => {
+      const scrape = () => {
+        const g = e.core.gauges();
+        pending.push({
+          endpoint: e.id,
+          at: tl.now,
+          waiting: g.waiting,
+          running: g.running,
+          kvUsage: g.kvUsage,
+        });
+        if (this.busy()) tl.at(tl.now + scrapeMs, scrape);
       };
-    }),
-    durationMs: Number.isFinite(first) ? last - first : 0,
-  };
+      tl.at((scrapeMs * i) / this.engines.length, scrape);
+    });
+    const push = () => {
+      if (pending.length > 0) {
+        this.pool.updateLoad(
+          pending.splice(0).map((p) => ({
+            endpoint: p.endpoint,
+            sample: {
+              waiting: p.waiting,
+              running: p.running,
+              kvUsage: p.kvUsage,
+              prefixCacheHitRate: 0,
+              at: p.at,
+              state: "ready" as const,
+            },
+          })),
+          tl.now,
+        );
+        this.afterPool();
+      }
+      if (this.busy()) tl.at(tl.now + pushMs, push);
+    };
+    tl.at(pushMs / 2, push);
+  }
+
+  private mark(which: "start" | "end"): void {
+    for (const e of this.engines) {
+      const m = this.marks.get(e.id) ?? {};
+      m[which] = [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
+      this.marks.set(e.id, m);
+    }
+  }
+
+  private result(): FleetResult {
+    let first = Number.POSITIVE_INFINITY;
+    let last = 0;
+    for (const r of this.results.values()) {
+      first = Math.min(first, r.arrival);
+      last = Math.max(last, r.end ?? r.arrival);
+    }
+    return {
+      requests: [...this.results.values()],
+      engines: this.engines.map((e) => {
+        const m = this.marks.get(e.id);
+        const [q0, h0] = m?.start ?? [0, 0];
+        const [q1, h1] = m?.end ?? [e.core.metrics.prefixQueries, e.core.metrics.prefixHits];
+        return {
+          id: e.id,
+          requests: e.requests,
+          prefixQueries: e.core.metrics.prefixQueries,
+          prefixHits: e.core.metrics.prefixHits,
+          ...(this.opts.window ? { window: { prefixQueries: q1 - q0, prefixHits: h1 - h0 } } : {}),
+        };
+      }),
+      durationMs: Number.isFinite(first) ? last - first : 0,
+    };
+  }
 }

@@ -7,7 +7,7 @@
  * fleet delivered rather than what was offered.
  */
 
-import type { RouterConfig } from "../../edge/router-config.ts";
+import type { RouterConfig } from "../../edge/config/router.ts";
 import type { RoutingPolicy } from "../../edge/routing/types.ts";
 import { ENDPOINT_HEADER, LevelStats, type LevelSummary, ROUTE_HEADER } from "../../loadgen/stats.ts";
 import type { Workload } from "../../loadgen/workloads.ts";

@@ -8,7 +8,7 @@
  * performance.now(), after a warm-up; the target is 50 µs per pick.
  */
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../../edge/router-config.ts";
+import { routerSchema } from "../../edge/config/router.ts";
 import { PoolCore } from "../../edge/routing/pool-core.ts";
 import { BLOCK_CHARS, blockHashes, MAX_BLOCKS } from "../../edge/routing/prefix-hash.ts";
 import { percentile } from "../../loadgen/stats.ts";

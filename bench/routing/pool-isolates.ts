@@ -20,7 +20,7 @@
  */
 import { mulberry32 } from "../../common/rng.ts";
 import { renderTable } from "../../common/text-table.ts";
-import { routerSchema } from "../../edge/router-config.ts";
+import { routerSchema } from "../../edge/config/router.ts";
 import { PoolChannel, type Timer } from "../../edge/routing/pool-channel.ts";
 import { PoolCore } from "../../edge/routing/pool-core.ts";
 import { POLL_HOLD_MS, PoolExchange } from "../../edge/routing/pool-exchange.ts";

@@ -12,7 +12,7 @@
  * admit, as a Worker releases in waitUntil.
  */
 import type { Env } from "../../edge/env.ts";
-import { ModelPool } from "../../edge/model-pool.ts";
+import { ModelPool } from "../../edge/pool/model-pool.ts";
 import { PoolChannel } from "../../edge/routing/pool-channel.ts";
 import { POLL_HOLD_MS } from "../../edge/routing/pool-exchange.ts";
 import { benchEndpoints } from "./endpoints.ts";

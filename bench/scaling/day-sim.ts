@@ -80,64 +80,113 @@ interface Replica {
 }
 
 export function simulateDay(o: DayOptions): DayResult {
-  const tl = new Timeline();
-  // Arrivals have their own stream, so every fleet sees the same requests.
-  const rand = mulberry32(o.seed);
-  const pickRand = mulberry32(o.seed + 1);
-  const config = configSchema.parse({
-    control: { interval: "5s" },
-    edge: { status_interval: "5s" },
-    router: o.router ?? {},
-    scaling: o.scaling,
-    models: o.models.map((m) => ({
-      name: m.name,
-      priority: m.priority,
-      profiles: [{ name: "1gpu", engine: "sim", source: m.name, replicas: { min: m.min, max: m.max } }],
-    })),
-  });
-  const catalog = buildCatalog(config);
-  const settings = planSettings(config.control);
-  const nodes: PlacementNode[] = Array.from({ length: o.nodes }, (_, i) =>
-    gpuNode(`n${i}`, { gpus: o.gpusPerNode }),
-  );
-  const table = new ReplicaTable();
-  const replicas = new Map<string, Replica>();
-  const pools = new Map(o.models.map((m) => [m.name, new PoolCore(m.name, config.router, pickRand)]));
-  const versions = new Map<string, number>();
-  const polled = new Map<string, { pool: PolledPool; at: number }>();
-  const scrapes = new Map<string, { waiting: number; kvUsage: number; scrapedAtUnixMs: bigint }>();
-  const events: DayResult["events"] = [];
-  const scaler = new Scaler({
-    log: {
-      info: (_msg, f) => {
-        if (f) events.push({ model: String(f.model), at: tl.now, from: Number(f.from), to: Number(f.to) });
-      },
-    },
-    edge: () => ({ polled: (model) => polled.get(model) }),
-    load: (at) => scrapes.get(at.replicaId),
-  });
-  const tokens = promptTokenizer();
-  const prompt = [{ role: "user", content: "Summarise the quarterly report in three sentences." }];
-  const requests: DayRequest[] = [];
-  let gpuMs = 0;
-  let held = 0;
-  let heldSince = 0;
-  const hold = (delta: number) => {
-    gpuMs += held * (tl.now - heldSince);
-    held += delta;
-    heldSince = tl.now;
-  };
+  return new DaySimulation(o).run();
+}
 
-  const publish = (model: string) => {
-    const v = (versions.get(model) ?? 0) + 1;
-    versions.set(model, v);
-    const ready = [...replicas.values()].filter((r) => r.model === model && r.ready && !r.draining);
-    pools.get(model)!.setEndpoints(
+type LoadUpdate = Parameters<PoolCore["updateLoad"]>[0][number];
+
+const PROMPT = [{ role: "user", content: "Summarise the quarterly report in three sentences." }];
+
+/**
+ * One day on one virtual clock. `run` schedules the day's end, the first
+ * control pass, the first scrape and each model's first arrival, in that
+ * order; each event schedules what follows it.
+ */
+class DaySimulation {
+  private readonly tl = new Timeline();
+  // Arrivals have their own stream, so every fleet sees the same requests.
+  private readonly rand: () => number;
+  private readonly config: ReturnType<typeof configSchema.parse>;
+  private readonly catalog: ReturnType<typeof buildCatalog>;
+  private readonly settings: ReturnType<typeof planSettings>;
+  private readonly nodes: PlacementNode[];
+  private readonly table = new ReplicaTable();
+  private readonly replicas = new Map<string, Replica>();
+  private readonly pools: Map<string, PoolCore>;
+  private readonly versions = new Map<string, number>();
+  private readonly polled = new Map<string, { pool: PolledPool; at: number }>();
+  private readonly scrapes = new Map<string, { waiting: number; kvUsage: number; scrapedAtUnixMs: bigint }>();
+  private readonly events: DayResult["events"] = [];
+  private readonly scaler: Scaler;
+  private readonly tokens = promptTokenizer();
+  private readonly requests: DayRequest[] = [];
+  private readonly readyTrace: DayResult["readyTrace"] = [];
+  private readonly inflight = new Map<string, { lease: string; result: DayRequest }>();
+  private readonly wakes = new Map<string, number>();
+  private seq = 0;
+  private gpuMs = 0;
+  private held = 0;
+  private heldSince = 0;
+
+  constructor(private readonly o: DayOptions) {
+    this.rand = mulberry32(o.seed);
+    const pickRand = mulberry32(o.seed + 1);
+    this.config = configSchema.parse({
+      control: { interval: "5s" },
+      edge: { status_interval: "5s" },
+      router: o.router ?? {},
+      scaling: o.scaling,
+      models: o.models.map((m) => ({
+        name: m.name,
+        priority: m.priority,
+        profiles: [{ name: "1gpu", engine: "sim", source: m.name, replicas: { min: m.min, max: m.max } }],
+      })),
+    });
+    this.catalog = buildCatalog(this.config);
+    this.settings = planSettings(this.config.control);
+    this.nodes = Array.from({ length: o.nodes }, (_, i) => gpuNode(`n${i}`, { gpus: o.gpusPerNode }));
+    this.pools = new Map(o.models.map((m) => [m.name, new PoolCore(m.name, this.config.router, pickRand)]));
+    this.scaler = new Scaler({
+      log: {
+        info: (_msg, f) => {
+          if (f)
+            this.events.push({
+              model: String(f.model),
+              at: this.tl.now,
+              from: Number(f.from),
+              to: Number(f.to),
+            });
+        },
+      },
+      edge: () => ({ polled: (model) => this.polled.get(model) }),
+      load: (at) => this.scrapes.get(at.replicaId),
+    });
+  }
+
+  run(): DayResult {
+    let dayGpuMs = 0;
+    this.tl.at(this.o.durationMs, () => {
+      this.hold(0);
+      dayGpuMs = this.gpuMs;
+    });
+    this.tl.at(0, () => this.control());
+    this.tl.at(500, () => this.scrape());
+    for (const m of this.o.models) this.arrive(m);
+    while (this.tl.step()) {
+      // Every callback schedules what follows it.
+    }
+    return { requests: this.requests, gpuMs: dayGpuMs, events: this.events, readyTrace: this.readyTrace };
+  }
+
+  /** GPU-time accounting: what was held until now is counted, then `delta` GPUs more are held. */
+  private hold(delta: number): void {
+    this.gpuMs += this.held * (this.tl.now - this.heldSince);
+    this.held += delta;
+    this.heldSince = this.tl.now;
+  }
+
+  /** The model's ready replicas as its pool's new endpoint set, as the control plane publishes it. */
+  private publish(model: string): void {
+    const v = (this.versions.get(model) ?? 0) + 1;
+    this.versions.set(model, v);
+    const ready = [...this.replicas.values()].filter((r) => r.model === model && r.ready && !r.draining);
+    const o = this.o;
+    this.pools.get(model)!.setEndpoints(
       v,
       ready.map((r) => ({
         id: r.id,
         url: `http://${r.id}`,
-        pool: "default",
+        spillGroup: "default",
         priority: 0,
         weight: 1,
         via: "direct",
@@ -145,141 +194,162 @@ export function simulateDay(o: DayOptions): DayResult {
         // its arguments, its KV tokens from its /metrics (cache_config_info).
         capacity: { maxSeqs: o.core.maxNumSeqs, kvTokens: o.core.numBlocks * o.core.blockSize },
       })),
-      tl.now,
+      this.tl.now,
     );
-    wakePool(model);
-  };
+    this.wakePool(model);
+  }
 
-  const wakes = new Map<string, number>();
-  const wakePool = (model: string) => {
-    const pool = pools.get(model)!;
+  /** After any call to a pool: a tick at its next wake-up, unless one comes sooner. */
+  private wakePool(model: string): void {
+    const pool = this.pools.get(model)!;
     const at = pool.nextWakeAt();
-    if (at === undefined || at >= (wakes.get(model) ?? Number.POSITIVE_INFINITY)) return;
-    wakes.set(model, at);
-    tl.at(at, () => {
-      if (wakes.get(model) !== at) return;
-      wakes.delete(model);
-      pool.tick(tl.now);
-      wakePool(model);
+    if (at === undefined || at >= (this.wakes.get(model) ?? Number.POSITIVE_INFINITY)) return;
+    this.wakes.set(model, at);
+    this.tl.at(at, () => {
+      if (this.wakes.get(model) !== at) return;
+      this.wakes.delete(model);
+      pool.tick(this.tl.now);
+      this.wakePool(model);
     });
-  };
+  }
 
-  const kick = (r: Replica) => {
+  /** Starts the replica's next step if it is idle and has work; the step's tokens land when it ends. */
+  private kick(r: Replica): void {
     if (r.busy || !r.core.hasWork()) return;
     const step = r.core.startStep();
     if (!step) return;
     r.busy = true;
+    const tl = this.tl;
     tl.at(tl.now + step.seconds * 1000, () => {
       r.busy = false;
       for (const ev of r.core.finishStep(tl.now / 1000)) {
         if (ev.kind !== "token") continue;
-        const req = inflight.get(ev.seq.spec.id)!;
+        const req = this.inflight.get(ev.seq.spec.id)!;
         if (ev.index === 0) req.result.firstToken = tl.now;
         if (ev.finished) {
-          inflight.delete(ev.seq.spec.id);
-          pools.get(r.model)!.release(req.lease, { attempts: [{ endpoint: r.id, verdict: "ok" }] }, tl.now);
-          wakePool(r.model);
+          this.inflight.delete(ev.seq.spec.id);
+          this.pools
+            .get(r.model)!
+            .release(req.lease, { attempts: [{ endpoint: r.id, verdict: "ok" }] }, tl.now);
+          this.wakePool(r.model);
         }
       }
-      kick(r);
+      this.kick(r);
     });
-  };
+  }
 
-  const inflight = new Map<string, { lease: string; result: DayRequest }>();
-  let seq = 0;
-  const arrive = (m: DayModel) => {
-    const gap = (-Math.log(1 - rand()) / m.peakRate) * 1000;
+  /** The model's next arrival: a Poisson process at peak rate, thinned to rate(t). */
+  private arrive(m: DayModel): void {
+    const tl = this.tl;
+    const gap = (-Math.log(1 - this.rand()) / m.peakRate) * 1000;
     tl.at(tl.now + gap, () => {
-      if (tl.now >= o.durationMs) return;
-      arrive(m);
+      if (tl.now >= this.o.durationMs) return;
+      this.arrive(m);
       // Thinning: a Poisson process at peak rate, kept with probability rate(t) / peak.
-      if (rand() * m.peakRate >= m.rate(tl.now)) return;
-      const id = `q${seq++}`;
-      const band = pickBand(o.bands, rand());
+      if (this.rand() * m.peakRate >= m.rate(tl.now)) return;
+      const id = `q${this.seq++}`;
+      const band = pickBand(this.o.bands, this.rand());
       const result: DayRequest = { model: m.name, band, arrival: tl.now, status: 200 };
-      requests.push(result);
-      const pool = pools.get(m.name)!;
-      pool.admit({ id, band, key: id, policy: "least-load", prefix: [] }, tl.now, (a: Admission) => {
-        if (!a.ok) {
-          result.status = a.status;
-          return;
-        }
-        const r = replicas.get(a.lease.endpoint.id)!;
-        inflight.set(id, { lease: a.lease.id, result });
-        r.core.submit({
-          id,
-          promptIds: tokens(prompt),
-          maxTokens: o.outputTokens,
-          naturalLength: Number.POSITIVE_INFINITY,
-          nextToken: (k) => k,
-          arrival: tl.now / 1000,
-        });
-        kick(r);
-      });
-      wakePool(m.name);
+      this.requests.push(result);
+      this.pools
+        .get(m.name)!
+        .admit({ id, band, key: id, policy: "least-load", prefix: [] }, tl.now, (a) =>
+          this.admitted(id, result, a),
+        );
+      this.wakePool(m.name);
     });
-  };
+  }
 
-  const act = (a: Action) => {
-    if (a.kind === "place") {
-      const shard = a.assignment.shards[0]!;
-      const r: Replica = {
-        id: a.replicaId,
-        model: a.model,
-        node: shard.node,
-        core: new EngineCore(o.core),
-        busy: false,
-        ready: false,
-        draining: false,
-      };
-      replicas.set(r.id, r);
-      hold(1);
-      const gen = a.generation;
-      tl.at(tl.now + o.loadMs, () => {
-        if (replicas.get(r.id) !== r || r.draining) return;
-        r.ready = true;
-        table.observe(r.node, { replicaId: r.id, rank: 0, generation: gen, state: "ready" }, tl.now);
-        publish(r.model);
-      });
-    } else if (a.kind === "stop") {
-      const r = replicas.get(a.replicaId);
-      if (!r) return;
-      r.draining = true;
-      publish(r.model);
-      // A drain stops once the engine is idle; a stop does not wait.
-      const gone = () => {
-        if (a.mode === "drain" && (r.busy || r.core.hasWork())) {
-          tl.at(tl.now + 1_000, gone);
-          return;
-        }
-        replicas.delete(r.id);
-        scrapes.delete(r.id);
-        hold(-1);
-        table.observe(r.node, { replicaId: r.id, rank: 0, state: "stopped" }, tl.now);
-      };
-      gone();
+  private admitted(id: string, result: DayRequest, a: Admission): void {
+    if (!a.ok) {
+      result.status = a.status;
+      return;
     }
-  };
+    const r = this.replicas.get(a.lease.endpoint.id)!;
+    this.inflight.set(id, { lease: a.lease.id, result });
+    r.core.submit({
+      id,
+      promptIds: this.tokens(PROMPT),
+      maxTokens: this.o.outputTokens,
+      naturalLength: Number.POSITIVE_INFINITY,
+      nextToken: (k) => k,
+      arrival: this.tl.now / 1000,
+    });
+    this.kick(r);
+  }
 
-  const readyTrace: DayResult["readyTrace"] = [];
-  const control = () => {
-    for (const [name, pool] of pools) polled.set(name, { pool: pool.status(tl.now), at: tl.now });
-    const state = table.planState(catalog, nodes, settings);
-    const actions = plan({ ...state, desired: scaler.decide(state, config, tl.now) }, tl.now);
-    table.apply(actions, tl.now);
-    for (const a of actions) act(a);
+  /** What the agent does for a plan's action: a placed replica is ready after loadMs; a stopped one goes (a drain once idle). */
+  private act(a: Action): void {
+    if (a.kind === "place") this.place(a);
+    else if (a.kind === "stop") this.stop(a);
+  }
+
+  private place(a: Extract<Action, { kind: "place" }>): void {
+    const tl = this.tl;
+    const shard = a.assignment.shards[0]!;
+    const r: Replica = {
+      id: a.replicaId,
+      model: a.model,
+      node: shard.node,
+      core: new EngineCore(this.o.core),
+      busy: false,
+      ready: false,
+      draining: false,
+    };
+    this.replicas.set(r.id, r);
+    this.hold(1);
+    const gen = a.generation;
+    tl.at(tl.now + this.o.loadMs, () => {
+      if (this.replicas.get(r.id) !== r || r.draining) return;
+      r.ready = true;
+      this.table.observe(r.node, { replicaId: r.id, rank: 0, generation: gen, state: "ready" }, tl.now);
+      this.publish(r.model);
+    });
+  }
+
+  private stop(a: Extract<Action, { kind: "stop" }>): void {
+    const tl = this.tl;
+    const r = this.replicas.get(a.replicaId);
+    if (!r) return;
+    r.draining = true;
+    this.publish(r.model);
+    // A drain stops once the engine is idle; a stop does not wait.
+    const gone = () => {
+      if (a.mode === "drain" && (r.busy || r.core.hasWork())) {
+        tl.at(tl.now + 1_000, gone);
+        return;
+      }
+      this.replicas.delete(r.id);
+      this.scrapes.delete(r.id);
+      this.hold(-1);
+      this.table.observe(r.node, { replicaId: r.id, rank: 0, state: "stopped" }, tl.now);
+    };
+    gone();
+  }
+
+  /** One control-loop pass: poll the pools, decide and plan, act; every control.interval. */
+  private control(): void {
+    const tl = this.tl;
+    for (const [name, pool] of this.pools) this.polled.set(name, { pool: pool.status(tl.now), at: tl.now });
+    const state = this.table.planState(this.catalog, this.nodes, this.settings);
+    const actions = plan({ ...state, desired: this.scaler.decide(state, this.config, tl.now) }, tl.now);
+    this.table.apply(actions, tl.now);
+    for (const a of actions) this.act(a);
     const ready: Record<string, number> = {};
-    for (const r of replicas.values()) if (r.ready && !r.draining) ready[r.model] = (ready[r.model] ?? 0) + 1;
-    readyTrace.push({ at: tl.now, ready });
-    if (tl.now < o.durationMs) tl.at(tl.now + config.control.interval, control);
-  };
-  // Agents scrape every ready engine; the pool hears it as the control plane pushes it.
-  const scrape = () => {
-    const byModel = new Map<string, Parameters<PoolCore["updateLoad"]>[0][number][]>();
-    for (const r of replicas.values()) {
+    for (const r of this.replicas.values())
+      if (r.ready && !r.draining) ready[r.model] = (ready[r.model] ?? 0) + 1;
+    this.readyTrace.push({ at: tl.now, ready });
+    if (tl.now < this.o.durationMs) tl.at(tl.now + this.config.control.interval, () => this.control());
+  }
+
+  /** Agents scrape every ready engine; the pool hears it as the control plane pushes it. */
+  private scrape(): void {
+    const tl = this.tl;
+    const byModel = new Map<string, LoadUpdate[]>();
+    for (const r of this.replicas.values()) {
       if (!r.ready) continue;
       const g = r.core.gauges();
-      scrapes.set(r.id, {
+      this.scrapes.set(r.id, {
         waiting: g.waiting,
         kvUsage: g.kvUsage,
         scrapedAtUnixMs: BigInt(Math.round(tl.now)),
@@ -299,24 +369,11 @@ export function simulateDay(o: DayOptions): DayResult {
       byModel.set(r.model, list);
     }
     for (const [model, updates] of byModel) {
-      pools.get(model)!.updateLoad(updates, tl.now);
-      wakePool(model);
+      this.pools.get(model)!.updateLoad(updates, tl.now);
+      this.wakePool(model);
     }
-    if (tl.now < o.durationMs) tl.at(tl.now + config.router.scrape_interval, scrape);
-  };
-
-  let dayGpuMs = 0;
-  tl.at(o.durationMs, () => {
-    hold(0);
-    dayGpuMs = gpuMs;
-  });
-  tl.at(0, control);
-  tl.at(500, scrape);
-  for (const m of o.models) arrive(m);
-  while (tl.step()) {
-    // Every callback schedules what follows it.
+    if (tl.now < this.o.durationMs) tl.at(tl.now + this.config.router.scrape_interval, () => this.scrape());
   }
-  return { requests, gpuMs: dayGpuMs, events, readyTrace };
 }
 
 function pickBand(shares: Record<string, number>, u: number): string {

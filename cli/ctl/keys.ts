@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { parseDuration } from "../../common/duration.ts";
 import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
-import { recordFields } from "../../edge/api-key.ts";
+import { recordFields } from "../../edge/keys/api-key.ts";
 import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
 import { parseDuration } from "../../common/duration.ts";
 import type { EdgeSyncClient } from "../../common/edgesync-client.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
@@ -50,18 +50,37 @@ export interface ControlServiceDeps {
 /** Operators get a drain deadline unless they name one. */
 export const DEFAULT_DRAIN_DEADLINE_MS = parseDuration("10m");
 
+type Calls<K extends keyof ServiceImpl<typeof ControlService>> = Pick<ServiceImpl<typeof ControlService>, K>;
+
 export function controlRoutes(deps: ControlServiceDeps) {
   const now = deps.now ?? Date.now;
+  const known = (name: string) => {
+    if (!deps.registry.get(name)) {
+      throw new ConnectError(`node "${name}" is not known to this control plane`, Code.NotFound);
+    }
+  };
+  const calls: ServiceImpl<typeof ControlService> = {
+    ...fleetCalls(deps, now, known),
+    ...intentCalls(deps, now, known),
+    ...enrollmentCalls(deps),
+    ...edgeCalls(deps),
+  };
+  return (router: ConnectRouter) => {
+    router.service(ControlService, calls);
+  };
+}
+
+/** What the fleet is: nodes, replicas, models, and why a model's replicas are placed as they are. */
+function fleetCalls(
+  deps: ControlServiceDeps,
+  now: () => number,
+  known: (name: string) => void,
+): Calls<"listNodes" | "getNode" | "listReplicas" | "listModels" | "explain"> {
   const { registry, intents, reconciler, loads } = deps;
   const live = (at: ShardAt) => ({
     pid: reconciler.pidOf(at.replicaId, at.rank, at.node),
     load: loads.get(at),
   });
-  const known = (name: string) => {
-    if (!registry.get(name)) {
-      throw new ConnectError(`node "${name}" is not known to this control plane`, Code.NotFound);
-    }
-  };
   // A revoked node stays listed (as revoked) even after a restart emptied
   // the registry of it, until it enrolls again.
   const nodes = () => {
@@ -75,114 +94,135 @@ export function controlRoutes(deps: ControlServiceDeps) {
     }
     return listed.sort((a, b) => a.name.localeCompare(b.name));
   };
-  return (router: ConnectRouter) => {
-    router.service(ControlService, {
-      listNodes: () => ({ nodes: nodes() }),
-      getNode: (req) => {
-        const node = nodes().find((n) => n.name === req.name);
-        if (!node) known(req.name);
-        return { node };
-      },
-      listReplicas: () => {
-        const t = now();
-        return {
-          replicas: reconciler.table
-            .list()
-            .map((r) => replicaToProto(r, t, reconciler.table.backoff.get(r.model), live)),
-        };
-      },
-      listModels: () => ({
-        models: modelSummaries(reconciler.currentCatalog, reconciler.table.list(), now(), deps.scaler),
-      }),
-      explain: (req) => {
-        const list = reconciler.explain(req.model);
-        if (!list) throw new ConnectError(`model "${req.model}" is not in the catalog`, Code.NotFound);
-        const out = formatExplanations(list);
-        const m = reconciler.currentCatalog.get(req.model);
-        // A model with a fixed count (max == min) reads as it always has.
-        const scaling = m && deps.scaler?.view(m.name);
-        if (m && scaling && scaling.max > scaling.min)
-          out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
-        return out;
-      },
-      // Cordon and drain survive a restart (SQLite) and take effect on the
-      // next pass, which they trigger.
-      cordon: (req) => {
-        known(req.node);
-        intents.cordon(req.node, now());
-        reconciler.trigger(`${req.node} cordoned`);
-        return {};
-      },
-      uncordon: (req) => {
-        known(req.node);
-        intents.uncordon(req.node, now());
-        reconciler.trigger(`${req.node} uncordoned`);
-        return {};
-      },
-      drain: (req) => {
-        known(req.node);
-        intents.drain(req.node, now() + (req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS), now());
-        reconciler.trigger(`${req.node} draining`);
-        return {};
-      },
-      createJoinToken: (req) => {
-        if (!deps.joinTokens) {
-          throw new ConnectError(
-            "agent mTLS is not enabled on this control plane: set agent_tls.enabled: true",
-            Code.FailedPrecondition,
-          );
-        }
-        const ttl = Number(req.ttlMs);
-        if (!Number.isSafeInteger(ttl))
-          throw new ConnectError("ttl_ms is out of range", Code.InvalidArgument);
-        if (req.replace && !req.node)
-          throw new ConnectError(
-            "replace needs node: the node whose certificates the token replaces",
-            Code.InvalidArgument,
-          );
-        const t = deps.joinTokens.createToken(
-          ttl,
-          req.uses,
-          req.node ? { node: req.node, replace: req.replace } : undefined,
+  return {
+    listNodes: () => ({ nodes: nodes() }),
+    getNode: (req) => {
+      const node = nodes().find((n) => n.name === req.name);
+      if (!node) known(req.name);
+      return { node };
+    },
+    listReplicas: () => {
+      const t = now();
+      return {
+        replicas: reconciler.table
+          .list()
+          .map((r) => replicaToProto(r, t, reconciler.table.backoff.get(r.model), live)),
+      };
+    },
+    listModels: () => ({
+      models: modelSummaries(reconciler.currentCatalog, reconciler.table.list(), now(), deps.scaler),
+    }),
+    explain: (req) => {
+      const list = reconciler.explain(req.model);
+      if (!list) throw new ConnectError(`model "${req.model}" is not in the catalog`, Code.NotFound);
+      const out = formatExplanations(list);
+      const m = reconciler.currentCatalog.get(req.model);
+      // A model with a fixed count (max == min) reads as it always has.
+      const scaling = m && deps.scaler?.view(m.name);
+      if (m && scaling && scaling.max > scaling.min)
+        out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
+      return out;
+    },
+  };
+}
+
+/**
+ * Cordon and drain survive a restart (SQLite) and take effect on the next
+ * pass, which they trigger.
+ */
+function intentCalls(
+  deps: ControlServiceDeps,
+  now: () => number,
+  known: (name: string) => void,
+): Calls<"cordon" | "uncordon" | "drain"> {
+  const { intents, reconciler } = deps;
+  return {
+    cordon: (req) => {
+      known(req.node);
+      intents.cordon(req.node, now());
+      reconciler.trigger(`${req.node} cordoned`);
+      return {};
+    },
+    uncordon: (req) => {
+      known(req.node);
+      intents.uncordon(req.node, now());
+      reconciler.trigger(`${req.node} uncordoned`);
+      return {};
+    },
+    drain: (req) => {
+      known(req.node);
+      intents.drain(req.node, now() + (req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS), now());
+      reconciler.trigger(`${req.node} draining`);
+      return {};
+    },
+  };
+}
+
+/** Join tokens and revocation: there only when agent mTLS is enabled. */
+function enrollmentCalls(deps: ControlServiceDeps): Calls<"createJoinToken" | "revokeNode"> {
+  return {
+    createJoinToken: (req) => {
+      if (!deps.joinTokens) {
+        throw new ConnectError(
+          "agent mTLS is not enabled on this control plane: set agent_tls.enabled: true",
+          Code.FailedPrecondition,
         );
-        return {
-          token: t.token,
-          expiresAtUnixMs: BigInt(t.expiresAt),
-          uses: t.uses,
-          caFingerprint: t.caFingerprint,
-        };
-      },
-      revokeNode: (req) => {
-        if (!deps.revocation) {
-          throw new ConnectError(
-            "agent mTLS is not enabled on this control plane, so there is no certificate to revoke: set agent_tls.enabled: true",
-            Code.FailedPrecondition,
-          );
-        }
-        return deps.revocation.revoke(req.node);
-      },
-      getEdgeStatus: (req) => {
-        if (!deps.edgeStatus) return { configured: false };
-        const view = deps.edgeStatus.view(req.model);
-        if (req.model !== "" && view.lastSuccessAtUnixMs > 0n && view.models.length === 0)
-          throw new ConnectError(`the edge reported no pool for model "${req.model}"`, Code.NotFound);
-        return view;
-      },
-      getKeyUsage: async () => {
-        const edge = deps.edgeSync;
-        if (!edge) {
-          throw new ConnectError(
-            "this control plane has no edge link (edge.url and the EdgeSync secret), and key usage is kept at the edge",
-            Code.FailedPrecondition,
-          );
-        }
-        try {
-          return { usage: (await edge.getUsage({})).usage };
-        } catch (err) {
-          const e = ConnectError.from(err);
-          throw new ConnectError(`the edge did not answer GetUsage: ${e.rawMessage}`, Code.Unavailable);
-        }
-      },
-    });
+      }
+      const ttl = Number(req.ttlMs);
+      if (!Number.isSafeInteger(ttl)) throw new ConnectError("ttl_ms is out of range", Code.InvalidArgument);
+      if (req.replace && !req.node)
+        throw new ConnectError(
+          "replace needs node: the node whose certificates the token replaces",
+          Code.InvalidArgument,
+        );
+      const t = deps.joinTokens.createToken(
+        ttl,
+        req.uses,
+        req.node ? { node: req.node, replace: req.replace } : undefined,
+      );
+      return {
+        token: t.token,
+        expiresAtUnixMs: BigInt(t.expiresAt),
+        uses: t.uses,
+        caFingerprint: t.caFingerprint,
+      };
+    },
+    revokeNode: (req) => {
+      if (!deps.revocation) {
+        throw new ConnectError(
+          "agent mTLS is not enabled on this control plane, so there is no certificate to revoke: set agent_tls.enabled: true",
+          Code.FailedPrecondition,
+        );
+      }
+      return deps.revocation.revoke(req.node);
+    },
+  };
+}
+
+/** What the edge says: its pools' status (polled) and key usage (asked at once). */
+function edgeCalls(deps: ControlServiceDeps): Calls<"getEdgeStatus" | "getKeyUsage"> {
+  return {
+    getEdgeStatus: (req) => {
+      if (!deps.edgeStatus) return { configured: false };
+      const view = deps.edgeStatus.view(req.model);
+      if (req.model !== "" && view.lastSuccessAtUnixMs > 0n && view.models.length === 0)
+        throw new ConnectError(`the edge reported no pool for model "${req.model}"`, Code.NotFound);
+      return view;
+    },
+    getKeyUsage: async () => {
+      const edge = deps.edgeSync;
+      if (!edge) {
+        throw new ConnectError(
+          "this control plane has no edge link (edge.url and the EdgeSync secret), and key usage is kept at the edge",
+          Code.FailedPrecondition,
+        );
+      }
+      try {
+        return { usage: (await edge.getUsage({})).usage };
+      } catch (err) {
+        const e = ConnectError.from(err);
+        throw new ConnectError(`the edge did not answer GetUsage: ${e.rawMessage}`, Code.Unavailable);
+      }
+    },
   };
 }

@@ -10,10 +10,11 @@ import {
   type ShardStatus,
 } from "../../proto/gen/agent/v1/agent_pb.ts";
 import type { CertFacts } from "../certificates.ts";
-import type { Registry, Transition } from "../registry.ts";
+import type { RegistrationInfo, Registry, Transition } from "../registry.ts";
 import type { ClaimRefusals } from "./claim-refusals.ts";
 import { type BidiCallbacks, type BidiStream, serveConnectBidi } from "./connect-bidi.ts";
 import { checkRegister, checkShardLoad, checkShardStatus } from "./register.ts";
+import { type StreamCertificates, streamIdentityRefusal } from "./stream-identity.ts";
 
 /** The path connect clients use for AgentService.Connect. */
 export const CONNECT_PATH = "/agent.v1.AgentService/Connect";
@@ -57,14 +58,7 @@ export interface AgentServiceOptions {
    * not revoked, and may only register the node it names. Absent on the
    * plaintext (h2c) listener.
    */
-  certificates?: {
-    isRevoked(serial: string): boolean;
-    /**
-     * Records the certificate a stream was opened with; returns the serial
-     * on record for its node when that is another one (certificates.ts).
-     */
-    claim(cert: CertFacts, now: number): string | undefined;
-  };
+  certificates?: StreamCertificates;
   /** Where refused claims on a name are kept for `ctl nodes`. */
   claims?: ClaimRefusals;
 }
@@ -233,59 +227,13 @@ export class AgentStreams {
     }
     // A rogue or broken agent can only speak for its own node (docs/security.md).
     const certs = this.opts.certificates;
-    if (certs) {
-      const claimed = msg.msg.value.nodeName;
-      if (!identity) {
-        log.warn("agent refused: no authorized client certificate", { node: claimed });
-        this.refuse(
-          stream,
-          "unauthenticated",
-          "this control plane requires an agent client certificate signed by its CA: enroll with --join-token",
-        );
-        return undefined;
-      }
-      if (certs.isRevoked(identity.serial)) {
-        log.warn("agent refused: its certificate is revoked", { node: claimed, serial: identity.serial });
-        this.refuse(
-          stream,
-          "revoked",
-          `the certificate of node "${identity.node}" (serial ${identity.serial}) was revoked: re-admitting it takes a new join token`,
-        );
-        return undefined;
-      }
-      if (identity.node !== claimed) {
-        log.warn("agent refused: certificate is for another node", {
-          node: claimed,
-          certificate: identity.node,
-        });
-        this.refuse(
-          stream,
-          "wrong_identity",
-          `the client certificate is for node "${identity.node}", but the agent registers as "${claimed}"`,
-        );
-        return undefined;
-      }
-      const bound = certs.claim(identity, this.now());
-      if (bound !== undefined) {
-        log.warn("agent refused: node is bound to another certificate", {
-          node: claimed,
-          serial: identity.serial,
-          boundSerial: bound,
-          from,
-        });
-        this.opts.claims?.note(claimed, {
-          at: this.now(),
-          reason: "wrong_certificate",
-          from,
-          serial: identity.serial,
-        });
-        this.refuse(
-          stream,
-          "wrong_certificate",
-          `node "${claimed}" is bound to another certificate (serial ${bound}): this one (serial ${identity.serial}) cannot speak for it`,
-        );
-        return undefined;
-      }
+    const refusal =
+      certs &&
+      streamIdentityRefusal(certs, this.opts.claims, msg.msg.value.nodeName, identity, from, this.now());
+    if (refusal) {
+      log.warn(refusal.log, refusal.fields);
+      this.refuse(stream, refusal.code, refusal.message);
+      return undefined;
     }
     const checked = checkRegister(msg.msg.value);
     if (!checked.ok) {
@@ -295,22 +243,7 @@ export class AgentStreams {
     }
     const info = checked.info;
     const existing = this.sessions.get(info.name);
-    if (existing && existing.instance !== info.agentInstance) {
-      const record = registry.get(info.name);
-      const silentMs = record ? this.now() - record.lastSeen : Number.POSITIVE_INFINITY;
-      // A live node keeps its name: a second agent claiming it is far more
-      // likely a copy-pasted --node flag than a legitimate replacement.
-      if (silentMs < this.opts.heartbeatIntervalMs * 3) {
-        log.warn("agent refused: node name is in use by a connected agent", {
-          node: info.name,
-          instance: info.agentInstance,
-          from,
-        });
-        this.opts.claims?.note(info.name, { at: this.now(), reason: "name_in_use", from });
-        this.refuse(stream, "name_in_use", `node name "${info.name}" is in use by a connected agent`);
-        return undefined;
-      }
-    }
+    if (existing && this.nameInUse(stream, existing, info, from)) return undefined;
     // The same agent reconnecting (or a silent old stream): the new one wins.
     if (existing) {
       this.sessions.delete(info.name);
@@ -335,6 +268,39 @@ export class AgentStreams {
       shards: msg.msg.value.shards.length,
       instance: info.agentInstance,
     });
+    this.acknowledge(stream);
+    this.emit("onRegister", info.name, msg.msg.value.shards);
+    this.maybeBroadcastSpread();
+    return session;
+  }
+
+  /** Whether another agent instance holds the name and was heard from lately (then it is refused). */
+  private nameInUse(
+    stream: BidiStream<ControlMessage>,
+    existing: Session,
+    info: RegistrationInfo,
+    from: string,
+  ): boolean {
+    const { registry, log } = this.opts;
+    if (existing.instance === info.agentInstance) return false;
+    const record = registry.get(info.name);
+    const silentMs = record ? this.now() - record.lastSeen : Number.POSITIVE_INFINITY;
+    // A live node keeps its name: a second agent claiming it is far more
+    // likely a copy-pasted --node flag than a legitimate replacement.
+    if (silentMs < this.opts.heartbeatIntervalMs * 3) {
+      log.warn("agent refused: node name is in use by a connected agent", {
+        node: info.name,
+        instance: info.agentInstance,
+        from,
+      });
+      this.opts.claims?.note(info.name, { at: this.now(), reason: "name_in_use", from });
+      this.refuse(stream, "name_in_use", `node name "${info.name}" is in use by a connected agent`);
+      return true;
+    }
+    return false;
+  }
+
+  private acknowledge(stream: BidiStream<ControlMessage>): void {
     stream.send(
       create(ControlMessageSchema, {
         msg: {
@@ -349,9 +315,6 @@ export class AgentStreams {
         },
       }),
     );
-    this.emit("onRegister", info.name, msg.msg.value.shards);
-    this.maybeBroadcastSpread();
-    return session;
   }
 
   /**

@@ -59,6 +59,9 @@ export const MAX_TOKEN_TTL_MS = 365 * 86_400_000;
 /** Refusals that are an attempt on a particular node name, kept for `ctl nodes`. */
 const CLAIM_REASONS = new Set(["name_taken", "token_other_node"]);
 
+/** Refuses an Enroll call; typed up front, since control flow only narrows through a declared `never`. */
+type Refuse = (reason: string, message: string, code: Code) => never;
+
 export class Enrollment {
   readonly stats = { enrolled: 0, renewed: 0, refused: {} as Record<string, number> };
   private readonly now: () => number;
@@ -115,35 +118,10 @@ export class Enrollment {
   }
 
   async enroll(req: EnrollRequest, peer: EnrollPeer = {}): Promise<{ certPem: string; caPem: string }> {
-    const node = req.nodeName.slice(0, 64);
     const t = this.now();
     const budget = this.limiter.take(peer.address, t);
     const from = budget.source.key;
-    // Typed up front: control flow only narrows through a declared `never`.
-    const refuse: (reason: string, message: string, code: Code) => never = (reason, message, code) => {
-      this.count(reason);
-      budget.source.failures++;
-      if (CLAIM_REASONS.has(reason))
-        this.opts.claims?.note(node, {
-          at: t,
-          reason,
-          from,
-          ...(peer.cert ? { serial: peer.cert.serial } : {}),
-        });
-      // A flood from one source is one log line per window, not one per call.
-      const limited = reason === "rate_limited";
-      if (!limited || t - budget.source.loggedAt >= 60_000) {
-        if (limited) budget.source.loggedAt = t;
-        this.opts.log.warn("enrollment refused", {
-          node,
-          reason,
-          message,
-          from,
-          failuresFromSource: budget.source.failures,
-        });
-      }
-      throw new ConnectError(message, code);
-    };
+    const refuse: Refuse = this.refuser(req.nodeName.slice(0, 64), t, budget.source, from, peer);
     if (!budget.ok) {
       refuse(
         "rate_limited",
@@ -165,21 +143,7 @@ export class Enrollment {
         Code.InvalidArgument,
       );
     }
-    let secret: string;
-    try {
-      const t = parseJoinToken(req.token);
-      if (t.fingerprint !== this.opts.ca.fingerprint) {
-        refuse(
-          "wrong_ca",
-          `the join token pins CA ${t.fingerprint}, but this control plane's CA is ${this.opts.ca.fingerprint}: the token is from another control plane`,
-          Code.PermissionDenied,
-        );
-      }
-      secret = t.secret;
-    } catch (err) {
-      if (err instanceof ConnectError) throw err;
-      refuse("malformed_token", (err as Error).message, Code.PermissionDenied);
-    }
+    const secret = this.tokenSecret(req.token, refuse);
     const checked = this.opts.tokens.check(secret, this.now());
     if (!checked.ok) refuse(`token_${checked.reason}`, checked.message, Code.PermissionDenied);
     const binding = checked.binding;
@@ -192,32 +156,9 @@ export class Enrollment {
     }
     // Checked again after signing: another enrollment may have taken the
     // name while this one waited for the signature.
-    const nameFree = () => {
-      const held = this.opts.certs.liveSerials(req.nodeName, this.now());
-      if (held.length > 0 && !binding?.replace) {
-        refuse(
-          "name_taken",
-          `node "${req.nodeName}" already holds a certificate (serial ${held.at(-1)}): revoke it first (llmgw ctl nodes revoke ${req.nodeName}) or enroll with a token made by llmgw ctl tokens create --node ${req.nodeName} --replace`,
-          Code.PermissionDenied,
-        );
-      }
-      return held;
-    };
-    nameFree();
-    let certPem: string;
-    try {
-      certPem = await signClientCsr(
-        this.opts.ca,
-        req.csrPem,
-        req.nodeName,
-        this.opts.clientCertValidityMs,
-        this.now,
-      );
-    } catch (err) {
-      if (err instanceof CsrError) refuse("bad_csr", err.message, Code.InvalidArgument);
-      throw err;
-    }
-    const held = nameFree();
+    this.nameFree(req.nodeName, binding, refuse);
+    const certPem = await this.sign(req, refuse);
+    const held = this.nameFree(req.nodeName, binding, refuse);
     const used = this.opts.tokens.consume(secret, this.now(), req.nodeName);
     if (!used.ok) refuse(`token_${used.reason}`, used.message, Code.PermissionDenied);
     if (held.length > 0) {
@@ -240,6 +181,89 @@ export class Enrollment {
       ...(held.length > 0 ? { replaced: held } : {}),
     });
     return { certPem, caPem: this.opts.ca.certPem };
+  }
+
+  /**
+   * How one Enroll call is refused: counted, charged to its source, noted
+   * on the name when it was a claim on it, logged (a flood from one source
+   * is one line per window, not one per call), and thrown.
+   */
+  private refuser(
+    node: string,
+    t: number,
+    source: { failures: number; loggedAt: number },
+    from: string,
+    peer: EnrollPeer,
+  ): Refuse {
+    return (reason, message, code) => {
+      this.count(reason);
+      source.failures++;
+      if (CLAIM_REASONS.has(reason))
+        this.opts.claims?.note(node, {
+          at: t,
+          reason,
+          from,
+          ...(peer.cert ? { serial: peer.cert.serial } : {}),
+        });
+      const limited = reason === "rate_limited";
+      if (!limited || t - source.loggedAt >= 60_000) {
+        if (limited) source.loggedAt = t;
+        this.opts.log.warn("enrollment refused", {
+          node,
+          reason,
+          message,
+          from,
+          failuresFromSource: source.failures,
+        });
+      }
+      throw new ConnectError(message, code);
+    };
+  }
+
+  /** The join token's secret, once it parses and pins this control plane's CA. */
+  private tokenSecret(token: string, refuse: Refuse): string {
+    try {
+      const t = parseJoinToken(token);
+      if (t.fingerprint !== this.opts.ca.fingerprint) {
+        refuse(
+          "wrong_ca",
+          `the join token pins CA ${t.fingerprint}, but this control plane's CA is ${this.opts.ca.fingerprint}: the token is from another control plane`,
+          Code.PermissionDenied,
+        );
+      }
+      return t.secret;
+    } catch (err) {
+      if (err instanceof ConnectError) throw err;
+      return refuse("malformed_token", (err as Error).message, Code.PermissionDenied);
+    }
+  }
+
+  /** The serials the name holds; refused when it holds any and the token does not replace them. */
+  private nameFree(node: string, binding: TokenBinding | undefined, refuse: Refuse): string[] {
+    const held = this.opts.certs.liveSerials(node, this.now());
+    if (held.length > 0 && !binding?.replace) {
+      refuse(
+        "name_taken",
+        `node "${node}" already holds a certificate (serial ${held.at(-1)}): revoke it first (llmgw ctl nodes revoke ${node}) or enroll with a token made by llmgw ctl tokens create --node ${node} --replace`,
+        Code.PermissionDenied,
+      );
+    }
+    return held;
+  }
+
+  private async sign(req: EnrollRequest, refuse: Refuse): Promise<string> {
+    try {
+      return await signClientCsr(
+        this.opts.ca,
+        req.csrPem,
+        req.nodeName,
+        this.opts.clientCertValidityMs,
+        this.now,
+      );
+    } catch (err) {
+      if (err instanceof CsrError) refuse("bad_csr", err.message, Code.InvalidArgument);
+      throw err;
+    }
   }
 
   /**

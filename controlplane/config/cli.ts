@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { formatDuration } from "../../common/duration.ts";
-import { routerWarnings } from "../../edge/router-config.ts";
+import { routerWarnings } from "../../edge/config/router.ts";
 import { buildCatalog, type Catalog, CatalogError, type CatalogProfile } from "../catalog.ts";
 import { portNeeds, portsPerNode } from "../placement/ports.ts";
 import { ConfigError, type LoadedConfig, loadConfig } from "./load.ts";

@@ -1,10 +1,10 @@
 import { z } from "zod";
 import { modelNameSchema } from "../../common/catalog-names.ts";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { viaSchema } from "../../common/endpoint-fields.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { staticEndpointSchema } from "../../common/static-endpoint.ts";
-import { viaSchema } from "../../edge/catalog.ts";
-import { routerSchema, routingPolicy } from "../../edge/router-config.ts";
+import { routerSchema, routingPolicy } from "../../edge/config/router.ts";
 
 /**
  * The configuration file's shape. Snake_case keys, as operators write YAML;

@@ -10,10 +10,6 @@ import { SseSplitter } from "../../common/sse.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
 import { sseErrorEvent } from "../openai-errors.ts";
 import type { EndpointSpec } from "../routing/types.ts";
-import { readUsage, StreamUsage } from "../sse-usage.ts";
-import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "../timeouts.ts";
-import { engineUrl } from "../upstream.ts";
-import { answerText, countedUsage } from "../usage-estimate.ts";
 import {
   type End,
   earlyEnd,
@@ -24,6 +20,10 @@ import {
   type Verdicted,
 } from "./failure.ts";
 import { choicesAsked, type ProxyInput } from "./input.ts";
+import { readUsage, StreamUsage } from "./sse-usage.ts";
+import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
+import { engineUrl } from "./upstream.ts";
+import { answerText, countedUsage } from "./usage-estimate.ts";
 
 const MAX_ERROR_BODY = 64 * 1024;
 const MAX_RESPONSE_BODY = 32 * 1024 * 1024;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { PhaseTimeout } from "../timeouts.ts";
 import { type End, earlyEnd, type Failure, outcomeOf, statusFailure, thrownFailure } from "./failure.ts";
+import { PhaseTimeout } from "./timeouts.ts";
 
 /** Each way an attempt fails, as the client sees it and as the breaker hears it. */
 const cases: [

@@ -14,8 +14,8 @@
  */
 import { ApiError, errors, normaliseEngineError, type OpenAIErrorBody } from "../openai-errors.ts";
 import type { Verdict } from "../routing/pool-core.ts";
-import type { Usage } from "../sse-usage.ts";
-import { PhaseTimeout } from "../timeouts.ts";
+import type { Usage } from "./sse-usage.ts";
+import { PhaseTimeout } from "./timeouts.ts";
 
 /**
  * Where an attempt stood. Before `relay` the client has no byte yet, so a

@@ -2,10 +2,11 @@
  * What the proxy is asked to do for one request: the request as the edge
  * validated it, the endpoints it may try and the settings it runs under.
  */
-import type { Target } from "../attempt-plan.ts";
-import type { RouterConfig } from "../router-config.ts";
+
+import type { RouterConfig } from "../config/router.ts";
 import type { EndpointSpec } from "../routing/types.ts";
-import type { UpstreamFetch } from "../upstream.ts";
+import type { Target } from "./attempt-plan.ts";
+import type { UpstreamFetch } from "./upstream.ts";
 
 export type ApiPath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
 

@@ -3,7 +3,7 @@
  * has no tokenizer): the prompt at CHARS_PER_TOKEN characters a token, the
  * answer at its `max_tokens` (or `max_completion_tokens`) per choice, or an
  * assumption when it names none. An estimate for admission, not a bound
- * (the key's ledger reserves a bound, reservations.ts): English text with
+ * (the key's ledger reserves a bound, edge/keys/reservations.ts): English text with
  * Llama-3's or GPT-4's tokenizer runs near 4 characters a token, code and
  * other languages fewer, so a prompt may hold up to about twice the
  * estimate; the scraped KV use corrects the pool when it does.

@@ -2,8 +2,8 @@
  * Picking an endpoint, as a pipeline of small pure stages (after the
  * Inference Extension's filter → score → pick):
  *
- *   routable (engine state, breaker) → spill-over (best pool that can take
- *   the request) → policy
+ *   routable (engine state, breaker) → spill-over (the best spill group that
+ *   can take the request) → policy
  *
  * and for the `chat` policy, three tiers, the first that decides wins:
  *
@@ -102,30 +102,31 @@ export function describeUnroutable(cands: readonly Candidate[]): string {
   return parts.join(", ") || "none routable";
 }
 
-const poolOrder = (a: Candidate, b: Candidate) =>
-  a.spec.priority - b.spec.priority || (a.spec.pool < b.spec.pool ? -1 : a.spec.pool > b.spec.pool ? 1 : 0);
+const spillOrder = (a: Candidate, b: Candidate) =>
+  a.spec.priority - b.spec.priority ||
+  (a.spec.spillGroup < b.spec.spillGroup ? -1 : a.spec.spillGroup > b.spec.spillGroup ? 1 : 0);
 
 /**
- * Spill-over: the first pool by priority with an endpoint under saturation
- * takes the request; pools after it wait. If every pool is saturated the
- * first one takes it (flow control admitted the request; someone must).
+ * Spill-over: the first spill group by priority with an endpoint under
+ * saturation takes the request; groups after it wait. If every group is
+ * saturated the first one takes it (flow control admitted the request; someone must).
  */
 export function spillOver(cands: readonly Candidate[]): Filtered {
   if (cands.length === 0) return { kept: [], rejected: [] };
-  const sorted = [...cands].sort(poolOrder);
+  const sorted = [...cands].sort(spillOrder);
   const open = sorted.find((c) => c.saturation < 1) ?? sorted[0]!;
   const kept: Candidate[] = [];
   const rejected: Rejection[] = [];
   for (const c of sorted) {
-    if (c.spec.pool === open.spec.pool) kept.push(c);
+    if (c.spec.spillGroup === open.spec.spillGroup) kept.push(c);
     else
       rejected.push({
         endpoint: c.spec.id,
         stage: "spill-over",
         reason:
-          poolOrder(c, open) > 0
-            ? `pool ${c.spec.pool} (priority ${c.spec.priority}) waits while pool ${open.spec.pool} can take requests`
-            : `pool ${c.spec.pool} is saturated`,
+          spillOrder(c, open) > 0
+            ? `spill group ${c.spec.spillGroup} (priority ${c.spec.priority}) waits while spill group ${open.spec.spillGroup} can take requests`
+            : `spill group ${c.spec.spillGroup} is saturated`,
       });
   }
   return { kept, rejected };
@@ -247,8 +248,8 @@ function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, Rout
 
 /**
  * Alternates for retries, so a retry needs no second call to the pool: the
- * rest of the chosen pool, least busy first, then the other pools in spill-over
- * order. Only closed breakers: a half-open endpoint gets its probe from the
+ * rest of the chosen spill group, least busy first, then the other groups in
+ * spill-over order. Only closed breakers: a half-open endpoint gets its probe from the
  * pool, not from a retry.
  */
 function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidate[] {
@@ -257,8 +258,9 @@ function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidat
     .filter((c) => c !== chosen && c.breaker === "closed")
     .sort(
       (a, b) =>
-        Number(b.spec.pool === chosen.spec.pool) - Number(a.spec.pool === chosen.spec.pool) ||
-        poolOrder(a, b) ||
+        Number(b.spec.spillGroup === chosen.spec.spillGroup) -
+          Number(a.spec.spillGroup === chosen.spec.spillGroup) ||
+        spillOrder(a, b) ||
         lighter(a, b),
     )
     .slice(0, n);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import { PoolCallLost, PoolChannel, type Timer } from "./pool-channel.ts";
 import { PoolCore } from "./pool-core.ts";
 import { PoolExchange } from "./pool-exchange.ts";
@@ -26,7 +26,7 @@ function rig(seqs = 1) {
       {
         id: "e0",
         url: "http://e0",
-        pool: "default",
+        spillGroup: "default",
         priority: 0,
         weight: 1,
         via: "direct",
@@ -197,7 +197,7 @@ describe("PoolChannel", () => {
     const core = new PoolCore("m", routerSchema.parse({}), mulberry32(1));
     core.setEndpoints(
       1,
-      [{ id: "e0", url: "http://e0", pool: "default", priority: 0, weight: 1, via: "direct" }],
+      [{ id: "e0", url: "http://e0", spillGroup: "default", priority: 0, weight: 1, via: "direct" }],
       0,
     );
     const desk = new PoolExchange(core);

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import { type Admission, type AdmitRequest, type Lease, PoolCore } from "./pool-core.ts";
 import { blockHashes } from "./prefix-hash.ts";
 import type { EndpointSpec, LoadSample, RoutingPolicy } from "./types.ts";
 
 function ep(id: string, extra: Partial<EndpointSpec> = {}): EndpointSpec {
-  return { id, url: `http://${id}`, pool: "default", priority: 0, weight: 1, via: "direct", ...extra };
+  return { id, url: `http://${id}`, spillGroup: "default", priority: 0, weight: 1, via: "direct", ...extra };
 }
 
 function sample(at: number, extra: Partial<LoadSample> = {}): LoadSample {
@@ -311,13 +311,17 @@ describe("PoolCore picking (chat)", () => {
     }
   });
 
-  it("spill-over: the priority-1 pool is used only while the priority-0 pool is saturated", () => {
+  it("spill-over: the priority-1 spill group is used only while the priority-0 group is saturated", () => {
     const p = new PoolCore("m", routerSchema.parse({ scoring: { target_inflight: 2 } }), mulberry32(3));
-    p.setEndpoints(1, [ep("h100-a", { pool: "h100" }), ep("a100-a", { pool: "a100", priority: 1 })], 0);
+    p.setEndpoints(
+      1,
+      [ep("h100-a", { spillGroup: "h100" }), ep("a100-a", { spillGroup: "a100", priority: 1 })],
+      0,
+    );
     const ids = Array.from({ length: 3 }, () => leaseOf(admit(p, req({ band: "platinum" }), 0)).endpoint.id);
     expect(ids).toEqual(["h100-a", "h100-a", "a100-a"]);
     expect(p.status(0).lastRejections).toEqual([
-      { endpoint: "h100-a", stage: "spill-over", reason: "pool h100 is saturated" },
+      { endpoint: "h100-a", stage: "spill-over", reason: "spill group h100 is saturated" },
     ]);
     expect(leaseOf(admit(p, req({ band: "platinum" }), 0)).alternates.map((e) => e.id)).toEqual(["h100-a"]);
   });

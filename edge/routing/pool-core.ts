@@ -17,7 +17,7 @@
  * update) lets a queued request go. The Durable Object wraps it in promises
  * and a timer; the discrete-event benchmark drives it on a virtual clock.
  */
-import type { RouterConfig } from "../router-config.ts";
+import type { RouterConfig } from "../config/router.ts";
 import { Breakers } from "./breaker.ts";
 import { CHARS_PER_TOKEN } from "./demand.ts";
 import { FlowController, type Waiter } from "./flow-control.ts";
@@ -447,7 +447,7 @@ export class PoolCore {
         return {
           id: c.spec.id,
           url: c.spec.url,
-          pool: c.spec.pool,
+          pool: c.spec.spillGroup,
           priority: c.spec.priority,
           weight: c.spec.weight,
           state: c.state ?? "unscraped",

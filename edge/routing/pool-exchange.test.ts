@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import { PoolCore } from "./pool-core.ts";
 import { POLL_HOLD_MS, PoolExchange } from "./pool-exchange.ts";
 import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
@@ -19,7 +19,7 @@ function desk(seqs = 2) {
   const spec: EndpointSpec = {
     id: "e0",
     url: "http://e0",
-    pool: "default",
+    spillGroup: "default",
     priority: 0,
     weight: 1,
     via: "direct",

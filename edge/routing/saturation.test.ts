@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { routerSchema } from "../router-config.ts";
+import { routerSchema } from "../config/router.ts";
 import {
   ASSUMED_MAX_NUM_SEQS,
   decayTowardOne,

@@ -25,7 +25,7 @@
  * shutting every band out. An endpoint never scraped (router-only mode) is
  * judged on its charges alone.
  */
-import type { ScoringConfig } from "../router-config.ts";
+import type { ScoringConfig } from "../config/router.ts";
 import type { Capacity, LoadSample } from "./types.ts";
 
 /**

@@ -4,7 +4,7 @@
  * Worker isolate (fail-open), a unit test and the discrete-event benchmark
  * all host the same code.
  */
-import type { RoutingPolicy } from "../router-config.ts";
+import type { RoutingPolicy } from "../config/router.ts";
 
 export type { RoutingPolicy };
 
@@ -12,9 +12,12 @@ export type { RoutingPolicy };
 export interface EndpointSpec {
   id: string;
   url: string;
-  /** Spill-over group: the best `priority` pool that can take a request gets it. */
-  pool: string;
-  /** Lower first; a pool's endpoints share one priority. */
+  /**
+   * Its spill group (the config key `pool`, common/endpoint-fields.ts): the
+   * group of best `priority` that can take a request gets it.
+   */
+  spillGroup: string;
+  /** Lower first; a spill group's endpoints share one priority. */
   priority: number;
   /** Relative capacity (heterogeneous GPUs): scales its in-flight target and its share of traffic. */
   weight: number;

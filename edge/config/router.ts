@@ -1,0 +1,137 @@
+/**
+ * The router's settings: what the edge applies when it admits, routes and
+ * proxies requests. The edge owns this schema. The control plane's config
+ * file embeds it as its `router:` section and pushes that section through
+ * EdgeSync (PutRouterSettings), where it is validated again, versioned and
+ * stored in KV; `LLMGW_ROUTER` overrides it locally. Snake_case keys and
+ * duration strings, as operators write YAML; every object is strict.
+ */
+import { z } from "zod";
+import { durationSchema as duration } from "../../common/duration.ts";
+
+/** The routing policies a model may name. `chat` is the product; the others are baselines. */
+export const ROUTING_POLICIES = ["chat", "round-robin", "least-load", "random"] as const;
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+export const routingPolicy = z.enum(ROUTING_POLICIES);
+
+const timeoutsSchema = z.strictObject({
+  // Accepted so older configs still load, and never read: Workers' fetch
+  // does not expose connection setup, so it cannot be bounded apart from
+  // the header wait (docs/edge.md, "Timeouts"). routerWarnings() says so.
+  dial: duration.optional(),
+  response_header: duration.prefault("60s"),
+  first_token: duration.prefault("120s"),
+  idle: duration.prefault("60s"),
+  total: duration.prefault("30m"),
+});
+
+const scoringSchema = z.strictObject({
+  target_waiting: z.number().positive().default(4),
+  // The share of an engine's batch (its `max_num_seqs`) at which it counts
+  // as saturated. Half, because that is where the reference engine (an 8B
+  // model on an H100, batch 256) has slowed its step to about 2.5× an idle
+  // one's: saturated for latency, though not yet for memory. Lower band
+  // ceilings are fractions of it, so it sets how much room platinum keeps.
+  // bench:routing's simulation: platinum's TTFT p99 under a band-mix
+  // overload stays within 1.4× of unloaded at half the batch, 2.4× at all
+  // of it (docs/routing.md).
+  seq_ceiling: z.number().gt(0).max(1).default(0.5),
+  // An override: requests in flight per unit of `weight` at which every
+  // endpoint counts as saturated, whatever its capacity. Unset, the target
+  // follows each engine's own batch (seq_ceiling × max_num_seqs).
+  target_inflight: z.number().positive().optional(),
+  kv_ceiling: z.number().gt(0).max(1).default(0.9),
+  // What a request that names no max_tokens is charged for its answer at
+  // admission: the engine itself would allow up to the context length,
+  // which charged in full would hold every band far below what runs.
+  assumed_output_tokens: z.number().int().positive().default(512),
+  session_load_factor: z.number().min(1).default(1.25),
+  // Sized like the engines' prefix cache, in 64-character blocks: an index
+  // larger than the cache believes in blocks the engine has long evicted.
+  prefix_cache_blocks: z.number().int().min(0).default(31_250),
+});
+
+const bandSchema = z.strictObject({
+  name: z.string().regex(/^[a-z][a-z0-9_-]*$/, "must be lower-case letters, digits, - or _"),
+  priority: z.number().int(),
+  saturation_ceiling: z.number().gt(0).max(1),
+});
+
+export const DEFAULT_BANDS = [
+  { name: "platinum", priority: 400, saturation_ceiling: 1.0 },
+  { name: "gold", priority: 300, saturation_ceiling: 0.85 },
+  { name: "silver", priority: 200, saturation_ceiling: 0.6 },
+  { name: "bronze", priority: 100, saturation_ceiling: 0.3 },
+];
+
+const admissionSchema = z
+  .strictObject({
+    enabled: z.boolean().default(true),
+    bands: z.array(bandSchema).min(1).default(DEFAULT_BANDS),
+    default_band: z.string().default("gold"),
+    band_header: z.string().default("x-llmgw-band"),
+    queue_ttl: duration.prefault("30s"),
+    queue_capacity_per_band: z.number().int().positive().default(2000),
+  })
+  .superRefine((a, ctx) => {
+    const names = new Set<string>();
+    const priorities = new Set<number>();
+    a.bands.forEach((b, i) => {
+      if (names.has(b.name))
+        ctx.addIssue({ code: "custom", path: ["bands", i, "name"], message: "duplicate band" });
+      if (priorities.has(b.priority)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["bands", i, "priority"],
+          message: "two bands share this priority",
+        });
+      }
+      names.add(b.name);
+      priorities.add(b.priority);
+    });
+    if (!names.has(a.default_band)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["default_band"],
+        message: `must be one of the bands (${[...names].join(", ")})`,
+      });
+    }
+  });
+
+export const routerSchema = z.strictObject({
+  scrape_interval: duration.prefault("2s"),
+  scrape_timeout: duration.prefault("1s"),
+  stale_after: duration.prefault("10s"),
+  retries: z.number().int().min(0).max(10).default(2),
+  cooldown: duration.prefault("15s"),
+  failure_threshold: z.number().int().min(1).default(3),
+  default_routing: routingPolicy.default("chat"),
+  session_header: z.string().default("x-session-id"),
+  inject_usage: z.boolean().default(true),
+  max_body_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(32 * 1024 * 1024),
+  // Beyond the queue TTL, how long a Worker waits for the model's pool
+  // before routing on its own: a pool that answers neither with a lease
+  // nor with a refusal by then is taken for unreachable.
+  pool_timeout: duration.prefault("2s"),
+  timeouts: timeoutsSchema.prefault({}),
+  scoring: scoringSchema.prefault({}),
+  admission: admissionSchema.prefault({}),
+});
+
+export type RouterConfig = z.output<typeof routerSchema>;
+
+/** Settings that parse but do nothing, as warnings to show the operator. */
+export function routerWarnings(r: RouterConfig): string[] {
+  return r.timeouts.dial === undefined
+    ? []
+    : [
+        "router.timeouts.dial has no effect: Workers' fetch cannot bound connecting apart from waiting for headers; a refused connection fails at once, and response_header and first_token bound the rest — remove it",
+      ];
+}
+export type ScoringConfig = RouterConfig["scoring"];
+export type AdmissionConfig = RouterConfig["admission"];
+export type BandConfig = AdmissionConfig["bands"][number];

@@ -1,0 +1,132 @@
+/**
+ * API-key authentication. Keys look like `sk-<base64url>`; the edge stores
+ * and looks up only their SHA-256. A brief per-isolate cache saves a KV read
+ * per request; it is not what makes revocation fast. A revoked key is
+ * refused everywhere within seconds through the RevocationLog every isolate
+ * polls (revocations.ts), and at once by its KeyLedger when the key has
+ * limits, since those keys are admitted by the ledger (ledger.ts).
+ */
+
+import { errors } from "../openai-errors.ts";
+import { type KeyRecord, keyRecordSchema } from "./rules.ts";
+import { sha256Hex } from "./sha256.ts";
+
+const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
+const POSITIVE_TTL_MS = 10_000;
+// Short so a key created through another isolate works within seconds,
+// long enough that a flood of bad keys costs one KV read per key per second.
+const NEGATIVE_TTL_MS = 2_000;
+const MAX_ENTRIES = 10_000;
+
+export function bearerSecret(header: string | null): string {
+  if (header === null || header.trim() === "") {
+    throw errors.unauthorized(
+      "You didn't provide an API key. Send it as an `Authorization: Bearer sk-...` header.",
+    );
+  }
+  const m = /^Bearer ([^\s,]+)$/i.exec(header.trim());
+  if (!m) throw errors.unauthorized("Malformed Authorization header; expected `Bearer sk-...`.");
+  const secret = m[1]!;
+  if (!KEY_FORMAT.test(secret)) throw errors.unauthorized("Incorrect API key provided (malformed key).");
+  return secret;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * Compares two secrets in time independent of where they differ: both are
+ * hashed first, so lengths leak nothing either, then every byte is visited.
+ */
+export async function secretsEqual(a: string, b: string): Promise<boolean> {
+  const [da, db] = await Promise.all([
+    crypto.subtle.digest("SHA-256", encoder.encode(a)),
+    crypto.subtle.digest("SHA-256", encoder.encode(b)),
+  ]);
+  const x = new Uint8Array(da);
+  const y = new Uint8Array(db);
+  let diff = 0;
+  for (let i = 0; i < x.length; i++) diff |= x[i]! ^ y[i]!;
+  return diff === 0;
+}
+
+interface Entry {
+  key: KeyRecord | null;
+  until: number;
+  refreshing?: boolean;
+}
+
+export class KeyCache {
+  private readonly entries = new Map<string, Entry>();
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /**
+   * The cached record, or undefined when the caller should read KV. An
+   * expired entry is served stale while one caller re-reads it, so a busy
+   * key costs one KV read per TTL, not one per concurrent request.
+   */
+  get(hash: string): KeyRecord | null | undefined {
+    const e = this.entries.get(hash);
+    if (!e) return undefined;
+    if (e.until < this.now()) {
+      if (e.refreshing) return e.key;
+      e.refreshing = true;
+      return undefined;
+    }
+    return e.key;
+  }
+
+  set(hash: string, key: KeyRecord | null): void {
+    if (this.entries.size >= MAX_ENTRIES) {
+      const oldest = this.entries.keys().next().value;
+      if (oldest !== undefined) this.entries.delete(oldest);
+    }
+    this.entries.set(hash, { key, until: this.now() + (key ? POSITIVE_TTL_MS : NEGATIVE_TTL_MS) });
+  }
+
+  /** A re-read failed: let the next caller try again. */
+  abandon(hash: string): void {
+    const e = this.entries.get(hash);
+    if (e) e.refreshing = false;
+  }
+
+  invalidate(hash: string): void {
+    this.entries.delete(hash);
+  }
+}
+
+export const keyCache = new KeyCache();
+
+export function keyKvName(hash: string): string {
+  return `keys/${hash}`;
+}
+
+/**
+ * The key behind an Authorization header. Synchronous when this isolate
+ * has the key cached (the common case: no await on the request path); a
+ * promise when KV must be read. Throws (or rejects with) a 401 for a
+ * malformed, unknown or revoked key.
+ */
+export function authenticate(header: string | null, kv: KVNamespace): KeyRecord | Promise<KeyRecord> {
+  const hash = sha256Hex(bearerSecret(header));
+  const cached = keyCache.get(hash);
+  return cached === undefined ? readKey(kv, hash).then(usable) : usable(cached);
+}
+
+function usable(key: KeyRecord | null): KeyRecord {
+  if (!key || key.revoked) throw errors.unauthorized("Incorrect API key provided.");
+  return key;
+}
+
+async function readKey(kv: KVNamespace, hash: string): Promise<KeyRecord | null> {
+  let raw: unknown;
+  try {
+    raw = await kv.get(keyKvName(hash), "json");
+  } catch (err) {
+    keyCache.abandon(hash);
+    throw err;
+  }
+  const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
+  const key = parsed?.success ? parsed.data : null;
+  keyCache.set(hash, key);
+  return key;
+}

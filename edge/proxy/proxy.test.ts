@@ -1,0 +1,475 @@
+import { describe, expect, it } from "vitest";
+import { routerSchema } from "../config/router.ts";
+import type { PoolLease } from "../pool/client.ts";
+import type { Verdict } from "../routing/pool-core.ts";
+import type { EndpointSpec } from "../routing/types.ts";
+import type { Target } from "./attempt-plan.ts";
+import { type ProxyInput, proxy } from "./proxy.ts";
+import type { UpstreamFetch } from "./upstream.ts";
+
+/**
+ * The proxy in Node against fake engines at its UpstreamFetch seam: retries
+ * before the first byte, the verdict every attempt reports to its lease,
+ * usage on both paths, failures mid-stream. No workerd, no pool.
+ */
+const settings = routerSchema.parse({
+  retries: 2,
+  timeouts: { response_header: "200ms", first_token: "200ms", idle: "200ms", total: "5s" },
+});
+
+const ep = (id: string): EndpointSpec => ({
+  id,
+  url: `http://${id}.test`,
+  spillGroup: "default",
+  priority: 0,
+  weight: 1,
+  via: "direct",
+});
+
+function fakeLease(verdicts: [string, Verdict][]): PoolLease {
+  return {
+    lease: {
+      id: "req_1",
+      endpoint: ep("a"),
+      alternates: [],
+      route: "prefix",
+      band: "gold",
+      queuedMs: 12.4,
+      saturation: 0.3,
+    },
+    model: "m",
+    failOpen: false,
+    record: (endpoint, verdict) => verdicts.push([endpoint, verdict]),
+    settle: () => Promise.resolve(),
+  };
+}
+
+function targets(ids: string[], lease: PoolLease) {
+  const queue: Target[] = ids.map((id) => ({ model: "m", endpoint: ep(id), lease }));
+  return { take: async () => queue.shift() };
+}
+
+const encoder = new TextEncoder();
+
+/** A streamed answer; like fetch's, its body errors when the request's signal aborts. */
+function sse(
+  chunks: string[],
+  opts: { endEarly?: boolean; stallAfter?: number; signal?: AbortSignal | null | undefined } = {},
+): Response {
+  let i = 0;
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      opts.signal?.addEventListener("abort", () => c.error(new DOMException("aborted", "AbortError")));
+    },
+    pull(c) {
+      if (opts.stallAfter !== undefined && i >= opts.stallAfter) return new Promise(() => {});
+      if (i < chunks.length) c.enqueue(encoder.encode(chunks[i++]!));
+      else if (opts.endEarly) c.error(new Error("connection reset"));
+      else c.close();
+      return undefined;
+    },
+  });
+  return new Response(body, { status: 200, headers: { "content-type": "text/event-stream" } });
+}
+
+const chunk = (content: string, completion: number) =>
+  `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"${content}"},"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":${completion},"total_tokens":${5 + completion}}}\n\n`;
+const usageChunk =
+  'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}\n\n';
+
+function run(
+  upstream: Record<string, (init: RequestInit) => Response | Promise<Response>>,
+  ids: string[],
+  extra: Partial<ProxyInput> = {},
+) {
+  const verdicts: [string, Verdict][] = [];
+  const lease = fakeLease(verdicts);
+  const calls: string[] = [];
+  const input: ProxyInput = {
+    requestId: "req_1",
+    apiPath: "/v1/chat/completions",
+    body: { model: "m", messages: [{ role: "user", content: "hi" }] },
+    stream: false,
+    settings,
+    band: "gold",
+    targets: targets(ids, lease),
+    upstream: (e) =>
+      ((url: string, init: RequestInit) => {
+        calls.push(url);
+        const f = upstream[e.id];
+        if (!f) return Promise.reject(new TypeError("connection refused"));
+        return Promise.resolve(f(init));
+      }) as UpstreamFetch,
+    pipe: () => new TransformStream<Uint8Array, Uint8Array>(),
+    ...extra,
+  };
+  return { result: proxy(input), verdicts, calls };
+}
+
+describe("proxy", () => {
+  it("answers a non-streamed request, with its routing headers and usage, and reports ok", async () => {
+    const body = { id: "x", choices: [], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } };
+    const { result, verdicts, calls } = run({ a: () => Response.json(body) }, ["a"]);
+    const r = await result;
+    expect(r.response.status).toBe(200);
+    expect(Object.fromEntries(r.response.headers)).toMatchObject({
+      "x-llmgw-endpoint": "a",
+      "x-llmgw-attempts": "1",
+      "x-llmgw-route": "prefix",
+      "x-llmgw-queued-ms": "12",
+      "x-llmgw-band": "gold",
+    });
+    expect((await r.outcome).usage).toEqual({ prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 });
+    expect(calls).toEqual(["http://a.test/v1/chat/completions"]);
+    expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
+  it("retries a refused connection and a 503 on the next endpoints, reporting each failure", async () => {
+    const { result, verdicts } = run(
+      {
+        b: () => new Response('{"error":{"message":"busy"}}', { status: 503 }),
+        c: () =>
+          Response.json({ choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }),
+      },
+      ["a", "b", "c"],
+    );
+    const r = await result;
+    expect(r.response.status).toBe(200);
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("3");
+    await r.outcome;
+    expect(verdicts).toEqual([
+      ["a", "fail"],
+      ["b", "fail"],
+      ["c", "ok"],
+    ]);
+  });
+
+  it("returns an engine's 4xx at once, normalised, without a retry: the engine is alive", async () => {
+    const { result, verdicts, calls } = run(
+      {
+        a: () =>
+          new Response(
+            '{"error":{"message":"too long","type":"BadRequestError","param":"messages","code":400}}',
+            {
+              status: 400,
+            },
+          ),
+      },
+      ["a", "b"],
+    );
+    const r = await result;
+    expect(r.response.status).toBe(400);
+    expect(await r.response.json()).toEqual({
+      error: { message: "too long", type: "invalid_request_error", param: "messages", code: null },
+    });
+    expect(calls).toHaveLength(1);
+    expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
+  it("after the last endpoint, answers with the last failure", async () => {
+    const { result, verdicts } = run({}, ["a", "b"]);
+    const r = await result;
+    expect(r.response.status).toBe(503);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe(
+      "upstream_unreachable",
+    );
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("2");
+    expect(verdicts).toEqual([
+      ["a", "fail"],
+      ["b", "fail"],
+    ]);
+  });
+
+  it("streams, cutting the injected usage back to what the client asked for (nothing)", async () => {
+    const { result, verdicts } = run(
+      { a: () => sse([chunk("Hel", 1), chunk("lo", 2), usageChunk, "data: [DONE]\n\n"]) },
+      ["a"],
+      { stream: true },
+    );
+    const r = await result;
+    const text = await r.response.text();
+    expect(text).not.toContain("usage");
+    expect(text).toContain('"content":"Hel"');
+    expect(text.trim().endsWith("data: [DONE]")).toBe(true);
+    const o = await r.outcome;
+    expect(o.usage?.completion_tokens).toBe(2);
+    expect(o.completed).toBe(true);
+    expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
+  it("a stream that closes before its first token is retried elsewhere", async () => {
+    const { result, verdicts } = run(
+      {
+        a: () => sse([], { endEarly: true }),
+        b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]),
+      },
+      ["a", "b"],
+      { stream: true },
+    );
+    const r = await result;
+    expect(r.response.headers.get("x-llmgw-endpoint")).toBe("b");
+    await r.response.text();
+    await r.outcome;
+    expect(verdicts).toEqual([
+      ["a", "fail"],
+      ["b", "ok"],
+    ]);
+  });
+
+  it("a stream that breaks after its first token ends with an SSE error event and reports a failure", async () => {
+    const { result, verdicts } = run({ a: () => sse([chunk("Hel", 1)], { endEarly: true }) }, ["a", "b"], {
+      stream: true,
+    });
+    const r = await result;
+    const text = await r.response.text();
+    expect(text).toContain('"code":"upstream_disconnected"');
+    const o = await r.outcome;
+    expect([o.completed, o.usage?.completion_tokens]).toEqual([false, 1]);
+    expect(verdicts).toEqual([["a", "fail"]]);
+  });
+
+  it("a stream that goes silent mid-way is cut off after idle", async () => {
+    const { result, verdicts } = run(
+      { a: (init) => sse([chunk("Hel", 1), chunk("lo", 2)], { stallAfter: 2, signal: init.signal }) },
+      ["a"],
+      {
+        stream: true,
+      },
+    );
+    const r = await result;
+    expect(await r.response.text()).toContain('"code":"idle_timeout"');
+    expect(verdicts).toEqual([["a", "fail"]]);
+  });
+
+  /** An engine that takes the request and never answers, as a frozen (SIGSTOP) one does: fetch settles only on abort. */
+  const frozen = (init: RequestInit) =>
+    new Promise<Response>((_, reject) =>
+      init.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))),
+    );
+
+  const streamedTo = (timeouts: Record<string, string>, ids: string[], extra: Partial<ProxyInput> = {}) =>
+    run({ a: frozen, b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]) }, ids, {
+      stream: true,
+      settings: routerSchema.parse({ retries: 2, timeouts: { total: "5s", ...timeouts } }),
+      ...extra,
+    });
+
+  it("a client gone before the first token aborts the engine's request at once, tries no other, and blames none", async () => {
+    const client = new AbortController();
+    // Headers, then nothing: the engine holds its first token back.
+    const silent = (init: RequestInit) => sse([], { stallAfter: 0, signal: init.signal });
+    let aborted = false;
+    const { result, verdicts, calls } = run(
+      {
+        a: (init) => {
+          init.signal?.addEventListener("abort", () => {
+            aborted = true;
+          });
+          queueMicrotask(() => client.abort());
+          return silent(init);
+        },
+        b: silent,
+      },
+      ["a", "b"],
+      {
+        stream: true,
+        clientSignal: client.signal,
+        settings: routerSchema.parse({ retries: 2, timeouts: { first_token: "60s", total: "5m" } }),
+      },
+    );
+    const r = await result;
+    expect(aborted).toBe(true);
+    expect(calls).toHaveLength(1);
+    expect(r.response.status).toBe(499);
+    expect(await r.outcome).toMatchObject({ status: 499, errorCode: "client_closed", disconnected: true });
+    expect(verdicts).toEqual([["a", "abandon"]]);
+  });
+
+  it("leaves an engine that sends no headers within first_token when response_header is longer", async () => {
+    const t0 = Date.now();
+    const { result, verdicts } = streamedTo({ response_header: "60s", first_token: "150ms" }, ["a"]);
+    const r = await result;
+    const took = Date.now() - t0;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
+    expect(took).toBeGreaterThanOrEqual(140);
+    expect(took).toBeLessThan(2_000);
+    expect(verdicts).toEqual([["a", "fail"]]);
+  });
+
+  it("names response_header when it is the tighter of the two", async () => {
+    const { result } = streamedTo({ response_header: "100ms", first_token: "60s" }, ["a"]);
+    const r = await result;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe(
+      "response_header_timeout",
+    );
+  });
+
+  it("retries a stream whose engine sent no headers within first_token on the next endpoint", async () => {
+    const { result, verdicts } = streamedTo({ response_header: "60s", first_token: "150ms" }, ["a", "b"]);
+    const r = await result;
+    expect(r.response.status).toBe(200);
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("2");
+    expect(await r.response.text()).toContain('"content":"ok"');
+    await r.outcome;
+    expect(verdicts).toEqual([
+      ["a", "fail"],
+      ["b", "ok"],
+    ]);
+  });
+
+  it("counts first_token from the attempt's start: headers late within it leave only the rest", async () => {
+    const late = (init: RequestInit) =>
+      new Promise<Response>((resolve) =>
+        setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
+      );
+    const t0 = Date.now();
+    const { result } = run({ a: late }, ["a"], {
+      stream: true,
+      settings: routerSchema.parse({
+        timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
+      }),
+    });
+    const r = await result;
+    const took = Date.now() - t0;
+    expect(r.response.status).toBe(504);
+    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
+    expect(took).toBeLessThan(400);
+  });
+
+  describe("streams as engines other than vLLM send them", () => {
+    const plain = (content: string, finish: string | null = null, index = 0, usage = "") =>
+      `data: {"id":"q","object":"chat.completion.chunk","created":7,"model":"engine-m","choices":[{"index":${index},"delta":{"content":"${content}"},"finish_reason":${finish === null ? "null" : `"${finish}"`}}]${usage}}\n\n`;
+    const exact = ',"usage":{"prompt_tokens":11,"completion_tokens":2,"total_tokens":13}';
+    const streamed = (chunks: string[], body: Record<string, unknown> = {}, opts = {}) =>
+      run({ a: (init) => sse(chunks, { ...opts, signal: init.signal }) }, ["a"], {
+        stream: true,
+        body: { model: "m", messages: [{ role: "user", content: "hello there" }], ...body },
+      });
+    const events = (text: string) =>
+      text
+        .split("\n\n")
+        .filter(Boolean)
+        .map((e) => e.slice(6));
+    const usageChunks = (text: string) =>
+      events(text).filter(
+        (e) => e !== "[DONE]" && (JSON.parse(e) as { choices: unknown[] }).choices.length === 0,
+      );
+
+    it("takes a stream whose every choice finished as complete without [DONE], and ends it with one", async () => {
+      const { result, verdicts } = streamed([plain("Hel"), plain("lo", "stop")]);
+      const r = await result;
+      const text = await r.response.text();
+      expect(text).not.toContain("error");
+      expect(events(text).at(-1)).toBe("[DONE]");
+      const o = await r.outcome;
+      expect([o.completed, o.errorCode]).toEqual([true, null]);
+      expect(verdicts).toEqual([["a", "ok"]]);
+    });
+
+    it("gives a client that asked for usage exactly one usage chunk, made from the finish chunk's", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop", 0, exact)], {
+        stream_options: { include_usage: true },
+      });
+      const r = await result;
+      const text = await r.response.text();
+      const [u, ...more] = usageChunks(text);
+      expect(more).toEqual([]);
+      expect(JSON.parse(u!)).toEqual({
+        id: "q",
+        object: "chat.completion.chunk",
+        created: 7,
+        model: "engine-m",
+        choices: [],
+        usage: { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 },
+      });
+      expect(
+        events(text)
+          .filter((e) => e.includes('"content"'))
+          .every((e) => !e.includes("usage")),
+      ).toBe(true);
+      expect(await r.outcome).toMatchObject({ usageEstimated: false, usage: { completion_tokens: 2 } });
+    });
+
+    it("gives none to a client that did not ask", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop", 0, exact)]);
+      const text = await (await result).response.text();
+      expect(text).not.toContain("usage");
+    });
+
+    it("estimates what an engine that reports no usage used, and says so", async () => {
+      const { result } = streamed([plain("Hel"), plain("lo", "stop")], {
+        stream_options: { include_usage: true },
+      });
+      const r = await result;
+      const [u] = usageChunks(await r.response.text());
+      const o = await r.outcome;
+      expect(o.usageEstimated).toBe(true);
+      expect(o.usage!.prompt_tokens).toBeGreaterThan(0);
+      expect(o.usage!.completion_tokens).toBe(2);
+      expect(JSON.parse(u!).usage).toEqual(o.usage);
+    });
+
+    it("charges a stream cut before its usage came: an estimate, never zero", async () => {
+      const { result, verdicts } = streamed([plain("Hel"), plain("lo")], {}, { endEarly: true });
+      const r = await result;
+      const text = await r.response.text();
+      expect(text).toContain('"code":"upstream_disconnected"');
+      expect(text).not.toContain("[DONE]");
+      const o = await r.outcome;
+      expect([o.completed, o.errorCode, o.usageEstimated]).toEqual([false, "upstream_disconnected", true]);
+      expect(o.usage!.prompt_tokens).toBeGreaterThan(0);
+      expect(o.usage!.completion_tokens).toBe(2);
+      expect(verdicts).toEqual([["a", "fail"]]);
+    });
+
+    it("ends a stream closed cleanly before every choice finished with an error, not blaming an engine that finished one", async () => {
+      const { result, verdicts } = streamed([plain("a", null, 0), plain("b", "stop", 1)], { n: 2 });
+      const r = await result;
+      expect(await r.response.text()).toContain('"code":"upstream_disconnected"');
+      expect((await r.outcome).completed).toBe(false);
+      expect(verdicts).toEqual([["a", "ok"]]);
+    });
+
+    it("ends a stream closed cleanly before any choice finished with an error and a failure", async () => {
+      const { result, verdicts } = streamed([plain("a"), plain("b")]);
+      const r = await result;
+      expect(await r.response.text()).toContain('"code":"upstream_disconnected"');
+      expect(verdicts).toEqual([["a", "fail"]]);
+    });
+  });
+
+  it("sends an endpoint's served model name in place of the catalog's, and reports the catalog's", async () => {
+    const sent: unknown[] = [];
+    const { result } = run(
+      {
+        a: (init) => {
+          sent.push(JSON.parse(String(init.body)).model);
+          return Response.json({
+            choices: [],
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          });
+        },
+      },
+      ["a"],
+      {
+        targets: {
+          take: (() => {
+            const q: Target[] = [
+              {
+                model: "m",
+                endpoint: { ...ep("a"), servedModelName: "org/engine-name" },
+                lease: fakeLease([]),
+              },
+            ];
+            return async () => q.shift();
+          })(),
+        },
+      },
+    );
+    const r = await result;
+    expect(sent).toEqual(["org/engine-name"]);
+    expect((await r.outcome).model).toBe("m");
+  });
+});

@@ -1,0 +1,164 @@
+/**
+ * EdgeSync's configuration calls: the catalog, the endpoint set and the
+ * router settings, each a versioned document in KV. A new endpoint set is
+ * also handed to the pool of every model it touches, so routing follows at
+ * once rather than after the pools' KV caches expire. An empty endpoint set
+ * replaces a non-empty one only when the request says so (`allow_empty`):
+ * a publisher that lost its view, e.g. a control plane just restarted,
+ * must not be able to stop every request by accident.
+ */
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
+import { spillGroupPriorityConflicts } from "../../common/endpoint-fields.ts";
+import { formatPath } from "../../common/zod-issues.ts";
+import type { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import {
+  catalogDocSchema,
+  catalogModelSchema,
+  EMPTY_CATALOG,
+  EMPTY_ENDPOINTS,
+  endpointRecordSchema,
+  endpointSpec,
+  endpointsDocSchema,
+  RoutingTable,
+} from "../config/catalog.ts";
+import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
+import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
+import type { Env } from "../env.ts";
+import { poolOf } from "../pool/client.ts";
+import { invalid, nextVersion } from "./errors.ts";
+
+/** A pushed model's name must be one the control plane's config accepts; stored documents are read as they were written. */
+const pushedModelSchema = catalogModelSchema.extend({ name: modelNameSchema });
+
+type ConfigCalls = Pick<
+  ServiceImpl<typeof EdgeSyncService>,
+  "putCatalog" | "putEndpointSets" | "putRouterSettings" | "getRouterSettings"
+>;
+
+async function storedVersion(kv: KVNamespace, key: string): Promise<number> {
+  return (await kv.get<{ version: number }>(key, "json"))?.version ?? 0;
+}
+
+export function configCalls(env: Env): ConfigCalls {
+  const kv = env.LLMGW_KV;
+  return {
+    async putCatalog(req) {
+      const models = req.models.map((m, i) => {
+        const r = pushedModelSchema.safeParse({
+          name: m.name,
+          aliases: m.aliases,
+          fallbacks: m.fallbacks,
+          routing: m.routing,
+        });
+        if (!r.success) {
+          const issue = r.error.issues[0]!;
+          throw invalid(`models[${i}].${formatPath(issue.path)}: ${issue.message}`);
+        }
+        return r.data;
+      });
+      const { issues } = checkCatalogNames(models);
+      if (issues.length > 0) throw invalid(issues.join("; "));
+      const version = nextVersion(await storedVersion(kv, CATALOG_KEY), req.version);
+      await kv.put(CATALOG_KEY, JSON.stringify({ version, models }));
+      invalidateEdgeConfig();
+      return { version: BigInt(version) };
+    },
+
+    async putEndpointSets(req) {
+      const ids = new Set<string>();
+      const endpoints = req.endpoints.map((e, i) => {
+        const r = endpointRecordSchema.safeParse({
+          id: e.id,
+          url: e.url,
+          models: e.models,
+          pool: e.pool || undefined,
+          weight: e.weight || undefined,
+          priority: e.priority,
+          via: e.via || undefined,
+          max_num_seqs: e.maxNumSeqs || undefined,
+          kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
+          served_model_name: e.servedModelName || undefined,
+        });
+        if (!r.success) {
+          const issue = r.error.issues[0]!;
+          throw invalid(`endpoints[${i}].${formatPath(issue.path)}: ${issue.message}`);
+        }
+        if (ids.has(r.data.id)) throw invalid(`endpoints[${i}].id: duplicate id "${r.data.id}"`);
+        ids.add(r.data.id);
+        return r.data;
+      });
+      const conflict = spillGroupPriorityConflicts(endpoints)[0];
+      if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
+      const [rawOld, rawCatalog] = await Promise.all([
+        kv.get(ENDPOINTS_KEY, "json"),
+        kv.get(CATALOG_KEY, "json"),
+      ]);
+      const old = endpointsDocSchema.safeParse(rawOld).data ?? EMPTY_ENDPOINTS;
+      const catalog = catalogDocSchema.safeParse(rawCatalog).data ?? EMPTY_CATALOG;
+      if (endpoints.length === 0 && old.endpoints.length > 0 && !req.allowEmpty) {
+        throw new ConnectError(
+          `endpoints: empty, and would remove all ${old.endpoints.length} endpoints of version ${old.version}; set allow_empty (llmgw ctl endpoints set --allow-empty) if that is meant`,
+          Code.FailedPrecondition,
+        );
+      }
+      const version = nextVersion(old.version, req.version);
+      await kv.put(ENDPOINTS_KEY, JSON.stringify({ version, endpoints }));
+      invalidateEdgeConfig();
+      const before = new RoutingTable(catalog, old);
+      const after = new RoutingTable(catalog, { version, endpoints });
+      const models = new Set(
+        [...old.endpoints, ...endpoints].flatMap((e) => [
+          ...before.modelsOfEndpoint(e.id),
+          ...after.modelsOfEndpoint(e.id),
+        ]),
+      );
+      // Best effort: a pool that misses this hears of the version from the
+      // next Worker that has read it, and reads KV itself.
+      await Promise.all(
+        [...models].map((m) =>
+          poolOf(env, m)
+            .setEndpoints(m, version, after.endpointsFor(m).map(endpointSpec))
+            .catch((err) => console.error("endpoint set not handed to pool", m, err)),
+        ),
+      );
+      return { version: BigInt(version) };
+    },
+
+    async putRouterSettings(req) {
+      let raw: unknown;
+      try {
+        raw = JSON.parse(req.settingsJson || "{}");
+      } catch (err) {
+        throw invalid(`settings_json: not JSON: ${(err as Error).message}`);
+      }
+      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+        throw invalid("settings_json: must be a JSON object (the router: section)");
+      }
+      try {
+        parseRouterSection(raw);
+        // With the Worker's own override too, so a push cannot leave the
+        // edge with settings it would refuse on every request.
+        resolveSettings(raw as Record<string, unknown>, env.LLMGW_ROUTER);
+      } catch (err) {
+        if (err instanceof SettingsError) throw invalid(`router: ${err.message}`);
+        throw err;
+      }
+      const version = nextVersion(await storedVersion(kv, ROUTER_KEY), req.version);
+      await kv.put(ROUTER_KEY, JSON.stringify({ version, settings: raw }));
+      invalidateEdgeConfig();
+      return { version: BigInt(version) };
+    },
+
+    async getRouterSettings() {
+      const stored = routerDocSchema.safeParse(await kv.get(ROUTER_KEY, "json")).data;
+      invalidateEdgeConfig();
+      const { settings } = await edgeConfig(env);
+      return {
+        storedJson: JSON.stringify(stored?.settings ?? {}),
+        version: BigInt(stored?.version ?? 0),
+        effectiveJson: JSON.stringify(settings),
+      };
+    },
+  };
+}
