@@ -16,7 +16,7 @@ import {
  * waits only on another request's promise is cancelled as hung, and what
  * it would have done next is lost; workerd says so with a warning naming a
  * "different request context". Requests share work in two places: their
- * charges go to the key's ledger in batches (edge/charge-batcher.ts), and
+ * charges go to the key's ledger in batches (edge/keys/charge-batcher.ts), and
  * their admits, polls and releases ride in each other's calls to the pool
  * (edge/routing/pool-channel.ts). Both under load, with admits queueing at
  * the pool, in workerd on Miniflare's direct socket.
