@@ -14,6 +14,7 @@ import { type EdgeSyncClient, edgeSyncClient } from "../common/edgesync-client.t
 import { freePort } from "../common/free-ports.ts";
 import { type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
 import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
+import { serveEdge } from "./edge-miniflare.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
 
 /**
@@ -108,19 +109,18 @@ export type FastEdge = Omit<Edge, "proc"> & {
  * per request, for operators) would bury the test report, so it is dropped
  * there; the Worker's other lines still show.
  */
-const withoutAccessLog = (logged: string[] = []) => ({
-  structuredWorkerdLogs: true,
-  handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
+const withoutAccessLog =
+  (logged: string[] = []) =>
+  (level: string, message: string): void => {
     if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
     logged.push(message);
     (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
-  },
-});
+  };
 
 /**
- * The edge in workerd through Miniflare, bundled as `wrangler deploy`
- * bundles it, state in memory, served on a direct socket (see
- * directSocket). Unlike `wrangler dev` there is no ProxyWorker in front (a
+ * The edge in workerd through Miniflare (serveEdge, what `npm start` runs),
+ * bundled as `wrangler deploy` bundles it, state in memory, served on a
+ * direct socket. Unlike `wrangler dev` there is no ProxyWorker in front (a
  * second workerd relaying over HTTP), which caps `wrangler dev` at about 65
  * req/s on these machines and now and then does not pass a client's hang-up
  * on. For benchmarks and load tests.
@@ -139,45 +139,29 @@ export async function startEdgeMiniflare(
     config = join(dir, "wrangler.toml");
     writeFileSync(config, text);
   }
-  const script = bundleWorker(config, dir, `${basename(entry ?? "worker.ts", ".ts")}.js`);
   const token = newSecret();
   const port = await freePort();
-  const direct = await directSocket();
   const logged: string[] = [];
-  const mf = new Miniflare({
-    ...runtimeOf(config),
-    host: "127.0.0.1",
-    port,
-    modules: true,
-    scriptPath: script,
-    modulesRoot: dir,
-    kvNamespaces: ["LLMGW_KV"],
-    durableObjects: {
-      KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
-      REVOCATIONS: { className: "RevocationLog", useSQLite: true },
-      MODEL_POOL: { className: "ModelPool", useSQLite: true },
-    },
-    bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
-    ...withoutAccessLog(logged),
-    ...direct.options,
+  const edge = await serveEdge({
+    config,
+    outdir: dir,
+    entry: `${basename(entry ?? "worker.ts", ".ts")}.js`,
+    port: await freePort(),
+    entryPort: port,
+    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars },
+    onLog: withoutAccessLog(logged),
   });
-  await mf.ready;
-  const url = await direct.url(mf);
   return track({
-    url,
+    url: edge.url,
     port,
     token,
     logged,
-    sync: edgeSyncClient(url, token),
+    sync: edgeSyncClient(edge.url, token),
     async stop() {
-      await mf.dispose();
+      await edge.dispose();
       rmSync(dir, { recursive: true, force: true });
     },
   });
-}
-
-function definedOnly(vars: Record<string, string | undefined>): Record<string, string> {
-  return Object.fromEntries(Object.entries(vars).filter((e): e is [string, string] => e[1] !== undefined));
 }
 
 /** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
@@ -463,11 +447,13 @@ export async function startEdgeIsolates(
       unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[isolates] }],
     });
   }
+  const onLog = withoutAccessLog();
   const mf = new Miniflare({
     host: "127.0.0.1",
     port: await freePort(),
     workers: workers as never,
-    ...withoutAccessLog(),
+    structuredWorkerdLogs: true,
+    handleStructuredLogs: ({ level, message }: { level: string; message: string }) => onLog(level, message),
   });
   await mf.ready;
   const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");
