@@ -14,7 +14,7 @@
 import { join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare, type MiniflareOptions } from "miniflare";
-import { bundleWorker, runtimeOf } from "./workerd.ts";
+import { bundleWorker, runtimeOf, varsOf } from "./workerd.ts";
 
 /**
  * The names `wrangler dev` gives the Worker and its KV namespace (from
@@ -36,7 +36,7 @@ export interface ServeEdgeOptions {
   port: number;
   /** Miniflare's entry worker's port (0: any); nothing is served through it. */
   entryPort?: number;
-  /** Worker vars and secrets; an undefined value leaves that binding unset. */
+  /** Worker vars and secrets, laid over the config's `[vars]`; an undefined value leaves that binding unset. */
   bindings: Record<string, string | undefined>;
   /**
    * Keep KV and Durable Objects under this directory across restarts, laid
@@ -70,7 +70,7 @@ export async function serveEdge(o: ServeEdgeOptions): Promise<EdgeServer> {
       REVOCATIONS: { className: "RevocationLog", useSQLite: true },
       MODEL_POOL: { className: "ModelPool", useSQLite: true },
     },
-    bindings: definedOnly(o.bindings),
+    bindings: definedOnly({ ...varsOf(o.config), ...o.bindings }),
     structuredWorkerdLogs: true,
     // Miniflare checks that this returns nothing: a stream write's boolean
     // returned from here kills the process.

@@ -37,6 +37,33 @@ export function runtimeOf(config: string): { compatibilityDate: string; compatib
 }
 
 /**
+ * The `[vars]` of a wrangler.toml, as `wrangler dev` would bind them: one
+ * `NAME = "string"` (or `'literal'`) a line, which is all the edge's
+ * wrangler.toml uses; anything else in the section is refused rather than
+ * silently left unbound.
+ */
+export function varsOf(config: string): Record<string, string> {
+  return varsIn(readFileSync(config, "utf8"), config);
+}
+
+/** varsOf over a wrangler.toml's text; `where` names it in errors. */
+export function varsIn(toml: string, where: string): Record<string, string> {
+  const lines = toml.split("\n");
+  const start = lines.findIndex((l) => l.trim() === "[vars]");
+  const vars: Record<string, string> = {};
+  if (start < 0) return vars;
+  for (const raw of lines.slice(start + 1)) {
+    const line = raw.trim();
+    if (line.startsWith("[")) break;
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*')\s*(?:#.*)?$/.exec(line);
+    if (!m) throw new Error(`${where}: [vars]: cannot read "${line}" (NAME = "string" expected)`);
+    vars[m[1]!] = m[2]!.startsWith("'") ? m[2]!.slice(1, -1) : (JSON.parse(m[2]!) as string);
+  }
+  return vars;
+}
+
+/**
  * Serves a Miniflare Worker on a socket of its own as well as Miniflare's:
  * Miniflare's entry worker (local-dev pretty errors, live reload, request
  * logging) runs JavaScript at the start of every response, which Cloudflare's

@@ -37,7 +37,8 @@ async function main(): Promise<void> {
     outdir,
     entry: "worker.js",
     port,
-    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: "{}" },
+    // wrangler.toml's [vars] as they are, as `wrangler dev` binds them.
+    bindings: { EDGE_SYNC_TOKEN: token },
     persistTo: dir,
     onLog: (level, message) =>
       (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`),
