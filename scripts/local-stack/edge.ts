@@ -9,7 +9,7 @@
  *
  * The EdgeSync secret comes from LLMGW_EDGE_TOKEN (never argv, which any
  * local user can read in /proc). Miniflare stops workerd when this process
- * is signalled.
+ * is signalled or exits.
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -29,6 +29,12 @@ async function main(): Promise<void> {
   if (!Number.isInteger(port) || port < 1 || port > 65535 || !stateDir)
     throw new Error("usage: edge.ts --port N --state-dir DIR");
   if (!token) throw new Error("LLMGW_EDGE_TOKEN is not set: EdgeSync would refuse every call");
+  // A stack killed without a chance to stop us (SIGKILL) re-parents us:
+  // exit, and workerd with us, rather than hold the edge port for nobody.
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) process.exit(0);
+  }, 1_000).unref();
   const dir = join(stateDir, "edge");
   const outdir = join(dir, "bundle");
   mkdirSync(outdir, { recursive: true });
