@@ -1,7 +1,8 @@
 /**
  * The edge and sim engines on loopback, as the edge's integration tests and
  * the edge and routing benchmarks run them: the Worker under `wrangler dev`
- * or in Miniflare (workerd.ts), EdgeSync, keys, endpoint sets.
+ * or in Miniflare as `npm start` serves it (edge-miniflare.ts), EdgeSync,
+ * keys, endpoint sets.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

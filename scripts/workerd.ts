@@ -1,8 +1,8 @@
 /**
  * The edge Worker in workerd outside `wrangler dev`: bundled as `wrangler
  * deploy` bundles it, run by Miniflare with wrangler.toml's runtime, served
- * on a socket of its own. Shared by the edge's integration tests, the edge
- * benchmarks and `npm run check:bundle`.
+ * on a socket of its own. Shared by `npm start`, the edge's integration
+ * tests, the edge benchmarks and `npm run check:bundle`.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
