@@ -12,9 +12,9 @@
  * until it was restarted (docs/edge.md, "Running it").
  */
 import { join } from "node:path";
-// Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
-import { Miniflare, type MiniflareOptions } from "miniflare";
-import { bundleWorker, runtimeOf, varsOf } from "./workerd.ts";
+import type { Miniflare, MiniflareOptions } from "miniflare";
+import { REPO } from "../common/processes.ts";
+import { bundleIsCurrent, bundleWorkerAsync, runtimeOf, varsOf } from "./workerd.ts";
 
 /**
  * The names `wrangler dev` gives the Worker and its KV namespace (from
@@ -32,6 +32,8 @@ export interface ServeEdgeOptions {
   outdir: string;
   /** The bundled entry module's file name in `outdir`. */
   entry: string;
+  /** Keep a bundle already in `outdir` that is newer than all it was built from (bundleIsCurrent). */
+  reuseBundle?: boolean;
   /** The Worker's own socket on 127.0.0.1: the edge's URL. */
   port: number;
   /** Miniflare's entry worker's port (0: any); nothing is served through it. */
@@ -55,7 +57,15 @@ export interface EdgeServer {
 }
 
 export async function serveEdge(o: ServeEdgeOptions): Promise<EdgeServer> {
-  const script = bundleWorker(o.config, o.outdir, o.entry);
+  // Loading Miniflare takes seconds of CPU, as does wrangler's bundling in
+  // its own process: side by side. (Miniflare at the version wrangler
+  // brings, pinned so in package.json: the same workerd build.)
+  const reuse =
+    o.reuseBundle && bundleIsCurrent(o.config, o.outdir, o.entry, join(REPO, "package-lock.json"));
+  const [script, { Miniflare }] = await Promise.all([
+    reuse ? join(o.outdir, o.entry) : bundleWorkerAsync(o.config, o.outdir, o.entry),
+    import("miniflare"),
+  ]);
   const options: MiniflareOptions = {
     ...runtimeOf(o.config),
     name: WORKER_NAME,

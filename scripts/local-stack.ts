@@ -279,12 +279,12 @@ async function main(): Promise<void> {
     35,
   );
   const cp = start("control", [LLMGW, "server", "--config", "infra/local/llmgw.yaml"], 36, controlEnv);
-  await until(
-    Promise.all([
-      waitForLine(edge, /edge ready on http/, "the edge"),
-      waitForLine(cp, /control plane listening/, "the control plane"),
-    ]),
-  );
+  // The agents need only the control plane: their engines start while the
+  // edge still bundles and loads, and the control plane publishes to the
+  // edge once it answers.
+  const edgeReady = waitForLine(edge, /edge ready on http/, "the edge");
+  edgeReady.catch(() => {});
+  await until(waitForLine(cp, /control plane listening/, "the control plane"));
   const nodes: [string, string][] = [
     ["gpu-node-1", "127.0.0.11"],
     ["gpu-node-2", "127.0.0.12"],
@@ -319,6 +319,7 @@ async function main(): Promise<void> {
     );
   }
 
+  await until(edgeReady);
   const secret = await until(apiKey());
   say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
   const control = controlClient(ADMIN, token);

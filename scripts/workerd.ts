@@ -4,27 +4,72 @@
  * on a socket of its own. Shared by `npm start`, the edge's integration
  * tests, the edge benchmarks and `npm run check:bundle`.
  */
-import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { execFile, spawnSync } from "node:child_process";
+import { readFileSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 import type { Miniflare } from "miniflare";
 import { freePort } from "../common/free-ports.ts";
 import { REPO } from "../common/processes.ts";
 
 export const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
 
+const bundleArgs = (config: string, outdir: string) => [
+  WRANGLER,
+  "deploy",
+  "--dry-run",
+  "--config",
+  config,
+  "--outdir",
+  outdir,
+];
+const bundleFailed = (stdout: string, stderr: string) =>
+  new Error(`wrangler deploy --dry-run failed:\n${stdout}\n${stderr}`);
+
 /** Bundles a Worker the way `wrangler deploy` does; returns the entry module's path. */
 export function bundleWorker(config: string, outdir: string, entry: string): string {
-  const r = spawnSync(
-    process.execPath,
-    [WRANGLER, "deploy", "--dry-run", "--config", config, "--outdir", outdir],
-    {
-      cwd: REPO,
-      encoding: "utf8",
+  const r = spawnSync(process.execPath, bundleArgs(config, outdir), { cwd: REPO, encoding: "utf8" });
+  if (r.status !== 0) throw bundleFailed(r.stdout, r.stderr);
+  return join(outdir, entry);
+}
+
+/** bundleWorker without blocking: the caller loads Miniflare meanwhile. */
+export async function bundleWorkerAsync(config: string, outdir: string, entry: string): Promise<string> {
+  await promisify(execFile)(process.execPath, bundleArgs(config, outdir), { cwd: REPO }).catch(
+    (err: { stdout?: string; stderr?: string }) => {
+      throw bundleFailed(err.stdout ?? "", err.stderr ?? String(err));
     },
   );
-  if (r.status !== 0) throw new Error(`wrangler deploy --dry-run failed:\n${r.stdout}\n${r.stderr}`);
   return join(outdir, entry);
+}
+
+/**
+ * Whether `outdir` already holds the bundle of `config`: its entry module is
+ * newer than every file it was built from — the sources its source map
+ * lists (node_modules included), the config, and the lockfile, which
+ * changes whenever the installed packages do. `npm start` keeps its bundle
+ * in the state directory and skips wrangler's seconds of bundling on a
+ * restart with nothing changed.
+ */
+export function bundleIsCurrent(config: string, outdir: string, entry: string, lockfile: string): boolean {
+  const script = join(outdir, entry);
+  let built: number;
+  let sources: string[];
+  try {
+    built = statSync(script).mtimeMs;
+    const map = JSON.parse(readFileSync(`${script}.map`, "utf8")) as { sources?: unknown };
+    if (!Array.isArray(map.sources) || map.sources.length === 0) return false;
+    sources = map.sources.map((s) => resolve(outdir, String(s)));
+  } catch {
+    return false;
+  }
+  return [config, lockfile, ...sources].every((f) => {
+    try {
+      return statSync(f).mtimeMs < built;
+    } catch {
+      return false; // gone: what imported it changed too, but say so plainly
+    }
+  });
 }
 
 /** compatibility_date and _flags of a wrangler.toml, so Miniflare runs what wrangler would. */

@@ -42,6 +42,7 @@ async function main(): Promise<void> {
     config: join(REPO, "wrangler.toml"),
     outdir,
     entry: "worker.js",
+    reuseBundle: true,
     port,
     // wrangler.toml's [vars] as they are, as `wrangler dev` binds them.
     bindings: { EDGE_SYNC_TOKEN: token },
