@@ -1,7 +1,8 @@
 /**
  * `npm start`: the whole local stack on loopback — the edge in workerd
- * (scripts/local-stack/edge.ts), a control plane, and two agents with simulated GPUs whose
- * engines are sim engines launched through the real vLLM adapter — with
+ * (scripts/local-stack/edge.ts), a control plane, and two agents with
+ * simulated GPUs whose engines are sim engines launched through the real
+ * vLLM adapter — with
  * every process's log prefixed on this terminal. It creates an API key and
  * prints how to call the edge once a request through it succeeds. Ctrl-C
  * stops everything, engines included, and waits until it has.
