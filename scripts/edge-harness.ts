@@ -65,7 +65,7 @@ export async function startWrangler(
     "--show-interactive-dev-session=false",
     ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ]);
-  await proc.waitFor(/Ready on http/, 60_000);
+  await readyOrKilled(proc, /Ready on http/, 60_000);
   return {
     url: `http://127.0.0.1:${port}`,
     proc,
@@ -192,8 +192,22 @@ export async function startSim(model: string, flags: string[] = [], port?: numbe
     "200",
     ...flags,
   ]);
-  await proc.waitFor(/sim engine ready/, 30_000);
+  await readyOrKilled(proc, /sim engine ready/, 30_000);
   return track({ url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() });
+}
+
+/**
+ * A process not ready in time is stopped before the error goes up: nothing
+ * tracks it yet, so it would outlive the test run (sim engines slow to start
+ * on a loaded machine were found running 40 minutes later).
+ */
+async function readyOrKilled(proc: Proc, ready: RegExp, timeoutMs: number): Promise<void> {
+  try {
+    await proc.waitFor(ready, timeoutMs);
+  } catch (err) {
+    await proc.kill().catch(() => {});
+    throw err;
+  }
 }
 
 export interface EngineCounters {
