@@ -1,7 +1,8 @@
 /**
  * The edge and sim engines on loopback, as the edge's integration tests and
  * the edge and routing benchmarks run them: the Worker under `wrangler dev`
- * or in Miniflare (workerd.ts), EdgeSync, keys, endpoint sets.
+ * or in Miniflare as `npm start` serves it (edge-miniflare.ts), EdgeSync,
+ * keys, endpoint sets.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,6 +15,7 @@ import { type EdgeSyncClient, edgeSyncClient } from "../common/edgesync-client.t
 import { freePort } from "../common/free-ports.ts";
 import { type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
 import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
+import { serveEdge } from "./edge-miniflare.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
 
 /**
@@ -63,7 +65,7 @@ export async function startWrangler(
     "--show-interactive-dev-session=false",
     ...Object.entries(vars).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
   ]);
-  await proc.waitFor(/Ready on http/, 60_000);
+  await readyOrKilled(proc, /Ready on http/, 60_000);
   return {
     url: `http://127.0.0.1:${port}`,
     proc,
@@ -108,19 +110,18 @@ export type FastEdge = Omit<Edge, "proc"> & {
  * per request, for operators) would bury the test report, so it is dropped
  * there; the Worker's other lines still show.
  */
-const withoutAccessLog = (logged: string[] = []) => ({
-  structuredWorkerdLogs: true,
-  handleStructuredLogs: ({ level, message }: { level: string; message: string }) => {
+const withoutAccessLog =
+  (logged: string[] = []) =>
+  (level: string, message: string): void => {
     if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
     logged.push(message);
     (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
-  },
-});
+  };
 
 /**
- * The edge in workerd through Miniflare, bundled as `wrangler deploy`
- * bundles it, state in memory, served on a direct socket (see
- * directSocket). Unlike `wrangler dev` there is no ProxyWorker in front (a
+ * The edge in workerd through Miniflare (serveEdge, what `npm start` runs),
+ * bundled as `wrangler deploy` bundles it, state in memory, served on a
+ * direct socket. Unlike `wrangler dev` there is no ProxyWorker in front (a
  * second workerd relaying over HTTP), which caps `wrangler dev` at about 65
  * req/s on these machines and now and then does not pass a client's hang-up
  * on. For benchmarks and load tests.
@@ -139,45 +140,29 @@ export async function startEdgeMiniflare(
     config = join(dir, "wrangler.toml");
     writeFileSync(config, text);
   }
-  const script = bundleWorker(config, dir, `${basename(entry ?? "worker.ts", ".ts")}.js`);
   const token = newSecret();
   const port = await freePort();
-  const direct = await directSocket();
   const logged: string[] = [];
-  const mf = new Miniflare({
-    ...runtimeOf(config),
-    host: "127.0.0.1",
-    port,
-    modules: true,
-    scriptPath: script,
-    modulesRoot: dir,
-    kvNamespaces: ["LLMGW_KV"],
-    durableObjects: {
-      KEY_LEDGER: { className: "KeyLedger", useSQLite: true },
-      REVOCATIONS: { className: "RevocationLog", useSQLite: true },
-      MODEL_POOL: { className: "ModelPool", useSQLite: true },
-    },
-    bindings: definedOnly({ EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars }),
-    ...withoutAccessLog(logged),
-    ...direct.options,
+  const edge = await serveEdge({
+    config,
+    outdir: dir,
+    entry: `${basename(entry ?? "worker.ts", ".ts")}.js`,
+    port: await freePort(),
+    entryPort: port,
+    bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars },
+    onLog: withoutAccessLog(logged),
   });
-  await mf.ready;
-  const url = await direct.url(mf);
   return track({
-    url,
+    url: edge.url,
     port,
     token,
     logged,
-    sync: edgeSyncClient(url, token),
+    sync: edgeSyncClient(edge.url, token),
     async stop() {
-      await mf.dispose();
+      await edge.dispose();
       rmSync(dir, { recursive: true, force: true });
     },
   });
-}
-
-function definedOnly(vars: Record<string, string | undefined>): Record<string, string> {
-  return Object.fromEntries(Object.entries(vars).filter((e): e is [string, string] => e[1] !== undefined));
 }
 
 /** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
@@ -207,8 +192,22 @@ export async function startSim(model: string, flags: string[] = [], port?: numbe
     "200",
     ...flags,
   ]);
-  await proc.waitFor(/sim engine ready/, 30_000);
+  await readyOrKilled(proc, /sim engine ready/, 30_000);
   return track({ url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() });
+}
+
+/**
+ * A process not ready in time is stopped before the error goes up: nothing
+ * tracks it yet, so it would outlive the test run (sim engines slow to start
+ * on a loaded machine were found running 40 minutes later).
+ */
+async function readyOrKilled(proc: Proc, ready: RegExp, timeoutMs: number): Promise<void> {
+  try {
+    await proc.waitFor(ready, timeoutMs);
+  } catch (err) {
+    await proc.kill().catch(() => {});
+    throw err;
+  }
 }
 
 export interface EngineCounters {
@@ -463,11 +462,13 @@ export async function startEdgeIsolates(
       unsafeDirectSockets: [{ host: "127.0.0.1", port: sockets[isolates] }],
     });
   }
+  const onLog = withoutAccessLog();
   const mf = new Miniflare({
     host: "127.0.0.1",
     port: await freePort(),
     workers: workers as never,
-    ...withoutAccessLog(),
+    structuredWorkerdLogs: true,
+    handleStructuredLogs: ({ level, message }: { level: string; message: string }) => onLog(level, message),
   });
   await mf.ready;
   const direct = async (name: string) => String(await mf.unsafeGetDirectURL(name)).replace(/\/$/, "");

@@ -1,7 +1,8 @@
 /**
- * `npm start`: the whole local stack on loopback — the edge under
- * `wrangler dev`, a control plane, and two agents with simulated GPUs whose
- * engines are sim engines launched through the real vLLM adapter — with
+ * `npm start`: the whole local stack on loopback — the edge in workerd
+ * (scripts/local-stack/edge.ts), a control plane, and two agents with
+ * simulated GPUs whose engines are sim engines launched through the real
+ * vLLM adapter — with
  * every process's log prefixed on this terminal. It creates an API key and
  * prints how to call the edge once a request through it succeeds. Ctrl-C
  * stops everything, engines included, and waits until it has.
@@ -27,7 +28,7 @@ import { awaiting } from "./local-stack/ready.ts";
 
 const REPO = join(import.meta.dirname, "..");
 const LLMGW = join(REPO, "bin", "llmgw.mjs");
-const WRANGLER = join(REPO, "node_modules", "wrangler", "bin", "wrangler.js");
+const EDGE_SERVER = join(REPO, "scripts", "local-stack", "edge.ts");
 const DEFAULT_EDGE = "http://127.0.0.1:8787";
 /** How long children get to exit after SIGTERM (agents stop their engines first) before SIGKILL. */
 const CHILD_GRACE_MS = 20_000;
@@ -206,8 +207,8 @@ setInterval(() => {
 
 /**
  * The key's requests in flight at once (README): one client holding
- * hundreds of streams gets 429s beyond this instead of exhausting the
- * local edge's file descriptors under wrangler dev.
+ * hundreds of streams gets 429s beyond this rather than queueing them all
+ * on two simulated nodes.
  */
 const LOCAL_MAX_CONCURRENT = "32";
 
@@ -275,28 +276,16 @@ async function main(): Promise<void> {
 
   const edge = start(
     "edge",
-    [
-      WRANGLER,
-      "dev",
-      "--ip",
-      "127.0.0.1",
-      "--port",
-      String(opts.edgePort),
-      "--persist-to",
-      join(opts.stateDir, "edge"),
-      "--show-interactive-dev-session=false",
-      "--var",
-      `EDGE_SYNC_TOKEN:${TOKEN}`,
-    ],
+    ["--import", "tsx", EDGE_SERVER, "--port", String(opts.edgePort), "--state-dir", opts.stateDir],
     35,
   );
   const cp = start("control", [LLMGW, "server", "--config", "infra/local/llmgw.yaml"], 36, controlEnv);
-  await until(
-    Promise.all([
-      waitForLine(edge, /Ready on http/, "the edge (wrangler dev)"),
-      waitForLine(cp, /control plane listening/, "the control plane"),
-    ]),
-  );
+  // The agents need only the control plane: their engines start while the
+  // edge still bundles and loads, and the control plane publishes to the
+  // edge once it answers.
+  const edgeReady = waitForLine(edge, /edge ready on http/, "the edge");
+  edgeReady.catch(() => {});
+  await until(waitForLine(cp, /control plane listening/, "the control plane"));
   const nodes: [string, string][] = [
     ["gpu-node-1", "127.0.0.11"],
     ["gpu-node-2", "127.0.0.12"],
@@ -331,6 +320,7 @@ async function main(): Promise<void> {
     );
   }
 
+  await until(edgeReady);
   const secret = await until(apiKey());
   say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
   const control = controlClient(ADMIN, token);

@@ -89,8 +89,7 @@ describe("npm start's stack scales qwen-32b with the load through the edge", () 
       expect(await explain()).toContain(`scaling: 1 replica(s) wanted, 1 ready (min 1, max ${MAX};`);
 
       // That bench's closed-loop streams, as the openai client.
-      // Its failures are not this test's subject (wrangler dev's local proxy
-      // drops a connection now and then under load); that answers arrive is.
+      // Its failures are not this test's subject; that answers arrive is.
       let loading = true;
       const load = { ok: 0, failed: [] as string[] };
       const loaded = Promise.all(
