@@ -208,6 +208,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     scaler,
     reload(next) {
       reloadAdminTokens(adminAuth, next, log);
+      if (next.config.site !== opts.loaded.config.site) {
+        log.warn("site: read at start only; keeping the site this control plane started with", {
+          running: opts.loaded.config.site,
+          file: next.config.site,
+        });
+      }
       const nextCatalog = buildCatalog(next.config);
       reconciler.reload(next.config, nextCatalog);
       edge?.publisher.setCatalog(nextCatalog);
@@ -410,6 +416,7 @@ function edgeLink(
         }
       : {}),
     store: published,
+    site: config.site,
     facts: () => ({
       replicas: reconciler.table.list(),
       address: (node) => registry.get(node)?.advertiseAddress,
