@@ -5,7 +5,7 @@ import { killEngines } from "../../agent/kill-engines.ts";
 import { edgeSyncClient } from "../../common/edgesync-client.ts";
 import type { PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
-import { type Proc, waitUntil } from "../harness/process.ts";
+import { type Proc, runLlmgw, waitUntil } from "../harness/process.ts";
 import { createKey, type Edge, startEdge, type TestKey } from "./helpers.ts";
 
 /**
@@ -124,6 +124,14 @@ describe("two sites, one edge", () => {
     for (const s of p.sites) expect(s.version).toBeGreaterThan(0n);
     const answered = await served(12);
     expect(new Set(answered)).toEqual(new Set([`${MODEL}/1gpu/0@site-a`, `${MODEL}/1gpu/0@site-b`]));
+    // A site's token reads the pools, as `ctl endpoints status` does with it.
+    const ctl = await runLlmgw(["ctl", "endpoints", "status", MODEL, "--edge", edge.url], {
+      LLMGW_EDGE_TOKEN: TOKENS["site-b"],
+    });
+    expect(ctl.stderr).toBe("");
+    expect(ctl.stdout).toMatch(
+      /sites: site-a v\d+ \(1 endpoints, load feed live\), site-b v\d+ \(1 endpoints, load feed live\)/,
+    );
   }, 60_000);
 
   it("refuses a site's token everything but its own site's set and load, and changes nothing", async () => {
