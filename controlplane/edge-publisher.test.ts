@@ -121,10 +121,22 @@ describe("EdgePublisher for a site", () => {
     const calls: string[] = [];
     const denied = () => Promise.reject(new ConnectError("site token", Code.PermissionDenied));
     const client = {
-      putCatalog: () => (calls.push("catalog"), denied()),
-      putRouterSettings: () => (calls.push("router"), denied()),
-      putEndpointSets: async (r: { site: string }) => (calls.push(`set:${r.site}`), { version: 1n }),
-      pushLoad: async (r: { site: string }) => (calls.push(`load:${r.site}`), {}),
+      putCatalog: () => {
+        calls.push("catalog");
+        return denied();
+      },
+      putRouterSettings: () => {
+        calls.push("router");
+        return denied();
+      },
+      putEndpointSets: async (r: { site: string }) => {
+        calls.push(`set:${r.site}`);
+        return { version: 1n };
+      },
+      pushLoad: async (r: { site: string }) => {
+        calls.push(`load:${r.site}`);
+        return {};
+      },
     } as unknown as EdgeSyncClient;
     const r = replica("m/p/0", "n1", "ready");
     const facts: EdgeFacts = {

@@ -17,9 +17,13 @@ describe("parseSiteTokens", () => {
 
   it.each([
     ["{", 'EDGE_SYNC_SITE_TOKENS: not JSON; expected {"SITE": "TOKEN", …}'],
-    [JSON.stringify({ eu: "short" }), "EDGE_SYNC_SITE_TOKENS.eu: "],
-    [JSON.stringify({ EU: T("a") }), "EDGE_SYNC_SITE_TOKENS"],
-    [JSON.stringify({ eu: [T("a"), T("b"), T("c")] }), "EDGE_SYNC_SITE_TOKENS.eu: "],
+    [JSON.stringify({ eu: "short" }), "EDGE_SYNC_SITE_TOKENS.eu[0]: a site token: at least 16 characters"],
+    [JSON.stringify({ EU: T("a") }), 'EDGE_SYNC_SITE_TOKENS: "EU": a site name: 1-32 lower-case letters'],
+    [
+      JSON.stringify({ eu: [T("a"), T("b"), T("c")] }),
+      "EDGE_SYNC_SITE_TOKENS.eu: at most two tokens: the new one and the old one",
+    ],
+    [JSON.stringify({ eu: 7 }), "EDGE_SYNC_SITE_TOKENS.eu: a token, or a list of two while it is rotated"],
     [JSON.stringify([T("a")]), "EDGE_SYNC_SITE_TOKENS: "],
   ])("refuses %s, naming where", (raw, message) => {
     expect(() => parseSiteTokens(raw)).toThrow(message);

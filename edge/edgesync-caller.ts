@@ -22,8 +22,15 @@ const tokenSchema = z.string().min(16, "a site token: at least 16 characters");
 
 /** `{"eu": "TOKEN", "us": ["NEW", "OLD"]}`: two tokens for a site while its token is rotated. */
 const siteTokensSchema = z.record(
-  siteNameSchema,
-  z.union([tokenSchema.transform((t) => [t]), z.array(tokenSchema).min(1).max(2)]),
+  z.string(),
+  z.preprocess(
+    (v) => (typeof v === "string" ? [v] : v),
+    z
+      .array(tokenSchema, "a token, or a list of two while it is rotated")
+      .min(1, "at least one token")
+      .max(2, "at most two tokens: the new one and the old one"),
+  ),
+  'an object of site names to tokens: {"SITE": "TOKEN", …}',
 );
 
 export class SiteTokensError extends Error {}
@@ -42,6 +49,13 @@ export function parseSiteTokens(raw: string | undefined): Map<string, string[]> 
     const issue = r.error.issues[0]!;
     const at = issue.path.length > 0 ? `.${formatPath(issue.path)}` : "";
     throw new SiteTokensError(`EDGE_SYNC_SITE_TOKENS${at}: ${issue.message}`);
+  }
+  for (const site of Object.keys(r.data)) {
+    const name = siteNameSchema.safeParse(site);
+    if (!name.success)
+      throw new SiteTokensError(
+        `EDGE_SYNC_SITE_TOKENS: "${site.slice(0, 64)}": ${name.error.issues[0]!.message}`,
+      );
   }
   return new Map(Object.entries(r.data));
 }

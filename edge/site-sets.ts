@@ -39,7 +39,7 @@ export type SiteEndpointRecord = EndpointRecord & { site: string };
  * of the sites' versions: each only grows, so the sum grows with every new
  * set of any site, which is all a Worker's hint to its pool needs.
  */
-export function unionOf(sets: SiteSets): EndpointsDoc & { endpoints: SiteEndpointRecord[] } {
+export function unionOf(sets: SiteSets): { version: number; endpoints: SiteEndpointRecord[] } {
   let version = 0;
   const endpoints: SiteEndpointRecord[] = [];
   for (const site of [...sets.keys()].sort()) {

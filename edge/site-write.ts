@@ -37,8 +37,9 @@ export async function putSiteSet(
   ]);
   const old = sets.get(site) ?? EMPTY_ENDPOINTS;
   if (endpoints.length === 0 && old.endpoints.length > 0 && !req.allowEmpty) {
+    const of = site === DEFAULT_SITE ? "" : ` of site "${site}"`;
     throw new ConnectError(
-      `endpoints: empty, and would remove all ${old.endpoints.length} endpoints of site "${site}" at version ${old.version}; set allow_empty (llmgw ctl endpoints set --allow-empty) if that is meant`,
+      `endpoints: empty, and would remove all ${old.endpoints.length} endpoints${of} of version ${old.version}; set allow_empty (llmgw ctl endpoints set --allow-empty) if that is meant`,
       Code.FailedPrecondition,
     );
   }
