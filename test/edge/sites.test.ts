@@ -187,5 +187,12 @@ describe("two sites, one edge", () => {
     // Still in the pool: a site's stale feed is not its engines' death.
     expect((await pool()).endpoints).toHaveLength(2);
     expect(new Set(await served(8))).toEqual(new Set([`${MODEL}/1gpu/0@site-b`]));
+    const ctl = await runLlmgw(["ctl", "endpoints", "status", MODEL, "--edge", edge.url], {
+      LLMGW_EDGE_TOKEN: edge.token,
+    });
+    expect(ctl.stdout).toMatch(
+      /sites: site-a v\d+ \(1 endpoints, load feed stale\), site-b v\d+ \(1 endpoints, load feed live\)/,
+    );
+    console.log(ctl.stdout);
   }, 60_000);
 });
