@@ -6,6 +6,7 @@ import { edgeSyncClient } from "../../common/edgesync-client.ts";
 import type { PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
 import { type Proc, runLlmgw, waitUntil } from "../harness/process.ts";
+import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 import { createKey, type Edge, startEdge, type TestKey } from "./helpers.ts";
 
 /**
@@ -194,5 +195,17 @@ describe("two sites, one edge", () => {
       /sites: site-a v\d+ \(1 endpoints, load feed stale\), site-b v\d+ \(1 endpoints, load feed live\)/,
     );
     console.log(ctl.stdout);
+    // Site B's control plane reads the same of the edge into its metrics, a `site` label on each.
+    await waitUntil("site B's metrics show site A stale", async () => {
+      const families = parseExposition(await sites[1]!.cp.metrics());
+      const feed = (site: string, state: string) =>
+        sampleValue(families, "llmgw_edge_site_load_feed", { model: MODEL, site, feed: state });
+      return (
+        feed("site-a", "stale") === 1 &&
+        feed("site-a", "live") === 0 &&
+        feed("site-b", "live") === 1 &&
+        sampleValue(families, "llmgw_edge_site_endpoints", { model: MODEL, site: "site-a" }) === 1
+      );
+    });
   }, 60_000);
 });
