@@ -170,6 +170,35 @@ describe("two sites, one edge", () => {
     );
   }, 30_000);
 
+  it("versions each site on its own, and refuses an id another site's endpoint has", async () => {
+    const c = (version: bigint) =>
+      edge.sync.putEndpointSets({
+        site: "site-c",
+        version,
+        endpoints: [{ id: "c0", url: "http://127.0.0.1:9/", models: ["sites-other"] }],
+      });
+    // Site A and B are past version 1; site C's first set still takes it.
+    expect(Math.min(...(await pool()).sites.map((s) => Number(s.version)))).toBeGreaterThan(1);
+    expect((await c(1n)).version).toBe(1n);
+    await expect(c(1n)).rejects.toThrow("version 1 is not newer than the stored version 1");
+    const { pools } = await edge.sync.getPoolStatus({ model: "sites-other" });
+    expect(pools[0]!.endpoints.map((e) => [e.id, e.site])).toEqual([["c0@site-c", "site-c"]]);
+    // The default site's ids are not qualified, so one could name site A's endpoint.
+    const clash = await edge.sync
+      .putEndpointSets({
+        endpoints: [{ id: `${MODEL}/1gpu/0@site-a`, url: "http://127.0.0.1:9/", models: [MODEL] }],
+      })
+      .then(
+        () => undefined,
+        (e: unknown) => e as ConnectError,
+      );
+    expect(clash?.code).toBe(Code.InvalidArgument);
+    expect(clash?.rawMessage).toBe(
+      `endpoints[0].id: "${MODEL}/1gpu/0@site-a" is already an endpoint of site "site-a"`,
+    );
+    expect((await pool()).endpoints).toHaveLength(2);
+  }, 30_000);
+
   it("lets a site that stops pushing go stale and decay toward saturation 1; the other site takes the traffic", async () => {
     // Site A's control plane dies; its agent and engine keep running, so only the feed stops.
     await sites[0]!.cp.proc.kill("SIGKILL");
