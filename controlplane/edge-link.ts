@@ -55,6 +55,7 @@ export function edgeLink(
         }
       : {}),
     store: published,
+    site: config.site,
     facts: () => ({
       replicas: reconciler.table.list(),
       address: (node) => registry.get(node)?.advertiseAddress,

@@ -5,13 +5,14 @@
  * Object that restarts counts from zero again, which Prometheus's rate()
  * reads as a counter reset. Labels stay bounded: model, band, route tier,
  * breaker state and outcome come from the catalog and the router's fixed
- * vocabularies, never from requests.
+ * vocabularies, site from the sites that publish, never from requests.
  */
 import type { MetricsRegistry, Sample } from "../common/prometheus.ts";
 import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { EdgeStatusBook } from "./edge-status.ts";
 
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
+export const LOAD_FEEDS = ["live", "stale", "none"] as const;
 export const REQUEST_OUTCOMES = [
   "admitted",
   "full",
@@ -118,6 +119,34 @@ function registerRoutingMetrics(metrics: MetricsRegistry, { answered, perModel }
     "llmgw_edge_endpoints",
     "Endpoints in the model's pool.",
     perModel((p) => p.endpoints.length),
+  );
+  // Per site (docs/sites.md): bounded by the sites that publish, as the model label is by the catalog.
+  const perSite = (value: (p: PoolStatus, site: string) => number) => (): Sample[] =>
+    answered().flatMap((p) =>
+      p.sites.map((s) => ({ labels: { model: p.model, site: s.site }, value: value(p, s.site) })),
+    );
+  metrics.gauge(
+    "llmgw_edge_site_endpoints",
+    "Endpoints each site gives the model's pool.",
+    perSite((p, site) => p.endpoints.filter((e) => e.site === site).length),
+  );
+  metrics.gauge(
+    "llmgw_edge_site_inflight_requests",
+    "Requests in flight on each site's endpoints: the site's share of the model's traffic now.",
+    perSite((p, site) => p.endpoints.filter((e) => e.site === site).reduce((n, e) => n + e.inflight, 0)),
+  );
+  metrics.gauge(
+    "llmgw_edge_site_load_feed",
+    "1 for the state of each site's load feed (live, stale: its control plane stopped pushing, none: never scraped), 0 for the others.",
+    () =>
+      answered().flatMap((p) =>
+        p.sites.flatMap((s) =>
+          LOAD_FEEDS.map((feed) => ({
+            labels: { model: p.model, site: s.site, feed },
+            value: s.loadFeed === feed ? 1 : 0,
+          })),
+        ),
+      ),
   );
   metrics.gauge(
     "llmgw_edge_inflight_requests",

@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { createLogger } from "../common/log.ts";
@@ -112,5 +113,55 @@ describe("EdgePublisher after a restart", () => {
     facts.now = 5_000;
     await p.tick();
     expect(puts).toEqual([["a/p/0"]]);
+  });
+});
+
+describe("EdgePublisher for a site", () => {
+  it("publishes its set and load as its site's, and takes the edge's refusal of the catalog and router settings as not its to publish", async () => {
+    const calls: string[] = [];
+    const denied = () => Promise.reject(new ConnectError("site token", Code.PermissionDenied));
+    const client = {
+      putCatalog: () => {
+        calls.push("catalog");
+        return denied();
+      },
+      putRouterSettings: () => {
+        calls.push("router");
+        return denied();
+      },
+      putEndpointSets: async (r: { site: string }) => {
+        calls.push(`set:${r.site}`);
+        return { version: 1n };
+      },
+      pushLoad: async (r: { site: string }) => {
+        calls.push(`load:${r.site}`);
+        return {};
+      },
+    } as unknown as EdgeSyncClient;
+    const r = replica("m/p/0", "n1", "ready");
+    const facts: EdgeFacts = {
+      replicas: [r],
+      address: (n) => n,
+      load: () =>
+        ({ waiting: 0, running: 1, kvUsage: 0, prefixCacheHitRate: 0, scrapedAtUnixMs: 1n }) as never,
+      staticEndpoints: [],
+      via: "direct",
+      now: 0,
+    };
+    const p = new EdgePublisher({
+      client,
+      log: createLogger({}, "error"),
+      facts: () => facts,
+      loadRefreshMs: 1_000,
+      site: "eu",
+    });
+    const first = p.start(buildCatalog(configSchema.parse({})), {});
+    p.stop();
+    await first;
+    expect(calls).toEqual(["catalog", "router", "set:eu", "load:eu"]);
+    expect(p.failures).toBe(0);
+    // Not asked again until the catalog changes.
+    await p.tick();
+    expect(calls.filter((c) => c === "catalog")).toHaveLength(1);
   });
 });

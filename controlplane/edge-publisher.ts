@@ -10,6 +10,11 @@
  * numbers moved and, every `loadRefreshMs`, for the rest: a pool takes
  * silence for a lost feed.
  *
+ * Each control plane publishes its own site's set and load (`site:`,
+ * docs/sites.md). Holding a site's token rather than the edge's, it may not
+ * publish the catalog or the router settings: the edge refuses those with
+ * `permission_denied`, and they are left to whoever holds the edge's token.
+ *
  * A restarted control plane knows no replica until agents report them, so
  * for a while after its start it must not shrink what the edge routes to: it
  * publishes the set it last published (kept in SQLite), minus only the
@@ -22,6 +27,7 @@
  * placed anyway.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { staticEndpoint } from "../common/static-endpoint.ts";
@@ -158,6 +164,8 @@ export interface EdgePublisherOptions {
   holdUntil?: number;
   /** Where the last published set is kept across restarts. */
   store?: Pick<PublishedEndpoints, "load" | "save">;
+  /** The site whose set and load this control plane publishes (config `site:`); default "default". */
+  site?: string;
 }
 
 export class EdgePublisher {
@@ -208,21 +216,27 @@ export class EdgePublisher {
     const { client, log } = this.opts;
     try {
       if (this.catalogPending && this.catalog) {
-        await client.putCatalog({
-          models: this.catalog.models.map((m) => ({
-            name: m.name,
-            aliases: [...m.aliases],
-            fallbacks: [...m.fallbacks],
-            routing: m.routing,
-          })),
-        });
+        const catalog = this.catalog;
+        const done = await this.edgeOwned("catalog", () =>
+          client.putCatalog({
+            models: catalog.models.map((m) => ({
+              name: m.name,
+              aliases: [...m.aliases],
+              fallbacks: [...m.fallbacks],
+              routing: m.routing,
+            })),
+          }),
+        );
         this.catalogPending = false;
-        log.info("catalog published to the edge", { models: this.catalog.models.length });
+        if (done) log.info("catalog published to the edge", { models: catalog.models.length });
       }
       if (this.routerPending) {
-        const { version } = await client.putRouterSettings({ settingsJson: JSON.stringify(this.router) });
+        const settingsJson = JSON.stringify(this.router);
+        const done = await this.edgeOwned("router settings", () =>
+          client.putRouterSettings({ settingsJson }),
+        );
         this.routerPending = false;
-        log.info("router settings published to the edge", { version: String(version) });
+        if (done) log.info("router settings published to the edge", { version: String(done.version) });
       }
       const facts = this.opts.facts();
       const endpoints = this.toPublish(facts);
@@ -231,7 +245,11 @@ export class EdgePublisher {
         // The edge refuses an empty set without allow_empty. One computed
         // here after the startup hold is this control plane's own view of
         // its fleet, so it says that it means it.
-        const { version } = await client.putEndpointSets({ endpoints, allowEmpty: endpoints.length === 0 });
+        const { version } = await client.putEndpointSets({
+          endpoints,
+          allowEmpty: endpoints.length === 0,
+          site: this.site,
+        });
         this.published = fp!;
         this.last = endpoints;
         this.opts.store?.save(endpoints, facts.now);
@@ -239,6 +257,7 @@ export class EdgePublisher {
         log.info("endpoint set published to the edge", {
           version: String(version),
           endpoints: endpoints.length,
+          site: this.site,
         });
       }
       await this.pushLoad(facts);
@@ -251,6 +270,29 @@ export class EdgePublisher {
         log.warn("edge sync failed", { error: errorMessage(err), failures: this.failures });
     } finally {
       this.busy = false;
+    }
+  }
+
+  private get site(): string {
+    return this.opts.site ?? "default";
+  }
+
+  /**
+   * A call only the edge's own token may make. With a site's token the edge
+   * refuses it; that is said once, not retried as a failure. Undefined then.
+   */
+  private async edgeOwned<T>(what: string, call: () => Promise<T>): Promise<T | undefined> {
+    try {
+      return await call();
+    } catch (err) {
+      if (!(err instanceof ConnectError) || err.code !== Code.PermissionDenied) throw err;
+      this.opts.log.info(
+        `${what} not published: this control plane holds site ${this.site}'s token, and the ${what} are the edge's (published with the edge's token)`,
+        {
+          edge: err.rawMessage,
+        },
+      );
+      return undefined;
     }
   }
 
@@ -298,7 +340,7 @@ export class EdgePublisher {
       );
     }
     if (loads.length === 0) return;
-    await this.opts.client.pushLoad({ loads });
+    await this.opts.client.pushLoad({ loads, site: this.site });
     this.loadPushes++;
   }
 }

@@ -147,7 +147,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     streams,
     reconciler,
     scaler,
-    reload: (next) => reload(next, { adminAuth, reconciler, edge, streams, log }),
+    reload: (next) =>
+      reload(next, { adminAuth, reconciler, edge, streams, log, site: opts.loaded.config.site }),
     close: shutdown,
   };
 }
@@ -269,10 +270,18 @@ function reload(
     edge: EdgeLink | undefined;
     streams: AgentStreams;
     log: Logger;
+    /** The site this control plane started with. */
+    site: string;
   },
 ): void {
   const { adminAuth, reconciler, edge, streams, log } = parts;
   reloadAdminTokens(adminAuth, next, log);
+  if (next.config.site !== parts.site) {
+    log.warn("site: read at start only; keeping the site this control plane started with", {
+      running: parts.site,
+      file: next.config.site,
+    });
+  }
   const nextCatalog = buildCatalog(next.config);
   reconciler.reload(next.config, nextCatalog);
   edge?.publisher.setCatalog(nextCatalog);

@@ -12,6 +12,8 @@ export interface Env {
   EDGE_SYNC_TOKEN?: string;
   /** A second EdgeSync secret, accepted as well while the token is rotated; never on its own. */
   EDGE_SYNC_TOKEN_NEXT?: string;
+  /** Each site's EdgeSync token, `{"eu": "TOKEN", "us": ["NEW", "OLD"]}`: it writes only that site's endpoint set and load (docs/sites.md). */
+  EDGE_SYNC_SITE_TOKENS?: string;
   /** JSON laid over the router settings stored by EdgeSync (local override; see edge/config/settings.ts). */
   LLMGW_ROUTER?: string;
   /** Where new ModelPool objects are created: a locationHint (`enam`, `weur`, …) near the GPUs. */

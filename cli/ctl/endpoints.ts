@@ -46,7 +46,7 @@ export function parseEndpointsFile(text: string, source: string): EndpointsFile 
   return r.data;
 }
 
-const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--allow-empty]
+const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--allow-empty] [--site SITE]
        llmgw ctl endpoints check FILE
        llmgw ctl endpoints status [MODEL] [--edge URL] [--json]
 
@@ -55,7 +55,8 @@ priority (the spill group's), via,
 capacity (max_num_seqs, kv_tokens: what the engine can hold) and
 served_model_name (the name sent to that engine, if not the catalog's).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops
-every request to them.
+every request to them. --site writes that site's set (docs/sites.md); without
+it, the default site's, or the own site of a site's token.
 status shows what each model's pool at the edge holds now: saturation, the
 band queues, and per endpoint its load, requests in flight and breaker.
 --edge defaults to $LLMGW_EDGE_URL, else ${DEFAULT_EDGE}; the EdgeSync secret is read
@@ -67,6 +68,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     ...EDGE_FLAGS,
     version: { type: "string" },
     "allow-empty": { type: "boolean" },
+    site: { type: "string" },
   });
   if (typeof opened === "number") return opened;
   const { command, values, positionals } = opened;
@@ -93,8 +95,10 @@ export async function main(argv: string[]): Promise<number | undefined> {
       endpoints: endpoints.map(staticEndpoint),
       version: values.version ? BigInt(values.version) : 0n,
       allowEmpty: values["allow-empty"] === true,
+      site: values.site ?? "",
     });
-    process.stdout.write(`wrote ${endpoints.length} endpoints to ${edge} (version ${res.version})\n`);
+    const site = values.site ? ` site ${values.site}` : "";
+    process.stdout.write(`wrote ${endpoints.length} endpoints to ${edge}${site} (version ${res.version})\n`);
     return 0;
   } catch (err) {
     process.stderr.write(`llmgw ctl endpoints set: ${failure(err)} (edge ${edge})\n`);
@@ -144,6 +148,13 @@ export function formatPools(pools: readonly PoolStatus[]): string {
       `${p.model}: saturation ${num(p.saturation)}, load feed ${p.loadFeed}, ${p.leases} in flight, ${p.sessions} sessions, endpoint set v${p.endpointsVersion}` +
         `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}\n  decided by: ${routes || "-"}\n`,
     );
+    // A single-site edge prints as it did before sites.
+    if (p.sites.some((s) => s.site !== "default")) {
+      const sites = p.sites.map(
+        (s) => `${s.site} v${s.version} (${s.endpoints} endpoints, load feed ${s.loadFeed})`,
+      );
+      out.push(`  sites: ${sites.join(", ")}\n`);
+    }
     out.push(
       renderTable(
         [

@@ -110,6 +110,14 @@ describe("configuration loading", () => {
     expect(issues("control: [unclosed\n")[0]).toMatch(/^YAML: /);
   });
 
+  it("names the site, the default one when the file names none, and refuses a name that is not one", () => {
+    expect(parseConfig("", "(defaults)").config.site).toBe("default");
+    expect(parseConfig("site: eu-west\n", "test.yaml").config.site).toBe("eu-west");
+    expect(issues("site: EU West\n")).toEqual([
+      "site: a site name: 1-32 lower-case letters, digits or dashes, not starting with a dash",
+    ]);
+  });
+
   it("reads durations as operators write them", () => {
     expect(parseDuration("500ms")).toBe(500);
     expect(parseDuration("15s")).toBe(15_000);

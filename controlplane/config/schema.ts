@@ -5,6 +5,7 @@ import { viaSchema } from "../../common/endpoint-fields.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { staticEndpointSchema } from "../../common/static-endpoint.ts";
 import { routerSchema, routingPolicy } from "../../edge/config/router.ts";
+import { DEFAULT_SITE, siteNameSchema } from "../../edge/config/site-sets.ts";
 
 /**
  * The configuration file's shape. Snake_case keys, as operators write YAML;
@@ -309,6 +310,13 @@ export const configSchema = z.strictObject({
   admin_listen: listenAddress.default(":9090"),
   agent_listen: listenAddress.default(":7443"),
   data_dir: z.string().default(".data"),
+  // Several control planes behind one edge each publish their own site's
+  // endpoint set and load (docs/sites.md); one alone keeps the default.
+  site: siteNameSchema
+    .default(DEFAULT_SITE)
+    .describe(
+      "This control plane's site: the edge keeps one endpoint set per site and routes over their union (read at start)",
+    ),
   admin: adminSchema.prefault({}),
   agent_tls: agentTlsSchema.prefault({}),
   listeners: listenersSchema.prefault({}),

@@ -26,9 +26,10 @@ export const endpointRecordSchema = z.object({
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
 /** What routing needs of a record: everything but the models it serves. */
-export function endpointSpec(e: EndpointRecord): EndpointSpec {
+export function endpointSpec(e: EndpointRecord & { site?: string }): EndpointSpec {
   const spec: EndpointSpec = {
     id: e.id,
+    ...(e.site ? { site: e.site } : {}),
     url: e.url,
     spillGroup: e.pool,
     priority: e.priority,
@@ -68,6 +69,7 @@ export class RoutingTable {
   private readonly byModel = new Map<string, EndpointRecord[]>();
   private readonly models = new Map<string, CatalogModel>();
   private readonly endpointModels = new Map<string, string[]>();
+  private readonly endpointSites = new Map<string, string>();
 
   constructor(
     readonly catalog: CatalogDoc,
@@ -94,6 +96,8 @@ export class RoutingTable {
         this.byModel.set(model, list);
       }
       this.endpointModels.set(e.id, served);
+      const site = (e as { site?: string }).site;
+      if (site) this.endpointSites.set(e.id, site);
     }
   }
 
@@ -105,6 +109,11 @@ export class RoutingTable {
   /** The models an endpoint serves, canonical names. */
   modelsOfEndpoint(id: string): string[] {
     return this.endpointModels.get(id) ?? [];
+  }
+
+  /** The site that published an endpoint of the union (edge/config/site-sets.ts); undefined for a record without one. */
+  siteOfEndpoint(id: string): string | undefined {
+    return this.endpointSites.get(id);
   }
 
   endpointsFor(model: string): readonly EndpointRecord[] {

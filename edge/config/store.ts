@@ -18,8 +18,11 @@ import {
 } from "./catalog.ts";
 import type { RouterConfig } from "./router.ts";
 import { EMPTY_ROUTER_DOC, type RouterDoc, resolveSettings, routerDocSchema } from "./settings.ts";
+import { DEFAULT_SITE, unionOf } from "./site-sets.ts";
+import { readSiteIndex } from "./site-store.ts";
 
 export const CATALOG_KEY = "config/catalog";
+/** The default site's endpoint set, where the single set was before sites; other sites' sets: site-store.ts. */
 export const ENDPOINTS_KEY = "config/endpoints";
 export const ROUTER_KEY = "config/router";
 const CACHE_MS = 3_000;
@@ -29,6 +32,8 @@ export interface EdgeConfig {
   settings: RouterConfig;
   /** The stored router document's version (0: none stored). */
   settingsVersion: number;
+  /** Each site's endpoint set version; `table` routes over their union. */
+  siteVersions: ReadonlyMap<string, number>;
 }
 
 export interface ConfigEnv {
@@ -41,7 +46,7 @@ export interface ConfigEnv {
 let cached: { config: EdgeConfig; override: string | undefined; until: number } | undefined;
 let refreshing = false;
 
-async function readDoc<T>(
+export async function readDoc<T>(
   kv: KVNamespace,
   key: string,
   schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
@@ -69,18 +74,33 @@ export function edgeConfig(env: ConfigEnv): EdgeConfig | Promise<EdgeConfig> {
 
 async function load(env: ConfigEnv): Promise<EdgeConfig> {
   const kv = env.LLMGW_KV;
-  const [catalog, endpoints, router] = await Promise.all([
+  const [catalog, sets, router] = await Promise.all([
     readDoc<CatalogDoc>(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
-    readDoc<EndpointsDoc>(kv, ENDPOINTS_KEY, endpointsDocSchema, EMPTY_ENDPOINTS),
+    readSiteSets(kv),
     readDoc<RouterDoc>(kv, ROUTER_KEY, routerDocSchema, EMPTY_ROUTER_DOC),
   ]);
   const config = {
-    table: new RoutingTable(catalog, endpoints),
+    table: new RoutingTable(catalog, unionOf(sets)),
     settings: resolveSettings(router.settings, env.LLMGW_ROUTER),
     settingsVersion: router.version,
+    siteVersions: new Map([...sets].map(([site, doc]) => [site, doc.version])),
   };
   cached = { config, override: env.LLMGW_ROUTER, until: Date.now() + CACHE_MS };
   return config;
+}
+
+/** Every site's endpoint set: the default site's, each site's the index names, and `also`'s even before the index names it. */
+export async function readSiteSets(kv: KVNamespace, also?: string): Promise<Map<string, EndpointsDoc>> {
+  const sites = [...new Set([DEFAULT_SITE, ...(await readSiteIndex(kv)), ...(also ? [also] : [])])];
+  const docs = await Promise.all(
+    sites.map((site) => readDoc<EndpointsDoc>(kv, endpointsKey(site), endpointsDocSchema, EMPTY_ENDPOINTS)),
+  );
+  return new Map(sites.map((site, i) => [site, docs[i]!]));
+}
+
+/** Where a site's endpoint set is stored: the default site's where the one set always was. */
+export function endpointsKey(site: string): string {
+  return site === DEFAULT_SITE ? ENDPOINTS_KEY : `config/sites/${site}/endpoints`;
 }
 
 /** Whatever this isolate holds is re-read from KV on next use. */

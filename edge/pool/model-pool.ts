@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { endpointSpec } from "../config/catalog.ts";
 import type { RouterConfig } from "../config/router.ts";
+import { DEFAULT_SITE, SiteParts, siteFeeds } from "../config/site-sets.ts";
 import { type ConfigEnv, edgeConfig, invalidateEdgeConfig } from "../config/store.ts";
 import {
   type BreakerOpened,
@@ -21,6 +22,11 @@ import type { EndpointSpec } from "../routing/types.ts";
  * endpoint set and settings current (pushed by EdgeSync on change, read
  * from KV on a cold start or when a Worker has seen a newer version).
  *
+ * The endpoints are each site's part, kept at that site's version
+ * (edge/config/site-sets.ts), so a site's older set, pushed late or read from a
+ * KV copy not yet caught up, never replaces a newer one; the core routes
+ * over their union.
+ *
  * State is memory only: after an eviction (no request for a while) the pool
  * starts empty, which forgets in-flight counts of requests long finished
  * and breakers long cooled.
@@ -31,6 +37,7 @@ export class ModelPool extends DurableObject<ConfigEnv> {
   private settings: RouterConfig | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
+  private readonly parts = new SiteParts<EndpointSpec>();
 
   /** The core for `model`, created from the KV config the first time. */
   private async ready(model: string, endpointsVersion = 0): Promise<PoolCore> {
@@ -51,13 +58,16 @@ export class ModelPool extends DurableObject<ConfigEnv> {
       this.settings = config.settings;
       this.core.configure(config.settings, Date.now());
     }
-    if (config.table.endpoints.version > this.core.version) {
-      this.core.setEndpoints(
-        config.table.endpoints.version,
-        config.table.endpointsFor(model).map(endpointSpec),
-        Date.now(),
-      );
+    let changed = false;
+    const { table } = config;
+    for (const [site, version] of config.siteVersions) {
+      if (version <= this.parts.versionOf(site)) continue;
+      const mine = table
+        .endpointsFor(model)
+        .filter((e) => (table.siteOfEndpoint(e.id) ?? DEFAULT_SITE) === site);
+      changed = this.parts.set(site, version, mine.map(endpointSpec)) || changed;
     }
+    if (changed) this.core.setEndpoints(this.parts.version, this.parts.union(), Date.now());
     return this.core;
   }
 
@@ -79,10 +89,22 @@ export class ModelPool extends DurableObject<ConfigEnv> {
     return answer;
   }
 
-  async setEndpoints(model: string, version: number, endpoints: EndpointSpec[]): Promise<void> {
+  /** One site's endpoints for this model at the site's version, pushed by EdgeSync (edge/sync/site-write.ts). */
+  async setSiteEndpoints(
+    model: string,
+    site: string,
+    version: number,
+    endpoints: EndpointSpec[],
+  ): Promise<void> {
     const core = await this.ready(model);
-    core.setEndpoints(version, endpoints, Date.now());
+    if (this.parts.set(site, version, endpoints))
+      core.setEndpoints(this.parts.version, this.parts.union(), Date.now());
     this.schedule();
+  }
+
+  /** The default site's endpoints (a single-site edge, the benchmarks). */
+  async setEndpoints(model: string, version: number, endpoints: EndpointSpec[]): Promise<void> {
+    await this.setSiteEndpoints(model, DEFAULT_SITE, version, endpoints);
   }
 
   async pushLoad(model: string, updates: LoadUpdate[]): Promise<void> {
@@ -91,7 +113,13 @@ export class ModelPool extends DurableObject<ConfigEnv> {
   }
 
   async status(model: string): Promise<PoolStatus> {
-    return (await this.ready(model)).status(Date.now());
+    const status = (await this.ready(model)).status(Date.now());
+    const feeds = siteFeeds(status.endpoints, this.settings?.stale_after ?? 0);
+    status.sites = this.parts
+      .sites()
+      .filter((p) => p.endpoints > 0)
+      .map((p) => ({ ...p, loadFeed: feeds.get(p.site) ?? "none" }));
+    return status;
   }
 
   /** One timer for whatever the core next waits on: a queue TTL, a re-check while queued, a lease's expiry. */

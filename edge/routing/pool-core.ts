@@ -446,6 +446,7 @@ export class PoolCore {
         const e = this.endpoints.get(c.spec.id)!;
         return {
           id: c.spec.id,
+          site: c.spec.site ?? "default",
           url: c.spec.url,
           pool: c.spec.spillGroup,
           priority: c.spec.priority,

@@ -114,6 +114,8 @@ export interface BandCounters {
 
 export interface EndpointStatus {
   id: string;
+  /** The site that published it ("default" for a single site). */
+  site: string;
   url: string;
   pool: string;
   priority: number;
@@ -149,4 +151,13 @@ export interface PoolStatus {
   endpoints: EndpointStatus[];
   /** Why endpoints were set aside at the last decision. */
   lastRejections: Rejection[];
+  /** Each site's part of the pool (the ModelPool fills it in; the core knows no versions per site). */
+  sites?: SiteStatus[];
+}
+
+export interface SiteStatus {
+  site: string;
+  version: number;
+  endpoints: number;
+  loadFeed: "live" | "stale" | "none";
 }

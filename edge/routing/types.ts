@@ -11,6 +11,8 @@ export type { RoutingPolicy };
 /** An engine the pool may send requests to (the endpoint set's record, minus what routing ignores). */
 export interface EndpointSpec {
   id: string;
+  /** The site that published it (docs/sites.md); absent: the default site. */
+  site?: string | undefined;
   url: string;
   /**
    * Its spill group (the config key `pool`, common/endpoint-fields.ts): the

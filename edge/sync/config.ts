@@ -7,26 +7,18 @@
  * a publisher that lost its view, e.g. a control plane just restarted,
  * must not be able to stop every request by accident.
  */
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
 import { spillGroupPriorityConflicts } from "../../common/endpoint-fields.ts";
 import { formatPath } from "../../common/zod-issues.ts";
 import type { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import {
-  catalogDocSchema,
-  catalogModelSchema,
-  EMPTY_CATALOG,
-  EMPTY_ENDPOINTS,
-  endpointRecordSchema,
-  endpointSpec,
-  endpointsDocSchema,
-  RoutingTable,
-} from "../config/catalog.ts";
+import { catalogModelSchema, endpointRecordSchema } from "../config/catalog.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
-import { CATALOG_KEY, ENDPOINTS_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
+import { CATALOG_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
 import type { Env } from "../env.ts";
-import { poolOf } from "../pool/client.ts";
+import type { Caller } from "./caller.ts";
 import { invalid, nextVersion } from "./errors.ts";
+import { putSiteSet } from "./site-write.ts";
 
 /** A pushed model's name must be one the control plane's config accepts; stored documents are read as they were written. */
 const pushedModelSchema = catalogModelSchema.extend({ name: modelNameSchema });
@@ -40,7 +32,7 @@ async function storedVersion(kv: KVNamespace, key: string): Promise<number> {
   return (await kv.get<{ version: number }>(key, "json"))?.version ?? 0;
 }
 
-export function configCalls(env: Env): ConfigCalls {
+export function configCalls(env: Env, caller: Caller): ConfigCalls {
   const kv = env.LLMGW_KV;
   return {
     async putCatalog(req) {
@@ -90,38 +82,7 @@ export function configCalls(env: Env): ConfigCalls {
       });
       const conflict = spillGroupPriorityConflicts(endpoints)[0];
       if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
-      const [rawOld, rawCatalog] = await Promise.all([
-        kv.get(ENDPOINTS_KEY, "json"),
-        kv.get(CATALOG_KEY, "json"),
-      ]);
-      const old = endpointsDocSchema.safeParse(rawOld).data ?? EMPTY_ENDPOINTS;
-      const catalog = catalogDocSchema.safeParse(rawCatalog).data ?? EMPTY_CATALOG;
-      if (endpoints.length === 0 && old.endpoints.length > 0 && !req.allowEmpty) {
-        throw new ConnectError(
-          `endpoints: empty, and would remove all ${old.endpoints.length} endpoints of version ${old.version}; set allow_empty (llmgw ctl endpoints set --allow-empty) if that is meant`,
-          Code.FailedPrecondition,
-        );
-      }
-      const version = nextVersion(old.version, req.version);
-      await kv.put(ENDPOINTS_KEY, JSON.stringify({ version, endpoints }));
-      invalidateEdgeConfig();
-      const before = new RoutingTable(catalog, old);
-      const after = new RoutingTable(catalog, { version, endpoints });
-      const models = new Set(
-        [...old.endpoints, ...endpoints].flatMap((e) => [
-          ...before.modelsOfEndpoint(e.id),
-          ...after.modelsOfEndpoint(e.id),
-        ]),
-      );
-      // Best effort: a pool that misses this hears of the version from the
-      // next Worker that has read it, and reads KV itself.
-      await Promise.all(
-        [...models].map((m) =>
-          poolOf(env, m)
-            .setEndpoints(m, version, after.endpointsFor(m).map(endpointSpec))
-            .catch((err) => console.error("endpoint set not handed to pool", m, err)),
-        ),
-      );
+      const version = await putSiteSet(env, caller, req, endpoints);
       return { version: BigInt(version) };
     },
 

@@ -1,16 +1,19 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { EdgeSyncService, PoolStatusSchema } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { DEFAULT_SITE, qualifiedId } from "../config/site-sets.ts";
+import { ensureSiteIndexed } from "../config/site-store.ts";
 import { edgeConfig } from "../config/store.ts";
 import type { Env } from "../env.ts";
 import { poolOf } from "../pool/client.ts";
 import type { LoadUpdate, PoolStatus } from "../routing/pool-core.ts";
 import type { LoadSample } from "../routing/types.ts";
+import { type Caller, siteOfWrite } from "./caller.ts";
 
 /**
  * EdgeSync's live calls, both straight to the models' pools and never to
  * KV (minutes-stale, one write a second): load snapshots in, pool status
- * out.
+ * out. A site's loads reach only that site's endpoints (docs/sites.md).
  */
 type PoolCalls = Pick<ServiceImpl<typeof EdgeSyncService>, "pushLoad" | "getPoolStatus">;
 
@@ -18,18 +21,27 @@ type PoolStatusInit = MessageInitShape<typeof PoolStatusSchema>;
 
 const STATES = new Set<LoadSample["state"]>(["ready", "draining", "down"]);
 
-export function poolCalls(env: Env): PoolCalls {
+export function poolCalls(env: Env, caller: Caller): PoolCalls {
   return {
     async pushLoad(req) {
-      const { table } = await edgeConfig(env);
+      const site = siteOfWrite(caller, req.site, "load");
+      const config = await edgeConfig(env);
+      const { table } = config;
+      // A site's first write to the index can be lost to another's (site-store.ts): put it back.
+      if (site !== DEFAULT_SITE && !config.siteVersions.has(site)) {
+        await ensureSiteIndexed(env.LLMGW_KV, site);
+      }
       const now = Date.now();
       const byModel = new Map<string, LoadUpdate[]>();
       for (const l of req.loads) {
-        const models = table.modelsOfEndpoint(l.endpointId);
+        const id = qualifiedId(site, l.endpointId);
+        // Another site's endpoint is as unknown to this site's loads as an id no site has.
+        if ((table.siteOfEndpoint(id) ?? DEFAULT_SITE) !== site) continue;
+        const models = table.modelsOfEndpoint(id);
         if (models.length === 0) continue;
         const scraped = Number(l.scrapedAtUnixMs);
         const update: LoadUpdate = {
-          endpoint: l.endpointId,
+          endpoint: id,
           sample: {
             waiting: finite(l.waiting),
             running: finite(l.running),
@@ -101,6 +113,7 @@ function toMessage(s: PoolStatus): PoolStatusInit {
     routes: Object.fromEntries(Object.entries(s.routes).map(([k, v]) => [k, BigInt(v)])),
     endpoints: s.endpoints.map((e) => ({
       id: e.id,
+      site: e.site,
       url: e.url,
       pool: e.pool,
       priority: e.priority,
@@ -120,5 +133,6 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       kvTokens: BigInt(e.kvTokens ?? 0),
     })),
     lastRejections: s.lastRejections,
+    sites: (s.sites ?? []).map((p) => ({ ...p, version: BigInt(p.version) })),
   };
 }

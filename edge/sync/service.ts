@@ -3,6 +3,8 @@
  * Connect paths `/edge.v1.EdgeSyncService/<Method>`, unary only, behind a
  * bearer secret (`EDGE_SYNC_TOKEN`) compared in constant time; during a
  * rotation `EDGE_SYNC_TOKEN_NEXT` is accepted too (docs/edge.md#rotating-the-token).
+ * A site's token (`EDGE_SYNC_SITE_TOKENS`) reaches only its own site's
+ * endpoint set and load (caller.ts, docs/sites.md).
  * The calls live by what they touch: configuration (config.ts),
  * keys (keys.ts), the models' pools (pools.ts).
  */
@@ -14,7 +16,7 @@ import {
 } from "@connectrpc/connect/protocol";
 import { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Env } from "../env.ts";
-import { secretsEqual } from "../keys/auth.ts";
+import { callerOf, parseSiteTokens, SITE_METHODS } from "./caller.ts";
 import { configCalls } from "./config.ts";
 import { keyCalls } from "./keys.ts";
 import { poolCalls } from "./pools.ts";
@@ -39,7 +41,24 @@ export async function handleEdgeSync(req: Request, env: Env): Promise<Response> 
   const current = env.EDGE_SYNC_TOKEN;
   if (!current) return connectError(503, "unavailable", "EdgeSync is disabled: EDGE_SYNC_TOKEN is not set");
   const m = /^Bearer (\S+)$/.exec(req.headers.get("authorization") ?? "");
-  if (!m || !(await tokenAccepted(m[1]!, current, env.EDGE_SYNC_TOKEN_NEXT))) {
+  let sites = new Map<string, string[]>();
+  let sitesBroken = false;
+  try {
+    sites = parseSiteTokens(env.EDGE_SYNC_SITE_TOKENS);
+  } catch (err) {
+    // The edge's own token still works, so the operator can fix it from a site.
+    console.error(`EdgeSync: site tokens refused: ${(err as Error).message}`);
+    sitesBroken = true;
+  }
+  const caller = m ? await callerOf(m[1]!, [current, env.EDGE_SYNC_TOKEN_NEXT || current], sites) : undefined;
+  if (!caller) {
+    if (sitesBroken) {
+      return connectError(
+        503,
+        "unavailable",
+        "EdgeSync's site tokens (EDGE_SYNC_SITE_TOKENS) do not parse: see the Worker's log",
+      );
+    }
     return connectError(401, "unauthenticated", "missing or wrong EdgeSync bearer token");
   }
   // Connect answers these two with a bare status and no body; a caller gets a message instead.
@@ -61,10 +80,21 @@ export async function handleEdgeSync(req: Request, env: Env): Promise<Response> 
     grpcWeb: false,
     readMaxBytes: MAX_REQUEST_BYTES,
   });
-  router.service(EdgeSyncService, { ...configCalls(env), ...keyCalls(env), ...poolCalls(env) });
+  router.service(EdgeSyncService, {
+    ...configCalls(env, caller),
+    ...keyCalls(env),
+    ...poolCalls(env, caller),
+  });
   const path = new URL(req.url).pathname;
   const handler = router.handlers.find((h) => h.requestPath === path);
   if (!handler) return connectError(404, "unimplemented", `no such method: ${path}`);
+  if (caller.kind === "site" && !SITE_METHODS.has(handler.method.name)) {
+    return connectError(
+      403,
+      "permission_denied",
+      `${handler.method.name}: site "${caller.site}"'s token writes only its own endpoint set and load; keys, the catalog and the router settings take the edge's token (EDGE_SYNC_TOKEN)`,
+    );
+  }
   const checked = await binaryChecked(req, handler.method.input);
   if (checked instanceof Response) return checked;
   const res = await handler(universalServerRequestFromFetch(checked, {}));
@@ -97,13 +127,4 @@ async function binaryChecked(req: Request, input: DescMessage): Promise<Request 
     return connectError(400, "invalid_argument", `request: not a valid ${input.typeName}: ${why}`);
   }
   return new Request(req, { body });
-}
-
-/** Both tokens are always compared, so the time taken says nothing of which one matched. */
-async function tokenAccepted(presented: string, current: string, next: string | undefined): Promise<boolean> {
-  const [a, b] = await Promise.all([
-    secretsEqual(presented, current),
-    secretsEqual(presented, next || current),
-  ]);
-  return a || b;
 }

@@ -13,6 +13,7 @@ import { create, fromBinary, fromJsonString, toBinary, toJson } from "@bufbuild/
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hashSecret } from "../../cli/ctl/keys.ts";
+import { DEFAULT_SITE } from "../../edge/config/site-sets.ts";
 import {
   EdgeSyncService,
   EndpointSchema,
@@ -150,6 +151,8 @@ describe("EdgeSync under fuzzing, in workerd", () => {
       );
     });
 
+  const isDefaultSite = (site: unknown) => site === undefined || site === "" || site === DEFAULT_SITE;
+
   /**
    * What a generated request may not do, as no request meant for its own
    * objects would: name the victim's endpoint or model, revoke the victim
@@ -166,10 +169,16 @@ describe("EdgeSync under fuzzing, in workerd", () => {
       (m.key as { hash: string }).hash = hashSecret("not the victim's secret");
     }
     if (method === "PutEndpointSets") {
+      const others = (m.endpoints as { id: string; models: string[] }[]).filter(
+        (e) => e.id !== VICTIM_ENDPOINT && !e.models.includes(VICTIM_MODEL),
+      );
+      // The victim's endpoint lives in the default site's set; another site's set must not serve its model.
+      if (!isDefaultSite(m.site)) {
+        m.endpoints = others;
+        return msg;
+      }
       m.endpoints = [
-        ...(m.endpoints as { id: string; models: string[] }[]).filter(
-          (e) => e.id !== VICTIM_ENDPOINT && !e.models.includes(VICTIM_MODEL),
-        ),
+        ...others,
         create(EndpointSchema, {
           id: VICTIM_ENDPOINT,
           url: sim.url,
@@ -196,6 +205,7 @@ describe("EdgeSync under fuzzing, in workerd", () => {
           ignoreUnknownFields: true,
         })
       : fromBinary(PutEndpointSetsRequestSchema, bytes);
+    if (!isDefaultSite(sent.site)) return;
     const kept = sent.endpoints.find((e) => e.id === VICTIM_ENDPOINT);
     if (
       kept &&

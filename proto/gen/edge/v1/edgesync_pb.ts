@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edge/v1/edgesync.proto.
  */
 export const file_edge_v1_edgesync: GenFile = /*@__PURE__*/
-  fileDesc("ChZlZGdlL3YxL2VkZ2VzeW5jLnByb3RvEgdlZGdlLnYxIlEKDENhdGFsb2dNb2RlbBIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkiSwoRUHV0Q2F0YWxvZ1JlcXVlc3QSJQoGbW9kZWxzGAEgAygLMhUuZWRnZS52MS5DYXRhbG9nTW9kZWwSDwoHdmVyc2lvbhgCIAEoBCIlChJQdXRDYXRhbG9nUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBCK0AQoIRW5kcG9pbnQSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBm1vZGVscxgDIAMoCRIMCgRwb29sGAQgASgJEg4KBndlaWdodBgFIAEoARIQCghwcmlvcml0eRgGIAEoBRILCgN2aWEYByABKAkSFAoMbWF4X251bV9zZXFzGBQgASgNEhEKCWt2X3Rva2VucxgVIAEoBBIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgIIAEoCSJkChZQdXRFbmRwb2ludFNldHNSZXF1ZXN0EiQKCWVuZHBvaW50cxgBIAMoCzIRLmVkZ2UudjEuRW5kcG9pbnQSDwoHdmVyc2lvbhgCIAEoBBITCgthbGxvd19lbXB0eRgDIAEoCCIqChdQdXRFbmRwb2ludFNldHNSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgEIigKBkJ1ZGdldBIOCgZ0b2tlbnMYASABKAQSDgoGcGVyaW9kGAIgASgJIvgBCgZBcGlLZXkSCgoCaWQYASABKAkSDAoEaGFzaBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnRlbmFudBgEIAEoCRIQCghtYXhfYmFuZBgFIAEoCRIUCgxkZWZhdWx0X2JhbmQYBiABKAkSDgoGbW9kZWxzGAcgAygJEgsKA3JwbRgIIAEoDRILCgN0cG0YCSABKA0SHwoGYnVkZ2V0GAogASgLMg8uZWRnZS52MS5CdWRnZXQSGgoSY3JlYXRlZF9hdF91bml4X21zGAsgASgDEg8KB3Jldm9rZWQYDCABKAgSFgoObWF4X2NvbmN1cnJlbnQYDSABKA0iLQoNUHV0S2V5UmVxdWVzdBIcCgNrZXkYASABKAsyDy5lZGdlLnYxLkFwaUtleSIQCg5QdXRLZXlSZXNwb25zZSIeChBSZXZva2VLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlIhEKD0xpc3RLZXlzUmVxdWVzdCIxChBMaXN0S2V5c1Jlc3BvbnNlEh0KBGtleXMYASADKAsyDy5lZGdlLnYxLkFwaUtleSKhAQoMRW5kcG9pbnRMb2FkEhMKC2VuZHBvaW50X2lkGAEgASgJEg8KB3dhaXRpbmcYAiABKAESDwoHcnVubmluZxgDIAEoARIQCghrdl91c2FnZRgEIAEoARIdChVwcmVmaXhfY2FjaGVfaGl0X3JhdGUYBSABKAESGgoSc2NyYXBlZF9hdF91bml4X21zGAYgASgDEg0KBXN0YXRlGAcgASgJIjcKD1B1c2hMb2FkUmVxdWVzdBIkCgVsb2FkcxgBIAMoCzIVLmVkZ2UudjEuRW5kcG9pbnRMb2FkIhIKEFB1c2hMb2FkUmVzcG9uc2UijwIKCEtleVVzYWdlEg4KBmtleV9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCHJlcXVlc3RzGAMgASgEEhUKDXByb21wdF90b2tlbnMYBCABKAQSGQoRY29tcGxldGlvbl90b2tlbnMYBSABKAQSFAoMdG90YWxfdG9rZW5zGAYgASgEEhMKC2J1ZGdldF91c2VkGAcgASgEEhUKDWJ1ZGdldF90b2tlbnMYCCABKAQSGAoQcGFydGlhbF9yZXF1ZXN0cxgJIAEoBBIPCgdyZXZva2VkGAogASgIEhoKEmVzdGltYXRlZF9yZXF1ZXN0cxgLIAEoBBIYChBlc3RpbWF0ZWRfdG9rZW5zGAwgASgEIiEKD0dldFVzYWdlUmVxdWVzdBIOCgZrZXlfaWQYASABKAkiNAoQR2V0VXNhZ2VSZXNwb25zZRIgCgV1c2FnZRgBIAMoCzIRLmVkZ2UudjEuS2V5VXNhZ2UiQgoYUHV0Um91dGVyU2V0dGluZ3NSZXF1ZXN0EhUKDXNldHRpbmdzX2pzb24YASABKAkSDwoHdmVyc2lvbhgCIAEoBCIsChlQdXRSb3V0ZXJTZXR0aW5nc1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAQiGgoYR2V0Um91dGVyU2V0dGluZ3NSZXF1ZXN0IlkKGUdldFJvdXRlclNldHRpbmdzUmVzcG9uc2USEwoLc3RvcmVkX2pzb24YASABKAkSDwoHdmVyc2lvbhgCIAEoBBIWCg5lZmZlY3RpdmVfanNvbhgDIAEoCSIlChRHZXRQb29sU3RhdHVzUmVxdWVzdBINCgVtb2RlbBgBIAEoCSLUAgoSUG9vbEVuZHBvaW50U3RhdHVzEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIMCgRwb29sGAMgASgJEhAKCHByaW9yaXR5GAQgASgFEg4KBndlaWdodBgFIAEoARINCgVzdGF0ZRgGIAEoCRIQCghpbmZsaWdodBgHIAEoDRISCgpzYXR1cmF0aW9uGAggASgBEg8KB2JyZWFrZXIYCSABKAkSEwoLbG9hZF9hZ2VfbXMYCiABKAMSDwoHd2FpdGluZxgLIAEoARIPCgdydW5uaW5nGAwgASgBEhAKCGt2X3VzYWdlGA0gASgBEhUKDXByZWZpeF9ibG9ja3MYDiABKA0SDgoGdG9rZW5zGBQgASgEEhQKDG1heF9udW1fc2VxcxgVIAEoDRIRCglrdl90b2tlbnMYFiABKAQSFgoOYnJlYWtlcl9yZWFzb24YDyABKAkivQEKDlBvb2xCYW5kU3RhdHVzEgwKBG5hbWUYASABKAkSDwoHY2VpbGluZxgCIAEoARINCgVkZXB0aBgDIAEoDRIQCghhZG1pdHRlZBgEIAEoBBIOCgZxdWV1ZWQYBSABKAQSDAoEZnVsbBgGIAEoBBIPCgdleHBpcmVkGAcgASgEEhEKCWFiYW5kb25lZBgIIAEoBBIUCgxub19lbmRwb2ludHMYCSABKAQSEwoLbm9fY2FwYWNpdHkYCiABKAQiQAoNUG9vbFJlamVjdGlvbhIQCghlbmRwb2ludBgBIAEoCRINCgVzdGFnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkiwQMKClBvb2xTdGF0dXMSDQoFbW9kZWwYASABKAkSGQoRZW5kcG9pbnRzX3ZlcnNpb24YAiABKAMSEgoKc2F0dXJhdGlvbhgDIAEoARIRCglsb2FkX2ZlZWQYBCABKAkSDgoGbGVhc2VzGAUgASgNEhAKCHNlc3Npb25zGAYgASgNEhIKCmZhaWxfb3BlbnMYByABKAQSJgoFYmFuZHMYCCADKAsyFy5lZGdlLnYxLlBvb2xCYW5kU3RhdHVzEi8KBnJvdXRlcxgJIAMoCzIfLmVkZ2UudjEuUG9vbFN0YXR1cy5Sb3V0ZXNFbnRyeRIuCgllbmRwb2ludHMYCiADKAsyGy5lZGdlLnYxLlBvb2xFbmRwb2ludFN0YXR1cxIvCg9sYXN0X3JlamVjdGlvbnMYCyADKAsyFi5lZGdlLnYxLlBvb2xSZWplY3Rpb24SDQoFZXJyb3IYDCABKAkSGgoSZXN0aW1hdGVkX3JlcXVlc3RzGA0gASgEEhgKEGVzdGltYXRlZF90b2tlbnMYDiABKAQaLQoLUm91dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASI7ChVHZXRQb29sU3RhdHVzUmVzcG9uc2USIgoFcG9vbHMYASADKAsyEy5lZGdlLnYxLlBvb2xTdGF0dXMy+AUKD0VkZ2VTeW5jU2VydmljZRJFCgpQdXRDYXRhbG9nEhouZWRnZS52MS5QdXRDYXRhbG9nUmVxdWVzdBobLmVkZ2UudjEuUHV0Q2F0YWxvZ1Jlc3BvbnNlElQKD1B1dEVuZHBvaW50U2V0cxIfLmVkZ2UudjEuUHV0RW5kcG9pbnRTZXRzUmVxdWVzdBogLmVkZ2UudjEuUHV0RW5kcG9pbnRTZXRzUmVzcG9uc2USOQoGUHV0S2V5EhYuZWRnZS52MS5QdXRLZXlSZXF1ZXN0GhcuZWRnZS52MS5QdXRLZXlSZXNwb25zZRJCCglSZXZva2VLZXkSGS5lZGdlLnYxLlJldm9rZUtleVJlcXVlc3QaGi5lZGdlLnYxLlJldm9rZUtleVJlc3BvbnNlEj8KCExpc3RLZXlzEhguZWRnZS52MS5MaXN0S2V5c1JlcXVlc3QaGS5lZGdlLnYxLkxpc3RLZXlzUmVzcG9uc2USPwoIUHVzaExvYWQSGC5lZGdlLnYxLlB1c2hMb2FkUmVxdWVzdBoZLmVkZ2UudjEuUHVzaExvYWRSZXNwb25zZRI/CghHZXRVc2FnZRIYLmVkZ2UudjEuR2V0VXNhZ2VSZXF1ZXN0GhkuZWRnZS52MS5HZXRVc2FnZVJlc3BvbnNlEloKEVB1dFJvdXRlclNldHRpbmdzEiEuZWRnZS52MS5QdXRSb3V0ZXJTZXR0aW5nc1JlcXVlc3QaIi5lZGdlLnYxLlB1dFJvdXRlclNldHRpbmdzUmVzcG9uc2USWgoRR2V0Um91dGVyU2V0dGluZ3MSIS5lZGdlLnYxLkdldFJvdXRlclNldHRpbmdzUmVxdWVzdBoiLmVkZ2UudjEuR2V0Um91dGVyU2V0dGluZ3NSZXNwb25zZRJOCg1HZXRQb29sU3RhdHVzEh0uZWRnZS52MS5HZXRQb29sU3RhdHVzUmVxdWVzdBoeLmVkZ2UudjEuR2V0UG9vbFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM");
+  fileDesc("ChZlZGdlL3YxL2VkZ2VzeW5jLnByb3RvEgdlZGdlLnYxIlEKDENhdGFsb2dNb2RlbBIMCgRuYW1lGAEgASgJEg8KB2FsaWFzZXMYAiADKAkSEQoJZmFsbGJhY2tzGAMgAygJEg8KB3JvdXRpbmcYBCABKAkiSwoRUHV0Q2F0YWxvZ1JlcXVlc3QSJQoGbW9kZWxzGAEgAygLMhUuZWRnZS52MS5DYXRhbG9nTW9kZWwSDwoHdmVyc2lvbhgCIAEoBCIlChJQdXRDYXRhbG9nUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBCK0AQoIRW5kcG9pbnQSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBm1vZGVscxgDIAMoCRIMCgRwb29sGAQgASgJEg4KBndlaWdodBgFIAEoARIQCghwcmlvcml0eRgGIAEoBRILCgN2aWEYByABKAkSFAoMbWF4X251bV9zZXFzGBQgASgNEhEKCWt2X3Rva2VucxgVIAEoBBIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgIIAEoCSJyChZQdXRFbmRwb2ludFNldHNSZXF1ZXN0EiQKCWVuZHBvaW50cxgBIAMoCzIRLmVkZ2UudjEuRW5kcG9pbnQSDwoHdmVyc2lvbhgCIAEoBBITCgthbGxvd19lbXB0eRgDIAEoCBIMCgRzaXRlGAQgASgJIioKF1B1dEVuZHBvaW50U2V0c1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAQiKAoGQnVkZ2V0Eg4KBnRva2VucxgBIAEoBBIOCgZwZXJpb2QYAiABKAki+AEKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgRoYXNoGAIgASgJEgwKBG5hbWUYAyABKAkSDgoGdGVuYW50GAQgASgJEhAKCG1heF9iYW5kGAUgASgJEhQKDGRlZmF1bHRfYmFuZBgGIAEoCRIOCgZtb2RlbHMYByADKAkSCwoDcnBtGAggASgNEgsKA3RwbRgJIAEoDRIfCgZidWRnZXQYCiABKAsyDy5lZGdlLnYxLkJ1ZGdldBIaChJjcmVhdGVkX2F0X3VuaXhfbXMYCyABKAMSDwoHcmV2b2tlZBgMIAEoCBIWCg5tYXhfY29uY3VycmVudBgNIAEoDSItCg1QdXRLZXlSZXF1ZXN0EhwKA2tleRgBIAEoCzIPLmVkZ2UudjEuQXBpS2V5IhAKDlB1dEtleVJlc3BvbnNlIh4KEFJldm9rZUtleVJlcXVlc3QSCgoCaWQYASABKAkiEwoRUmV2b2tlS2V5UmVzcG9uc2UiEQoPTGlzdEtleXNSZXF1ZXN0IjEKEExpc3RLZXlzUmVzcG9uc2USHQoEa2V5cxgBIAMoCzIPLmVkZ2UudjEuQXBpS2V5IqEBCgxFbmRwb2ludExvYWQSEwoLZW5kcG9pbnRfaWQYASABKAkSDwoHd2FpdGluZxgCIAEoARIPCgdydW5uaW5nGAMgASgBEhAKCGt2X3VzYWdlGAQgASgBEh0KFXByZWZpeF9jYWNoZV9oaXRfcmF0ZRgFIAEoARIaChJzY3JhcGVkX2F0X3VuaXhfbXMYBiABKAMSDQoFc3RhdGUYByABKAkiRQoPUHVzaExvYWRSZXF1ZXN0EiQKBWxvYWRzGAEgAygLMhUuZWRnZS52MS5FbmRwb2ludExvYWQSDAoEc2l0ZRgCIAEoCSISChBQdXNoTG9hZFJlc3BvbnNlIo8CCghLZXlVc2FnZRIOCgZrZXlfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIQCghyZXF1ZXN0cxgDIAEoBBIVCg1wcm9tcHRfdG9rZW5zGAQgASgEEhkKEWNvbXBsZXRpb25fdG9rZW5zGAUgASgEEhQKDHRvdGFsX3Rva2VucxgGIAEoBBITCgtidWRnZXRfdXNlZBgHIAEoBBIVCg1idWRnZXRfdG9rZW5zGAggASgEEhgKEHBhcnRpYWxfcmVxdWVzdHMYCSABKAQSDwoHcmV2b2tlZBgKIAEoCBIaChJlc3RpbWF0ZWRfcmVxdWVzdHMYCyABKAQSGAoQZXN0aW1hdGVkX3Rva2VucxgMIAEoBCIhCg9HZXRVc2FnZVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjQKEEdldFVzYWdlUmVzcG9uc2USIAoFdXNhZ2UYASADKAsyES5lZGdlLnYxLktleVVzYWdlIkIKGFB1dFJvdXRlclNldHRpbmdzUmVxdWVzdBIVCg1zZXR0aW5nc19qc29uGAEgASgJEg8KB3ZlcnNpb24YAiABKAQiLAoZUHV0Um91dGVyU2V0dGluZ3NSZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgEIhoKGEdldFJvdXRlclNldHRpbmdzUmVxdWVzdCJZChlHZXRSb3V0ZXJTZXR0aW5nc1Jlc3BvbnNlEhMKC3N0b3JlZF9qc29uGAEgASgJEg8KB3ZlcnNpb24YAiABKAQSFgoOZWZmZWN0aXZlX2pzb24YAyABKAkiJQoUR2V0UG9vbFN0YXR1c1JlcXVlc3QSDQoFbW9kZWwYASABKAki4gIKElBvb2xFbmRwb2ludFN0YXR1cxIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDAoEcG9vbBgDIAEoCRIQCghwcmlvcml0eRgEIAEoBRIOCgZ3ZWlnaHQYBSABKAESDQoFc3RhdGUYBiABKAkSEAoIaW5mbGlnaHQYByABKA0SEgoKc2F0dXJhdGlvbhgIIAEoARIPCgdicmVha2VyGAkgASgJEhMKC2xvYWRfYWdlX21zGAogASgDEg8KB3dhaXRpbmcYCyABKAESDwoHcnVubmluZxgMIAEoARIQCghrdl91c2FnZRgNIAEoARIVCg1wcmVmaXhfYmxvY2tzGA4gASgNEg4KBnRva2VucxgUIAEoBBIUCgxtYXhfbnVtX3NlcXMYFSABKA0SEQoJa3ZfdG9rZW5zGBYgASgEEhYKDmJyZWFrZXJfcmVhc29uGA8gASgJEgwKBHNpdGUYFyABKAkiVQoOUG9vbFNpdGVTdGF0dXMSDAoEc2l0ZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEEhEKCWVuZHBvaW50cxgDIAEoDRIRCglsb2FkX2ZlZWQYBCABKAkivQEKDlBvb2xCYW5kU3RhdHVzEgwKBG5hbWUYASABKAkSDwoHY2VpbGluZxgCIAEoARINCgVkZXB0aBgDIAEoDRIQCghhZG1pdHRlZBgEIAEoBBIOCgZxdWV1ZWQYBSABKAQSDAoEZnVsbBgGIAEoBBIPCgdleHBpcmVkGAcgASgEEhEKCWFiYW5kb25lZBgIIAEoBBIUCgxub19lbmRwb2ludHMYCSABKAQSEwoLbm9fY2FwYWNpdHkYCiABKAQiQAoNUG9vbFJlamVjdGlvbhIQCghlbmRwb2ludBgBIAEoCRINCgVzdGFnZRgCIAEoCRIOCgZyZWFzb24YAyABKAki6QMKClBvb2xTdGF0dXMSDQoFbW9kZWwYASABKAkSGQoRZW5kcG9pbnRzX3ZlcnNpb24YAiABKAMSEgoKc2F0dXJhdGlvbhgDIAEoARIRCglsb2FkX2ZlZWQYBCABKAkSDgoGbGVhc2VzGAUgASgNEhAKCHNlc3Npb25zGAYgASgNEhIKCmZhaWxfb3BlbnMYByABKAQSJgoFYmFuZHMYCCADKAsyFy5lZGdlLnYxLlBvb2xCYW5kU3RhdHVzEi8KBnJvdXRlcxgJIAMoCzIfLmVkZ2UudjEuUG9vbFN0YXR1cy5Sb3V0ZXNFbnRyeRIuCgllbmRwb2ludHMYCiADKAsyGy5lZGdlLnYxLlBvb2xFbmRwb2ludFN0YXR1cxIvCg9sYXN0X3JlamVjdGlvbnMYCyADKAsyFi5lZGdlLnYxLlBvb2xSZWplY3Rpb24SDQoFZXJyb3IYDCABKAkSGgoSZXN0aW1hdGVkX3JlcXVlc3RzGA0gASgEEhgKEGVzdGltYXRlZF90b2tlbnMYDiABKAQSJgoFc2l0ZXMYDyADKAsyFy5lZGdlLnYxLlBvb2xTaXRlU3RhdHVzGi0KC1JvdXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiOwoVR2V0UG9vbFN0YXR1c1Jlc3BvbnNlEiIKBXBvb2xzGAEgAygLMhMuZWRnZS52MS5Qb29sU3RhdHVzMvgFCg9FZGdlU3luY1NlcnZpY2USRQoKUHV0Q2F0YWxvZxIaLmVkZ2UudjEuUHV0Q2F0YWxvZ1JlcXVlc3QaGy5lZGdlLnYxLlB1dENhdGFsb2dSZXNwb25zZRJUCg9QdXRFbmRwb2ludFNldHMSHy5lZGdlLnYxLlB1dEVuZHBvaW50U2V0c1JlcXVlc3QaIC5lZGdlLnYxLlB1dEVuZHBvaW50U2V0c1Jlc3BvbnNlEjkKBlB1dEtleRIWLmVkZ2UudjEuUHV0S2V5UmVxdWVzdBoXLmVkZ2UudjEuUHV0S2V5UmVzcG9uc2USQgoJUmV2b2tlS2V5EhkuZWRnZS52MS5SZXZva2VLZXlSZXF1ZXN0GhouZWRnZS52MS5SZXZva2VLZXlSZXNwb25zZRI/CghMaXN0S2V5cxIYLmVkZ2UudjEuTGlzdEtleXNSZXF1ZXN0GhkuZWRnZS52MS5MaXN0S2V5c1Jlc3BvbnNlEj8KCFB1c2hMb2FkEhguZWRnZS52MS5QdXNoTG9hZFJlcXVlc3QaGS5lZGdlLnYxLlB1c2hMb2FkUmVzcG9uc2USPwoIR2V0VXNhZ2USGC5lZGdlLnYxLkdldFVzYWdlUmVxdWVzdBoZLmVkZ2UudjEuR2V0VXNhZ2VSZXNwb25zZRJaChFQdXRSb3V0ZXJTZXR0aW5ncxIhLmVkZ2UudjEuUHV0Um91dGVyU2V0dGluZ3NSZXF1ZXN0GiIuZWRnZS52MS5QdXRSb3V0ZXJTZXR0aW5nc1Jlc3BvbnNlEloKEUdldFJvdXRlclNldHRpbmdzEiEuZWRnZS52MS5HZXRSb3V0ZXJTZXR0aW5nc1JlcXVlc3QaIi5lZGdlLnYxLkdldFJvdXRlclNldHRpbmdzUmVzcG9uc2USTgoNR2V0UG9vbFN0YXR1cxIdLmVkZ2UudjEuR2V0UG9vbFN0YXR1c1JlcXVlc3QaHi5lZGdlLnYxLkdldFBvb2xTdGF0dXNSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message edge.v1.CatalogModel
@@ -183,6 +183,15 @@ export type PutEndpointSetsRequest = Message<"edge.v1.PutEndpointSetsRequest"> &
    * @generated from field: bool allow_empty = 3;
    */
   allowEmpty: boolean;
+
+  /**
+   * The site whose set this is (docs/sites.md). Each site's set is kept and
+   * versioned apart; the pools get their union. Empty: the caller's own
+   * site for a site token, "default" for the edge's token.
+   *
+   * @generated from field: string site = 4;
+   */
+  site: string;
 };
 
 /**
@@ -197,6 +206,8 @@ export const PutEndpointSetsRequestSchema: GenMessage<PutEndpointSetsRequest> = 
  */
 export type PutEndpointSetsResponse = Message<"edge.v1.PutEndpointSetsResponse"> & {
   /**
+   * The site's own version.
+   *
    * @generated from field: uint64 version = 1;
    */
   version: bigint;
@@ -462,6 +473,14 @@ export type PushLoadRequest = Message<"edge.v1.PushLoadRequest"> & {
    * @generated from field: repeated edge.v1.EndpointLoad loads = 1;
    */
   loads: EndpointLoad[];
+
+  /**
+   * The site these endpoints belong to, as in PutEndpointSetsRequest.site:
+   * a load is applied only to that site's endpoint of that id.
+   *
+   * @generated from field: string site = 2;
+   */
+  site: string;
 };
 
 /**
@@ -808,6 +827,13 @@ export type PoolEndpointStatus = Message<"edge.v1.PoolEndpointStatus"> & {
    * @generated from field: string breaker_reason = 15;
    */
   breakerReason: string;
+
+  /**
+   * The site that published this endpoint ("default" for a single site).
+   *
+   * @generated from field: string site = 23;
+   */
+  site: string;
 };
 
 /**
@@ -816,6 +842,46 @@ export type PoolEndpointStatus = Message<"edge.v1.PoolEndpointStatus"> & {
  */
 export const PoolEndpointStatusSchema: GenMessage<PoolEndpointStatus> = /*@__PURE__*/
   messageDesc(file_edge_v1_edgesync, 25);
+
+/**
+ * One site's part of a model's pool.
+ *
+ * @generated from message edge.v1.PoolSiteStatus
+ */
+export type PoolSiteStatus = Message<"edge.v1.PoolSiteStatus"> & {
+  /**
+   * @generated from field: string site = 1;
+   */
+  site: string;
+
+  /**
+   * The site's endpoint set version the pool holds.
+   *
+   * @generated from field: uint64 version = 2;
+   */
+  version: bigint;
+
+  /**
+   * @generated from field: uint32 endpoints = 3;
+   */
+  endpoints: number;
+
+  /**
+   * live | stale | none: whether any of its endpoints has a fresh load
+   * sample. A site whose control plane stopped pushing goes stale and its
+   * endpoints' scraped signals decay toward saturation 1.
+   *
+   * @generated from field: string load_feed = 4;
+   */
+  loadFeed: string;
+};
+
+/**
+ * Describes the message edge.v1.PoolSiteStatus.
+ * Use `create(PoolSiteStatusSchema)` to create a new message.
+ */
+export const PoolSiteStatusSchema: GenMessage<PoolSiteStatus> = /*@__PURE__*/
+  messageDesc(file_edge_v1_edgesync, 26);
 
 /**
  * @generated from message edge.v1.PoolBandStatus
@@ -887,7 +953,7 @@ export type PoolBandStatus = Message<"edge.v1.PoolBandStatus"> & {
  * Use `create(PoolBandStatusSchema)` to create a new message.
  */
 export const PoolBandStatusSchema: GenMessage<PoolBandStatus> = /*@__PURE__*/
-  messageDesc(file_edge_v1_edgesync, 26);
+  messageDesc(file_edge_v1_edgesync, 27);
 
 /**
  * @generated from message edge.v1.PoolRejection
@@ -914,7 +980,7 @@ export type PoolRejection = Message<"edge.v1.PoolRejection"> & {
  * Use `create(PoolRejectionSchema)` to create a new message.
  */
 export const PoolRejectionSchema: GenMessage<PoolRejection> = /*@__PURE__*/
-  messageDesc(file_edge_v1_edgesync, 27);
+  messageDesc(file_edge_v1_edgesync, 28);
 
 /**
  * @generated from message edge.v1.PoolStatus
@@ -1004,6 +1070,13 @@ export type PoolStatus = Message<"edge.v1.PoolStatus"> & {
    * @generated from field: uint64 estimated_tokens = 14;
    */
   estimatedTokens: bigint;
+
+  /**
+   * Each site with endpoints for this model, by name.
+   *
+   * @generated from field: repeated edge.v1.PoolSiteStatus sites = 15;
+   */
+  sites: PoolSiteStatus[];
 };
 
 /**
@@ -1011,7 +1084,7 @@ export type PoolStatus = Message<"edge.v1.PoolStatus"> & {
  * Use `create(PoolStatusSchema)` to create a new message.
  */
 export const PoolStatusSchema: GenMessage<PoolStatus> = /*@__PURE__*/
-  messageDesc(file_edge_v1_edgesync, 28);
+  messageDesc(file_edge_v1_edgesync, 29);
 
 /**
  * @generated from message edge.v1.GetPoolStatusResponse
@@ -1028,7 +1101,7 @@ export type GetPoolStatusResponse = Message<"edge.v1.GetPoolStatusResponse"> & {
  * Use `create(GetPoolStatusResponseSchema)` to create a new message.
  */
 export const GetPoolStatusResponseSchema: GenMessage<GetPoolStatusResponse> = /*@__PURE__*/
-  messageDesc(file_edge_v1_edgesync, 29);
+  messageDesc(file_edge_v1_edgesync, 30);
 
 /**
  * @generated from service edge.v1.EdgeSyncService
