@@ -11,8 +11,12 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
 import { spillGroupPriorityConflicts } from "../../common/endpoint-fields.ts";
 import { formatPath } from "../../common/zod-issues.ts";
-import type { EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { catalogModelSchema, endpointRecordSchema } from "../config/catalog.ts";
+import type {
+  EdgeSyncService,
+  PutCatalogRequest,
+  PutEndpointSetsRequest,
+} from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { catalogModelSchema, type EndpointRecord, endpointRecordSchema } from "../config/catalog.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
 import { CATALOG_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
 import type { Env } from "../env.ts";
@@ -36,19 +40,7 @@ export function configCalls(env: Env, caller: Caller): ConfigCalls {
   const kv = env.LLMGW_KV;
   return {
     async putCatalog(req) {
-      const models = req.models.map((m, i) => {
-        const r = pushedModelSchema.safeParse({
-          name: m.name,
-          aliases: m.aliases,
-          fallbacks: m.fallbacks,
-          routing: m.routing,
-        });
-        if (!r.success) {
-          const issue = r.error.issues[0]!;
-          throw invalid(`models[${i}].${formatPath(issue.path)}: ${issue.message}`);
-        }
-        return r.data;
-      });
+      const models = pushedModels(req.models);
       const { issues } = checkCatalogNames(models);
       if (issues.length > 0) throw invalid(issues.join("; "));
       const version = nextVersion(await storedVersion(kv, CATALOG_KEY), req.version);
@@ -58,53 +50,13 @@ export function configCalls(env: Env, caller: Caller): ConfigCalls {
     },
 
     async putEndpointSets(req) {
-      const ids = new Set<string>();
-      const endpoints = req.endpoints.map((e, i) => {
-        const r = endpointRecordSchema.safeParse({
-          id: e.id,
-          url: e.url,
-          models: e.models,
-          pool: e.pool || undefined,
-          weight: e.weight || undefined,
-          priority: e.priority,
-          via: e.via || undefined,
-          max_num_seqs: e.maxNumSeqs || undefined,
-          kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
-          served_model_name: e.servedModelName || undefined,
-        });
-        if (!r.success) {
-          const issue = r.error.issues[0]!;
-          throw invalid(`endpoints[${i}].${formatPath(issue.path)}: ${issue.message}`);
-        }
-        if (ids.has(r.data.id)) throw invalid(`endpoints[${i}].id: duplicate id "${r.data.id}"`);
-        ids.add(r.data.id);
-        return r.data;
-      });
-      const conflict = spillGroupPriorityConflicts(endpoints)[0];
-      if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
+      const endpoints = pushedEndpoints(req.endpoints);
       const version = await putSiteSet(env, caller, req, endpoints);
       return { version: BigInt(version) };
     },
 
     async putRouterSettings(req) {
-      let raw: unknown;
-      try {
-        raw = JSON.parse(req.settingsJson || "{}");
-      } catch (err) {
-        throw invalid(`settings_json: not JSON: ${(err as Error).message}`);
-      }
-      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-        throw invalid("settings_json: must be a JSON object (the router: section)");
-      }
-      try {
-        parseRouterSection(raw);
-        // With the Worker's own override too, so a push cannot leave the
-        // edge with settings it would refuse on every request.
-        resolveSettings(raw as Record<string, unknown>, env.LLMGW_ROUTER);
-      } catch (err) {
-        if (err instanceof SettingsError) throw invalid(`router: ${err.message}`);
-        throw err;
-      }
+      const raw = pushedRouterSection(req.settingsJson, env.LLMGW_ROUTER);
       const version = nextVersion(await storedVersion(kv, ROUTER_KEY), req.version);
       await kv.put(ROUTER_KEY, JSON.stringify({ version, settings: raw }));
       invalidateEdgeConfig();
@@ -122,4 +74,75 @@ export function configCalls(env: Env, caller: Caller): ConfigCalls {
       };
     },
   };
+}
+
+/** The pushed catalog's models, each checked as the control plane checks it; the first fault named by its path. */
+function pushedModels(models: PutCatalogRequest["models"]) {
+  return models.map((m, i) => {
+    const r = pushedModelSchema.safeParse({
+      name: m.name,
+      aliases: m.aliases,
+      fallbacks: m.fallbacks,
+      routing: m.routing,
+    });
+    if (!r.success) {
+      const issue = r.error.issues[0]!;
+      throw invalid(`models[${i}].${formatPath(issue.path)}: ${issue.message}`);
+    }
+    return r.data;
+  });
+}
+
+/** A pushed endpoint set as records: each checked, ids unique, one priority per spill group. */
+function pushedEndpoints(endpoints: PutEndpointSetsRequest["endpoints"]): EndpointRecord[] {
+  const ids = new Set<string>();
+  const records = endpoints.map((e, i) => {
+    const r = endpointRecordSchema.safeParse({
+      id: e.id,
+      url: e.url,
+      models: e.models,
+      pool: e.pool || undefined,
+      weight: e.weight || undefined,
+      priority: e.priority,
+      via: e.via || undefined,
+      max_num_seqs: e.maxNumSeqs || undefined,
+      kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
+      served_model_name: e.servedModelName || undefined,
+    });
+    if (!r.success) {
+      const issue = r.error.issues[0]!;
+      throw invalid(`endpoints[${i}].${formatPath(issue.path)}: ${issue.message}`);
+    }
+    if (ids.has(r.data.id)) throw invalid(`endpoints[${i}].id: duplicate id "${r.data.id}"`);
+    ids.add(r.data.id);
+    return r.data;
+  });
+  const conflict = spillGroupPriorityConflicts(records)[0];
+  if (conflict) throw invalid(`endpoints[${conflict.index}].priority: ${conflict.message}`);
+  return records;
+}
+
+/**
+ * A pushed `router:` section, checked with the Worker's own override laid
+ * over it too, so a push cannot leave the edge with settings it would
+ * refuse on every request.
+ */
+function pushedRouterSection(json: string, override: string | undefined): Record<string, unknown> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(json || "{}");
+  } catch (err) {
+    throw invalid(`settings_json: not JSON: ${(err as Error).message}`);
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw invalid("settings_json: must be a JSON object (the router: section)");
+  }
+  try {
+    parseRouterSection(raw);
+    resolveSettings(raw as Record<string, unknown>, override);
+  } catch (err) {
+    if (err instanceof SettingsError) throw invalid(`router: ${err.message}`);
+    throw err;
+  }
+  return raw as Record<string, unknown>;
 }
