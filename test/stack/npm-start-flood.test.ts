@@ -116,12 +116,17 @@ describe("npm start's stack under 300 concurrent streams from one key", () => {
     // /healthz while the streams run: each probe must answer; at least one
     // must have been made while some were still open.
     const probes: { ok: boolean; pending: number }[] = [];
-    while (pending > 0) {
-      const at = pending;
-      const ok = await healthz(edge).catch(() => false);
-      probes.push({ ok, pending: at });
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await waitUntil(
+      "every stream ended, /healthz probed throughout",
+      async () => {
+        const at = pending;
+        if (at === 0) return true;
+        probes.push({ ok: await healthz(edge).catch(() => false), pending: at });
+        return false;
+      },
+      REQUEST_DEADLINE_MS + 30_000,
+      200,
+    );
     const all = await outcomes;
 
     const broken = all.filter((o) => o.error !== undefined);
