@@ -33,6 +33,9 @@ import type { Admission, AdmitRequest, Exchange, ExchangeAnswer, ReleaseReport }
 
 export class PoolCallLost extends Error {}
 
+/** Keeps the calling request alive until `answered` settles (the runtime's waitUntil). */
+export type KeepAlive = (answered: Promise<unknown>) => void;
+
 const POLL_RETRY_MS = 100;
 
 export interface PoolChannelOptions {
@@ -135,11 +138,7 @@ export class PoolChannel {
    * the pool did not answer in time. `keepAlive` keeps the calling request
    * alive until a call it makes is answered (the runtime's waitUntil).
    */
-  async admit(
-    req: AdmitRequest,
-    endpointsVersion: number,
-    keepAlive?: (answered: Promise<unknown>) => void,
-  ): Promise<Admission> {
+  async admit(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Promise<Admission> {
     let decided!: () => void;
     const decision = new Promise<void>((r) => {
       decided = r;
@@ -204,7 +203,7 @@ export class PoolChannel {
    * release before its own admit); a release or an abandon waits for any
    * call, and rides in the next one.
    */
-  private sending(admitting: boolean, keepAlive?: (answered: Promise<unknown>) => void): Call | undefined {
+  private sending(admitting: boolean, keepAlive?: KeepAlive): Call | undefined {
     const busy = (c: Call | undefined): c is Call => c !== undefined && !c.done;
     if (busy(this.admitLane)) return this.admitLane;
     if (!admitting && busy(this.noteLane)) return this.noteLane;
@@ -223,18 +222,13 @@ export class PoolChannel {
   }
 
   /** The open poll, or a new one made now while admits wait in the pool's queue. */
-  private polling(keepAlive?: (answered: Promise<unknown>) => void): Call {
+  private polling(keepAlive?: KeepAlive): Call {
     if (this.poller && !this.poller.done) return this.poller;
     this.poller = this.call([], [], true, keepAlive);
     return this.poller;
   }
 
-  private call(
-    admits: AdmitEntry[],
-    notes: NoteEntry[],
-    poll: boolean,
-    keepAlive?: (answered: Promise<unknown>) => void,
-  ): Call {
+  private call(admits: AdmitEntry[], notes: NoteEntry[], poll: boolean, keepAlive?: KeepAlive): Call {
     const failOpens = this.failOpens;
     this.failOpens = 0;
     const hold = poll ? this.opts.pollHoldMs : 0;
