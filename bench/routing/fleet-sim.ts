@@ -310,7 +310,7 @@ class FleetSimulation {
         ...(this.known
           ? {
               demand: predictDemand(
-                { messages: req.messages, max_tokens: req.maxTokens },
+                { messages: req.messages, max_tokens: req.maxTokens, stream: true },
                 true,
                 this.opts.settings.scoring.assumed_output_tokens,
               ),
@@ -363,8 +363,11 @@ class FleetSimulation {
         if (ev.kind !== "token") continue;
         const r = this.results.get(ev.seq.spec.id)!;
         r.outputTokens++;
-        if (ev.index === 0) r.firstToken = tl.now;
-        else r.gaps.push(tl.now - (this.prevAt.get(r.id) ?? tl.now));
+        if (ev.index === 0) {
+          r.firstToken = tl.now;
+          // As soon as it comes, whatever the lease says: the fleet is one isolate with no round trip.
+          if (this.known) this.pool.prefilled(this.leaseOf.get(r.id)!, tl.now);
+        } else r.gaps.push(tl.now - (this.prevAt.get(r.id) ?? tl.now));
         this.prevAt.set(r.id, tl.now);
         if (ev.finished) {
           r.end = tl.now;

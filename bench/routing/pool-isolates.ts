@@ -6,14 +6,16 @@
  * the part loopback cannot show:
  *
  * - the pool answers one call at a time, each costing a fixed CALL_MS plus
- *   ADMIT_MS per admit and RELEASE_MS per release (a Durable Object's ~1,000
+ *   ADMIT_MS per admit and RELEASE_MS per release or first-token note (a Durable Object's ~1,000
  *   calls a second makes a call about 1 ms; the pick measured in part `pick`
  *   is tens of µs);
  * - a call travels ONE_WAY_MS each way (the Worker placed near the pool);
- * - requests arrive as a Poisson stream spread evenly over the isolates and
- *   hold their lease for a stream's length before releasing it.
+ * - requests arrive as a Poisson stream spread evenly over the isolates;
+ *   each is a stream: its first token comes TTFT_MEAN_MS after the lease on
+ *   average (the Worker then sends a note), and it holds the lease for a
+ *   stream's length before releasing it.
  *
- * Two designs, side by side at each offered rate: every admit and release a
+ * Two designs, side by side at each offered rate: every admit, note and release a
  * call of its own (the design before coalescing), and one channel per
  * isolate. A design is over its ceiling when its admit wait grows without
  * bound (the pool busy all the time and the queue of calls growing).
@@ -35,6 +37,7 @@ const ADMIT_MS = 0.03;
 const RELEASE_MS = 0.005;
 const ONE_WAY_MS = 0.5;
 const HOLD_MEAN_MS = 2_000;
+const TTFT_MEAN_MS = 100;
 const MEASURE_MS = 10_000;
 const WARMUP_MS = 3_000;
 /** How long after the window a request may still be admitted and counted. */
@@ -56,7 +59,8 @@ interface Outcome {
 async function run(design: Design, rate: number, seed: number): Promise<Outcome> {
   const tl = new Timeline();
   const random = mulberry32(seed);
-  const settings = routerSchema.parse({});
+  // Engines far above the offered load: this measures the pool, not them.
+  const settings = routerSchema.parse({ scoring: { target_prefilling: 1_000_000 } });
   const core = new PoolCore("m", settings, random);
   // Capacity far above the offered load: this measures the pool, not the engines.
   const endpoints = benchEndpoints(64).map((e) => ({ ...e, capacity: { maxSeqs: 1_000_000 } }));
@@ -71,7 +75,8 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
     new Promise((resolve) => {
       const arrives = tl.now + ONE_WAY_MS;
       const start = Math.max(arrives, freeAt);
-      const cost = CALL_MS + ADMIT_MS * ex.admits.length + RELEASE_MS * ex.releases.length;
+      const notes = ex.releases.length + (ex.prefilled?.length ?? 0);
+      const cost = CALL_MS + ADMIT_MS * ex.admits.length + RELEASE_MS * notes;
       freeAt = start + cost;
       tl.at(freeAt, () => {
         if (measuring()) {
@@ -108,7 +113,7 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
         key: `k${n % 50}`,
         policy: "chat",
         prefix: prefixes[n % prefixes.length]!,
-        demand: { promptTokens: 1_000, outputTokens: 200 },
+        demand: { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true },
       },
       1,
     );
@@ -118,7 +123,10 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
       out.waits.push(tl.now - arrived);
       out.pending.delete(n);
     }
-    const hold = -Math.log(1 - random()) * HOLD_MEAN_MS;
+    const ttft = -Math.log(1 - random()) * TTFT_MEAN_MS;
+    const hold = ttft - Math.log(1 - random()) * HOLD_MEAN_MS;
+    const noter = design === "coalesced" ? ch : channel(`isolate-${isolate}`);
+    tl.at(tl.now + ttft, () => void noter.prefilled(a.lease.id, a.lease.firstTokenNote));
     const releaser = design === "coalesced" ? ch : channel(`isolate-${isolate}`);
     tl.at(tl.now + hold, () => {
       void releaser.release(a.lease.id, { attempts: [{ endpoint: a.lease.endpoint.id, verdict: "ok" }] });
@@ -146,7 +154,8 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
 export async function poolIsolates(): Promise<void> {
   process.stdout.write(
     `\n## One pool, ${ISOLATES} isolates, as deployed (virtual clock: a call ${CALL_MS} ms + ${ADMIT_MS * 1000} µs per admit` +
-      ` + ${RELEASE_MS * 1000} µs per release, one at a time; ${ONE_WAY_MS} ms each way; leases held ${HOLD_MEAN_MS / 1000} s on average)\n\n`,
+      ` + ${RELEASE_MS * 1000} µs per release or note, one at a time; ${ONE_WAY_MS} ms each way; streams, first token after ${TTFT_MEAN_MS} ms` +
+      ` and leases held ${HOLD_MEAN_MS / 1000} s on average)\n\n`,
   );
   const rows: string[][] = [];
   for (const rate of RATES) {

@@ -205,7 +205,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           e.pool,
           String(e.priority),
           e.state,
-          String(e.inflight),
+          e.prefilling > 0 ? `${e.inflight} (${e.prefilling} prefilling)` : String(e.inflight),
           num(e.saturation),
           e.breakerReason ? `${e.breaker} (${e.breakerReason.slice(0, 80)})` : e.breaker,
           e.loadAgeMs < 0n ? "-" : String(e.waiting),

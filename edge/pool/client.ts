@@ -38,6 +38,8 @@ export interface PoolLease {
   record(endpoint: string, verdict: Verdict, reason?: string): void;
   /** Sends the verdicts to the pool, once; later calls return the same promise. */
   settle(): Promise<void>;
+  /** A stream's first token came: the pool stops counting its prompt as prefill to do. Once. */
+  prefilled(): void;
 }
 
 const local = new Map<string, { core: PoolCore; settings: RouterConfig }>();
@@ -88,9 +90,11 @@ function handle(
   model: string,
   failOpen: boolean,
   send: (report: ReleaseReport) => Promise<void>,
+  sendPrefilled: () => void,
 ): PoolLease {
   const attempts: ReleaseReport["attempts"] = [];
   let sent: Promise<void> | undefined;
+  let prefilled = false;
   return {
     lease,
     model,
@@ -101,6 +105,11 @@ function handle(
     settle() {
       sent ??= send({ attempts }).catch((err) => console.error("pool release failed", model, lease.id, err));
       return sent;
+    },
+    prefilled() {
+      if (prefilled || sent) return;
+      prefilled = true;
+      sendPrefilled();
     },
   };
 }
@@ -154,7 +163,14 @@ export async function admit(input: AdmitInput): Promise<PoolLease> {
   }
   if (!answer.ok) throw refusalError(answer);
   const lease = answer.lease;
-  return handle(lease, model, false, (report) => channel.release(lease.id, report));
+  return handle(
+    lease,
+    model,
+    false,
+    (report) => channel.release(lease.id, report),
+    // Lost with its call, the note costs only accuracy: the release frees the prompt as well.
+    () => input.defer(channel.prefilled(lease.id, lease.firstTokenNote).catch(() => {})),
+  );
 }
 
 function failOpen(input: AdmitInput, channel: PoolChannel, why: string): PoolLease {
@@ -168,9 +184,15 @@ function failOpen(input: AdmitInput, channel: PoolChannel, why: string): PoolLea
   if (!answer) throw errors.internal("local pool queued a request with admission off");
   if (!answer.ok) throw refusalError(answer);
   const lease = answer.lease;
-  return handle(lease, input.model, true, async (report) => {
-    core.release(lease.id, report, Date.now());
-  });
+  return handle(
+    lease,
+    input.model,
+    true,
+    async (report) => {
+      core.release(lease.id, report, Date.now());
+    },
+    () => core.prefilled(lease.id, Date.now()),
+  );
 }
 
 export function refusalError(a: Extract<Admission, { ok: false }>): ApiError {

@@ -27,6 +27,7 @@ function lease(model: string, ids: string[], settled: string[]): PoolLease {
     },
     model,
     failOpen: false,
+    prefilled: () => {},
     record: () => {},
     settle: async () => {
       settled.push(model);

@@ -39,6 +39,7 @@ function fakeLease(verdicts: [string, Verdict][]): PoolLease {
     },
     model: "m",
     failOpen: false,
+    prefilled: () => {},
     record: (endpoint, verdict) => verdicts.push([endpoint, verdict]),
     settle: () => Promise.resolve(),
   };

@@ -53,6 +53,8 @@ export async function proxy(input: ProxyInput): Promise<ProxyResult> {
     };
     const r = await attempt(newCall(input, t.endpoint, t.model, attempts, headers, started));
     if (!isFailure(r)) {
+      // A stream is held until its first token: its prompt is computed.
+      if (input.stream) lease.prefilled();
       const outcome = r.outcome.then((o) => {
         lease.record(t.endpoint.id, o.verdict, o.why);
         return o;

@@ -50,5 +50,9 @@ export function promptTokens(body: Body): number {
 export function predictDemand(body: Body, generates: boolean, assumedOutput: number): Demand {
   if (!generates) return { promptTokens: promptTokens(body), outputTokens: 0 };
   const max = num(body.max_completion_tokens) ?? num(body.max_tokens) ?? assumedOutput;
-  return { promptTokens: promptTokens(body), outputTokens: (num(body.n) ?? 1) * max };
+  return {
+    promptTokens: promptTokens(body),
+    outputTokens: (num(body.n) ?? 1) * max,
+    reportsFirstToken: body.stream === true,
+  };
 }

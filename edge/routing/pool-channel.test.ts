@@ -115,6 +115,40 @@ describe("PoolChannel", () => {
     expect(r.channel.calls).toBe(3);
   });
 
+  it("sends a first-token note alone when nothing is on its way, and with the next call while one is", async () => {
+    const r = rig(8);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    expect((await first).ok).toBe(true);
+    const noted = r.channel.prefilled("r1");
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ admits: [], prefilled: ["r1"] });
+    const second = r.channel.admit(req("r2"), 1); // an admit does not wait for a note's call
+    expect(r.sent).toHaveLength(3);
+    const again = r.channel.prefilled("r2");
+    await r.settle();
+    expect(r.sent).toHaveLength(3);
+    await r.deliver();
+    await noted;
+    await r.deliver();
+    expect((await second).ok).toBe(true);
+    expect(r.sent).toHaveLength(4);
+    expect(r.sent[3]).toMatchObject({ prefilled: ["r2"] });
+    await r.deliver();
+    await again;
+  });
+
+  it("a first-token note the pool does not need at once makes no call: it rides with the next one", async () => {
+    const r = rig(8);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    expect((await first).ok).toBe(true);
+    await r.channel.prefilled("r1", "with-next-call");
+    expect(r.sent).toHaveLength(1);
+    void r.channel.admit(req("r2"), 1);
+    expect(r.sent[1]).toMatchObject({ admits: [{ id: "r2" }], prefilled: ["r1"] });
+  });
+
   it("never holds an admit behind a release on its way", async () => {
     const r = rig(8);
     const first = r.channel.admit(req("r1"), 1);

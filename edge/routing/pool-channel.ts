@@ -2,7 +2,7 @@
  * An isolate's side of coalesced calls to one model's pool (docs/routing.md,
  * "Coalesced calls"). A request's admit goes out at once when no other
  * admit's call to the pool is on its way, and rides in the next call while
- * one is; releases and abandons ride with whatever goes next, or go alone
+ * one is; releases, abandons and first-token notes ride with whatever goes next, or go alone
  * when nothing is on its way. A lone request waits for nothing;
  * under load, the calls an isolate makes stay near one per round trip to
  * the pool however many requests it serves, and the busier the pool, the
@@ -94,7 +94,7 @@ interface AdmitEntry {
 }
 
 interface NoteEntry {
-  kind: "release" | "abandon";
+  kind: "release" | "abandon" | "prefilled";
   id: string;
   report?: ReleaseReport;
   state: "unsent" | "sent" | "done" | "lost";
@@ -114,7 +114,7 @@ export class PoolChannel {
   private unsentNotes: NoteEntry[] = [];
   /** Admits sent and not yet decided, by id. */
   private readonly open = new Map<string, AdmitEntry>();
-  /** The call on its way that carries admits, and one that carries only releases and abandons. */
+  /** The call on its way that carries admits, and one that carries only notes (releases, abandons, first tokens). */
   private admitLane: Call | undefined;
   private noteLane: Call | undefined;
   private poller: Call | undefined;
@@ -167,6 +167,19 @@ export class PoolChannel {
     return this.note({ kind: "release", id, report, state: "unsent" });
   }
 
+  /**
+   * A stream's first token came: the pool stops counting it as prefilling.
+   * `now` sends it like a release, because near a ceiling it is what lets
+   * the next request in; otherwise it only rides with the next call
+   * (the request's own release at the latest).
+   */
+  prefilled(id: string, when: "now" | "with-next-call" = "now"): Promise<void> {
+    const entry: NoteEntry = { kind: "prefilled", id, state: "unsent" };
+    if (when === "now") return this.note(entry);
+    this.unsentNotes.push(entry);
+    return Promise.resolve();
+  }
+
   /** The client left: an admit not yet sent is dropped here, one sent is abandoned at the pool. */
   abandon(id: string): Promise<void> {
     const unsent = this.unsentAdmits.findIndex((e) => e.req.id === id);
@@ -200,7 +213,7 @@ export class PoolChannel {
    * The call to wait on for unsent work, or a new one made now. An admit
    * waits only for another admit's call, never for a release on its way (a
    * request after a quiet spell would otherwise pay the previous one's
-   * release before its own admit); a release or an abandon waits for any
+   * release before its own admit); a note (release, abandon, first token) waits for any
    * call, and rides in the next one.
    */
   private sending(admitting: boolean, keepAlive?: KeepAlive): Call | undefined {
@@ -251,6 +264,7 @@ export class PoolChannel {
       admits: admits.map((a) => a.req),
       releases: notes.flatMap((n) => (n.kind === "release" ? [{ id: n.id, report: n.report! }] : [])),
       abandons: notes.flatMap((n) => (n.kind === "abandon" ? [n.id] : [])),
+      prefilled: notes.flatMap((n) => (n.kind === "prefilled" ? [n.id] : [])),
       ack: this.ack,
       poll,
       failOpens,

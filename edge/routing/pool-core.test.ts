@@ -99,6 +99,65 @@ describe("PoolCore admission from the first request of a burst", () => {
     expect(p.status(0).endpoints[0]?.tokens).toBe(300 + 140);
   });
 
+  it("holds a burst of streams on a large batch while they wait for their first token, and lets the next go at each first token", () => {
+    // Batch 256: by sequences the burst is nowhere near full, but each
+    // engine runs prefills oldest first, so what waits for its first token
+    // is the queue a platinum prompt would join.
+    const p = capped(2, { maxSeqs: 256 });
+    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    const bronze = Array.from({ length: 10 }, (_, i) =>
+      admit(p, req({ band: "bronze", key: `k${i}`, demand }), 0),
+    );
+    const granted = bronze.filter((b) => b.a?.ok);
+    // target_prefilling 2 an engine: bronze's 0.30 of 2 engines holds 2 (the second at 0.25).
+    expect(granted.length).toBe(2);
+    expect(p.status(0).endpoints.map((e) => e.prefilling)).toEqual([1, 1]);
+    p.prefilled(leaseOf(granted[0]!).id, 10);
+    expect(bronze.filter((b) => b.a?.ok).length).toBe(3);
+    // A first token frees the queue, not the sequence: it stays in flight until the release.
+    expect(p.status(10).endpoints.reduce((n, e) => n + e.inflight, 0)).toBe(3);
+    // A second report, or one after the release, changes nothing.
+    p.prefilled(leaseOf(granted[0]!).id, 11);
+    expect(bronze.filter((b) => b.a?.ok).length).toBe(3);
+    // Platinum goes at once through bronze's queue.
+    expect(admit(p, req({ band: "platinum", demand }), 12).a?.ok).toBe(true);
+  });
+
+  it("asks for a stream's first token at once only near the lowest ceiling or while a band waits", () => {
+    const p = capped(4, { maxSeqs: 256 });
+    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    // Idle: the note may ride with the isolate's next call.
+    expect(leaseOf(admit(p, req({ band: "gold", demand }), 0)).firstTokenNote).toBe("with-next-call");
+    // 1 of 8 prefilling places taken (0.125): under half of bronze's 0.30 still; at 2 (0.25), past it.
+    expect(leaseOf(admit(p, req({ band: "gold", demand }), 0)).firstTokenNote).toBe("with-next-call");
+    expect(leaseOf(admit(p, req({ band: "gold", demand }), 0)).firstTokenNote).toBe("now");
+    // A band waiting behind it: at once.
+    const q = capped(1, { maxSeqs: 256 });
+    leaseOf(admit(q, req({ band: "gold", demand }), 0));
+    expect(admit(q, req({ band: "bronze", demand }), 0).a).toBeUndefined();
+    expect(leaseOf(admit(q, req({ band: "platinum", demand }), 0)).firstTokenNote).toBe("now");
+    expect(
+      leaseOf(admit(p, req({ band: "gold", demand: { ...demand, reportsFirstToken: false } }), 0))
+        .firstTokenNote,
+    ).toBeUndefined();
+  });
+
+  it("a request whose first token nobody reports (not a stream) never counts as prefilling", () => {
+    const p = capped(1, { maxSeqs: 256 });
+    const whole = { promptTokens: 1_000, outputTokens: 200 };
+    for (let i = 0; i < 5; i++) leaseOf(admit(p, req({ band: "bronze", demand: whole }), 0));
+    expect(p.status(0).endpoints[0]).toMatchObject({ inflight: 5, prefilling: 0 });
+  });
+
+  it("the release frees a stream still prefilling", () => {
+    const p = capped(1, { maxSeqs: 256 });
+    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    const l = leaseOf(admit(p, req({ demand }), 0));
+    expect(p.status(0).endpoints[0]?.prefilling).toBe(1);
+    p.release(l.id, { attempts: [{ endpoint: "e0", verdict: "fail" }] }, 1);
+    expect(p.status(1).endpoints[0]).toMatchObject({ inflight: 0, prefilling: 0 });
+  });
+
   it("a request without a predicted demand is charged assumed_output_tokens", () => {
     const p = capped(1, { kvTokens: 10_000 }, { scoring: { assumed_output_tokens: 700 } });
     leaseOf(admit(p, req(), 0));

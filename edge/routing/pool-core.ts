@@ -34,7 +34,7 @@ import type {
 } from "./pool-protocol.ts";
 import { BLOCK_CHARS } from "./prefix-hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
-import { feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
+import { engineSaturation, feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
 import type { EndpointSpec, LoadSample, Rejection, RouteTier } from "./types.ts";
 
@@ -45,6 +45,8 @@ interface EndpointState {
   inflight: number;
   /** Predicted tokens of the requests in flight here: what admits charged and releases have not freed. */
   tokens: number;
+  /** Streams admitted here whose first token has not come yet. */
+  prefilling: number;
   load: LoadSample | undefined;
   /** Decision number of the last request sent here. */
   lastPick: number;
@@ -55,10 +57,21 @@ interface Held {
   band: string;
   /** The tokens charged to the endpoint at admit, freed at release. */
   tokens: number;
+  /** A stream counted as prefilling until its first token (or the release). */
+  prefilling: boolean;
   expiresAt: number;
 }
 
 type Pending = { req: AdmitRequest; respond: (a: Admission) => void };
+
+/**
+ * An endpoint as a decision sees it: picking compares the engine's own
+ * state (`saturation`), admission also its queue of prompts still to
+ * prefill (`admission`). Kept apart because a session's engine with two
+ * prompts prefilling is no reason to send the session's next turn where
+ * its cache is not; it is a reason to hold bronze at the gateway.
+ */
+type Scored = Candidate & { admission: number };
 
 const TICK_WHILE_QUEUED_MS = 1_000;
 const LEASE_GRACE_MS = 60_000;
@@ -129,7 +142,15 @@ export class PoolCore {
     for (const spec of specs) {
       const e = this.endpoints.get(spec.id);
       if (e) e.spec = spec;
-      else this.endpoints.set(spec.id, { spec, inflight: 0, tokens: 0, load: undefined, lastPick: 0 });
+      else
+        this.endpoints.set(spec.id, {
+          spec,
+          inflight: 0,
+          tokens: 0,
+          prefilling: 0,
+          load: undefined,
+          lastPick: 0,
+        });
     }
     this.drain();
     return true;
@@ -244,11 +265,26 @@ export class PoolCore {
     return opened;
   }
 
+  /**
+   * A stream's first token came: it no longer waits for its prefill, while
+   * its sequence and tokens stay charged until the release.
+   */
+  prefilled(id: string, now: number): void {
+    this.clock = now;
+    const lease = this.held.get(id);
+    if (!lease?.prefilling) return;
+    lease.prefilling = false;
+    const e = this.endpoints.get(lease.endpoint);
+    if (e) e.prefilling = Math.max(0, e.prefilling - 1);
+    this.drain();
+  }
+
   private free(lease: Held): void {
     const e = this.endpoints.get(lease.endpoint);
     if (!e) return;
     e.inflight = Math.max(0, e.inflight - 1);
     e.tokens = Math.max(0, e.tokens - lease.tokens);
+    if (lease.prefilling) e.prefilling = Math.max(0, e.prefilling - 1);
   }
 
   /** Expires queued requests and forgotten leases, and re-checks what time alone changes (staleness, cooldowns). */
@@ -298,7 +334,7 @@ export class PoolCore {
     }
   }
 
-  private dispatch(w: Waiter<Pending>, cands: Candidate[]): void {
+  private dispatch(w: Waiter<Pending>, cands: Scored[]): void {
     const { req, respond } = w.item;
     const rejections: Rejection[] = [];
     const session = req.session ? this.sessions.get(req.session, this.clock) : undefined;
@@ -326,20 +362,24 @@ export class PoolCore {
     }
     const chosen = this.endpoints.get(p.chosen.spec.id)!;
     const tokens = this.charge(req, chosen.spec.id);
+    const prefilling = req.demand?.reportsFirstToken === true;
     chosen.inflight++;
     chosen.tokens += tokens;
+    if (prefilling) chosen.prefilling++;
     chosen.lastPick = this.turn;
     this.breakers.onAttempt(chosen.spec.id);
     this.held.set(req.id, {
       endpoint: chosen.spec.id,
       band: w.band,
       tokens,
+      prefilling,
       expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
     });
     if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
     this.prefix.record(chosen.spec.id, req.prefix);
     this.routes[p.tier]++;
     this.count(w.band).admitted++;
+    const saturation = this.saturationOf(cands);
     respond({
       ok: true,
       lease: {
@@ -349,9 +389,23 @@ export class PoolCore {
         route: p.tier,
         band: w.band,
         queuedMs: this.clock - w.enqueuedAt,
-        saturation: this.saturationOf(cands),
+        saturation,
+        ...(prefilling ? { firstTokenNote: this.noteUrgency(saturation) } : {}),
       },
     });
+  }
+
+  /**
+   * Whether this stream's first token should reach the pool at once (a
+   * call of its own) or may ride with its isolate's next call. It changes
+   * admission only where a band waits or is near its ceiling; elsewhere a
+   * call of its own would be a third call per request for nothing (below
+   * half the lowest ceiling, it takes many admits anywhere to reach it, and
+   * each of this isolate's own carries the note).
+   */
+  private noteUrgency(saturation: number): "now" | "with-next-call" {
+    const lowest = Math.min(...this.settings.admission.bands.map((b) => b.saturation_ceiling));
+    return this.flow.size > 0 || saturation >= lowest / 2 ? "now" : "with-next-call";
   }
 
   /**
@@ -366,17 +420,18 @@ export class PoolCore {
     return output + Math.max(0, d.promptTokens - cached * TOKENS_PER_BLOCK);
   }
 
-  private candidates(): Candidate[] {
+  private candidates(): Scored[] {
     const s = this.settings;
     const loads: (LoadSample | undefined)[] = [];
     for (const e of this.endpoints.values()) loads.push(e.load);
     const scraped = feedIsLive(loads, s.stale_after, this.clock);
-    const out: Candidate[] = [];
+    const out: Scored[] = [];
     for (const e of this.endpoints.values()) {
       const g = signals(
         {
           inflight: e.inflight,
           tokens: e.tokens,
+          prefilling: e.prefilling,
           weight: e.spec.weight,
           capacity: e.spec.capacity,
           load: e.load,
@@ -391,7 +446,8 @@ export class PoolCore {
         state: e.load?.state,
         breaker: this.breakers.state(e.spec.id),
         probing: this.breakers.probing(e.spec.id),
-        saturation: saturationOf(g),
+        saturation: engineSaturation(g),
+        admission: saturationOf(g),
         pressure: e.inflight / e.spec.weight,
         lastPick: e.lastPick,
       });
@@ -399,9 +455,9 @@ export class PoolCore {
     return out;
   }
 
-  private saturationOf(cands: readonly Candidate[]): number {
+  private saturationOf(cands: readonly Scored[]): number {
     const sats: number[] = [];
-    for (const c of cands) if (isRoutable(c)) sats.push(c.saturation);
+    for (const c of cands) if (isRoutable(c)) sats.push(c.admission);
     return poolSaturation(sats);
   }
 
@@ -453,10 +509,11 @@ export class PoolCore {
           weight: c.spec.weight,
           state: c.state ?? "unscraped",
           inflight: e.inflight,
+          prefilling: e.prefilling,
           tokens: e.tokens,
           maxSeqs: c.spec.capacity?.maxSeqs ?? null,
           kvTokens: c.spec.capacity?.kvTokens ?? null,
-          saturation: c.saturation,
+          saturation: c.admission,
           breaker: c.breaker,
           breakerReason: c.breaker === "closed" ? null : this.breakers.reason(c.spec.id),
           loadAgeMs: e.load ? now - e.load.at : null,

@@ -65,6 +65,21 @@ describe("PoolExchange", () => {
     expect(core.status(0).endpoints[0]!.inflight).toBe(1);
   });
 
+  it("applies a call's first-token notes before its admits, so the queue they free serves the same call", () => {
+    const { desk: d, core } = desk(256);
+    const stream = (id: string): AdmitRequest => ({
+      ...req(id),
+      demand: { promptTokens: 100, outputTokens: 10, reportsFirstToken: true },
+    });
+    // target_prefilling 2: two streams waiting for their first token fill the endpoint.
+    call(d, ex("a", { admits: [stream("r1"), stream("r2")] }));
+    expect(call(d, ex("a", { admits: [stream("r3")] })).answer?.decided).toEqual([]);
+    const next = call(d, ex("a", { prefilled: ["r1"], admits: [stream("r4")] })).answer!;
+    // r3 waited longer: the freed place is its, and r4 queues behind it.
+    expect(next.later.map((x) => [x.id, x.admission.ok])).toEqual([["r3", true]]);
+    expect(core.status(0).endpoints[0]).toMatchObject({ inflight: 3, prefilling: 2 });
+  });
+
   it("answers a queued admit through its channel's mailbox: to the held poll at once, and again until acknowledged", () => {
     const { desk: d } = desk(1);
     call(d, ex("a", { admits: [req("r1")] }));

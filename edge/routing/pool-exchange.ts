@@ -58,6 +58,7 @@ export class PoolExchange {
     const opened: BreakerOpened[] = [];
     for (const r of ex.releases) opened.push(...this.core.release(r.id, r.report, now));
     for (const id of ex.abandons) this.core.abandon(id, now);
+    for (const id of ex.prefilled ?? []) this.core.prefilled(id, now);
     const decided: ExchangeAnswer["decided"] = [];
     let answering = true;
     for (const req of ex.admits) {

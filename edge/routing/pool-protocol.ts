@@ -40,6 +40,8 @@ export interface Lease {
   queuedMs: number;
   /** The pool's saturation when the lease was granted. */
   saturation: number;
+  /** For a stream: how soon the pool wants to hear of its first token (PoolCore.prefilled). */
+  firstTokenNote?: "now" | "with-next-call";
 }
 
 export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
@@ -64,6 +66,8 @@ export interface Exchange {
   admits: AdmitRequest[];
   releases: { id: string; report: ReleaseReport }[];
   abandons: string[];
+  /** Streams whose first token came: their prompts are computed (PoolCore.prefilled). */
+  prefilled?: string[];
   /** Mailbox entries up to this number arrived; the pool forgets them. */
   ack: number;
   /**
@@ -122,6 +126,8 @@ export interface EndpointStatus {
   weight: number;
   state: string;
   inflight: number;
+  /** Streams of those still waiting for their first token. */
+  prefilling: number;
   /** Predicted tokens of the requests in flight (the pool's charges). */
   tokens: number;
   maxSeqs: number | null;

@@ -25,9 +25,16 @@ const load = (at: number, waiting: number, kvUsage: number): LoadSample => ({
 
 describe("saturation", () => {
   it("is the largest signal over its target, in-flight per unit of weight", () => {
-    const e = { inflight: 5, tokens: 0, weight: 2, capacity: undefined, load: load(0, 2, 0.4) };
+    const e = {
+      inflight: 5,
+      tokens: 0,
+      prefilling: 0,
+      weight: 2,
+      capacity: undefined,
+      load: load(0, 2, 0.4),
+    };
     const g = signals(e, scoring, 10_000, 0, true);
-    expect(g).toEqual({ waiting: 0.5, kv: 0.5, inflight: 0.25, tokens: 0 });
+    expect(g).toEqual({ waiting: 0.5, kv: 0.5, inflight: 0.25, tokens: 0, prefilling: 0 });
     expect(saturationOf(g)).toBe(0.5);
   });
 
@@ -40,18 +47,27 @@ describe("saturation", () => {
   });
 
   it("leaves scraped terms out when the feed is down or the endpoint was never scraped", () => {
-    const e = { inflight: 2, tokens: 0, weight: 1, capacity: undefined, load: load(0, 8, 0.8) };
+    const e = {
+      inflight: 2,
+      tokens: 0,
+      prefilling: 0,
+      weight: 1,
+      capacity: undefined,
+      load: load(0, 8, 0.8),
+    };
     expect(signals(e, scoring, 10_000, 100_000, false)).toEqual({
       waiting: 0,
       kv: 0,
       inflight: 0.2,
       tokens: 0,
+      prefilling: 0,
     });
     expect(signals({ ...e, load: undefined }, scoring, 10_000, 0, true)).toEqual({
       waiting: 0,
       kv: 0,
       inflight: 0.2,
       tokens: 0,
+      prefilling: 0,
     });
     expect(feedIsLive([load(0, 0, 0), undefined], 10_000, 10_000)).toBe(true);
     expect(feedIsLive([load(0, 0, 0), undefined], 10_000, 10_001)).toBe(false);
@@ -68,7 +84,14 @@ describe("saturation", () => {
 
     it("counts requests in flight against the share of the engine's batch, not a constant", () => {
       // The burst that inverted the bands: 30 in flight on a 4-slot engine.
-      const e = { inflight: 30, tokens: 0, weight: 1, capacity: { maxSeqs: 4 }, load: undefined };
+      const e = {
+        inflight: 30,
+        tokens: 0,
+        prefilling: 0,
+        weight: 1,
+        capacity: { maxSeqs: 4 },
+        load: undefined,
+      };
       expect(inflightTarget(e, byCapacity)).toBe(2);
       expect(signals(e, byCapacity, 10_000, 0, true).inflight).toBe(15);
     });
@@ -84,6 +107,7 @@ describe("saturation", () => {
       const e = {
         inflight: 1,
         tokens: 4000,
+        prefilling: 0,
         weight: 1,
         capacity: { maxSeqs: 256, kvTokens: 10_000 },
         load: undefined,
@@ -92,8 +116,24 @@ describe("saturation", () => {
       expect(signals({ ...e, capacity: { maxSeqs: 256 } }, byCapacity, 10_000, 0, true).tokens).toBe(0);
     });
 
+    it("counts streams not yet at their first token against target_prefilling, per unit of weight", () => {
+      // A burst of long prompts on a batch-256 engine: few sequences, but a queue in front of the next prompt.
+      const e = { inflight: 8, tokens: 0, prefilling: 6, weight: 2, capacity: { maxSeqs: 256 } };
+      const g = signals({ ...e, load: undefined }, { ...byCapacity, target_prefilling: 4 }, 10_000, 0, true);
+      expect(g.inflight).toBeCloseTo(0.0625);
+      expect(g.prefilling).toBeCloseTo(0.75);
+      expect(saturationOf(g)).toBe(g.prefilling);
+    });
+
     it("scraped figures only ever raise it: the higher of charged and scraped wins", () => {
-      const e = { inflight: 1, tokens: 0, weight: 1, capacity: { maxSeqs: 4 }, load: load(0, 8, 0.1) };
+      const e = {
+        inflight: 1,
+        tokens: 0,
+        prefilling: 0,
+        weight: 1,
+        capacity: { maxSeqs: 4 },
+        load: load(0, 8, 0.1),
+      };
       expect(saturationOf(signals(e, byCapacity, 10_000, 0, true))).toBe(2);
       const idle = { ...e, inflight: 2, load: load(0, 0, 0) };
       expect(saturationOf(signals(idle, byCapacity, 10_000, 0, true))).toBe(1);

@@ -4,14 +4,16 @@
  *
  *   endpoint saturation = max(in_flight / (seq_ceiling × max_num_seqs),
  *                             charged tokens / (kv_ceiling × KV tokens),
+ *                             prefilling / target_prefilling,
  *                             waiting / target_waiting,
  *                             kv_usage / kv_ceiling)
  *   pool saturation     = mean over routable endpoints
  *
- * The first two are the pool's own: every admit charges its request's
+ * The first three are the pool's own: every admit charges its request's
  * predicted demand (a sequence, and its prompt and answer in tokens) and
- * every release frees it, so they move with each decision and a burst is
- * judged from its first request. They need the engine's capacity; where it
+ * every release frees it; a stream also counts as prefilling until the
+ * Worker reports its first token. So they move with each decision and a
+ * burst is judged from its first request. They need the engine's capacity; where it
  * is unknown, the batch is assumed to be vLLM's default and the token term
  * is left out. The last two are scraped, seconds late, and can only raise
  * the figure: they catch what the pool cannot see (work sent around it,
@@ -38,6 +40,8 @@ export interface SaturationInput {
   inflight: number;
   /** Predicted tokens of the requests in flight (the pool's charges). */
   tokens: number;
+  /** Streams admitted whose first token has not come: the engine's queue, as the pool sees it now. */
+  prefilling: number;
   weight: number;
   capacity: Capacity | undefined;
   load: LoadSample | undefined;
@@ -48,6 +52,7 @@ export interface Signals {
   kv: number;
   inflight: number;
   tokens: number;
+  prefilling: number;
 }
 
 /** Requests in flight at which an endpoint counts as saturated. */
@@ -75,17 +80,23 @@ export function signals(
   const inflight = e.inflight / inflightTarget(e, s);
   const kvTokens = e.capacity?.kvTokens;
   const tokens = kvTokens ? e.tokens / (kvTokens * s.kv_ceiling) : 0;
-  if (!scraped || !e.load) return { waiting: 0, kv: 0, inflight, tokens };
+  const prefilling = e.prefilling / (s.target_prefilling * e.weight);
+  if (!scraped || !e.load) return { waiting: 0, kv: 0, inflight, tokens, prefilling };
   const age = Math.max(0, now - e.load.at);
   return {
     waiting: decayTowardOne(e.load.waiting / s.target_waiting, age, staleMs),
     kv: decayTowardOne(e.load.kvUsage / s.kv_ceiling, age, staleMs),
     inflight,
     tokens,
+    prefilling,
   };
 }
 
-export const saturationOf = (g: Signals): number => Math.max(g.waiting, g.kv, g.inflight, g.tokens);
+/** What admission compares with the bands' ceilings: every signal, the queue of prefills included. */
+export const saturationOf = (g: Signals): number => Math.max(engineSaturation(g), g.prefilling);
+
+/** What picking compares (spill-over, affinity's release, the load tier): the engine's batch and memory. */
+export const engineSaturation = (g: Signals): number => Math.max(g.waiting, g.kv, g.inflight, g.tokens);
 
 /** Whether any sample of the pool is fresh; if none is, the feed is down and scraped terms are ignored. */
 export function feedIsLive(loads: Iterable<LoadSample | undefined>, staleMs: number, now: number): boolean {

@@ -49,6 +49,12 @@ export interface Capacity {
 export interface Demand {
   promptTokens: number;
   outputTokens: number;
+  /**
+   * The caller will say when the first token came (a stream): only then does
+   * the request also count as waiting for its prefill, since a response that
+   * arrives whole shows no moment when that was done.
+   */
+  reportsFirstToken?: boolean | undefined;
 }
 
 /** What an agent scraped from an engine, as the control plane pushed it. */

@@ -129,6 +129,7 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       kvUsage: e.kvUsage ?? 0,
       prefixBlocks: e.prefixBlocks,
       tokens: BigInt(Math.round(e.tokens)),
+      prefilling: e.prefilling,
       maxNumSeqs: e.maxSeqs ?? 0,
       kvTokens: BigInt(e.kvTokens ?? 0),
     })),

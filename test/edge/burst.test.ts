@@ -129,3 +129,91 @@ describe("a burst at the edge", () => {
     ]);
   }, 180_000);
 });
+
+/**
+ * The same burst on engines with vLLM's default batch (256): by sequences
+ * bronze is nowhere near its ceiling, but each engine prefills oldest
+ * first, so every long prompt admitted ahead is time a platinum prompt
+ * waits. The pool counts streams admitted and not yet at their first token
+ * (the Worker reports it) against `target_prefilling` (2): with two
+ * engines, bronze's 0.30 lets 2 prefill at once, and platinum's 1.00 has
+ * room for 2 more. The old design admitted all 40 at once.
+ */
+describe("a burst of long prompts on large batches", () => {
+  let edge: Edge;
+  let key: TestKey;
+  const LONG = 40;
+  const prompt = (n: number) => `${n} ${"lorem ipsum dolor sit amet ".repeat(80)}`;
+
+  beforeAll(async () => {
+    const started = await Promise.all([
+      startEdge({ admission: { queue_ttl: "60s", queue_capacity_per_band: LONG } }),
+      // About 0.5 s of prefill for each prompt, decode at full speed.
+      ...Array.from({ length: 2 }, () =>
+        startSim("long", ["--sim-speed", "1", "--sim-prefill-us-per-token", "1000"]),
+      ),
+    ]);
+    edge = started[0] as Edge;
+    await setEndpoints(
+      edge,
+      started.slice(1).map((s, i) => ({
+        id: `long-${i}`,
+        url: (s as { url: string }).url,
+        models: ["long"],
+        capacity: { maxNumSeqs: 256 },
+      })),
+    );
+    key = await createKey(edge, { band: "platinum" });
+  }, 120_000);
+
+  const ask = async (band: string, n: number): Promise<void> => {
+    const stream = await clientFor(edge, key.secret).chat.completions.create(
+      { model: "long", messages: [{ role: "user", content: prompt(n) }], max_tokens: 48, stream: true },
+      { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },
+    );
+    for await (const _ of stream) {
+      // Read to the end: a stream cut short would throw here.
+    }
+  };
+  const pool = () =>
+    waitUntil("the pool's status", async () => (await edge.sync.getPoolStatus({ model: "long" })).pools[0]);
+  const bronzeBand = async () => (await pool()).bands.find((b) => b.name === "bronze")!;
+
+  it("lets bronze prefill two at a time, serves platinum through it, and serves every bronze stream", async () => {
+    const bronze = Array.from({ length: LONG }, (_, i) => ask("bronze", i));
+    let most = 0;
+    let decoding = false;
+    const look = async () => {
+      const p = await pool();
+      const prefilling = p.endpoints.reduce((n, e) => n + e.prefilling, 0);
+      most = Math.max(most, prefilling);
+      decoding ||= p.endpoints.reduce((n, e) => n + e.inflight, 0) > prefilling;
+      return p;
+    };
+    await waitUntil("bronze queued behind the prompts prefilling", async () => {
+      await look();
+      return (await bronzeBand()).depth > 0;
+    });
+    expect(most, "bronze streams prefilling at any poll").toBeLessThanOrEqual(2);
+    // Platinum's ceiling (1.00) is 4 prefilling: with bronze's 2, two more go at once.
+    await Promise.all(Array.from({ length: 2 }, (_, i) => ask("platinum", 100 + i)));
+    const held = (await pool()).bands.find((b) => b.name === "platinum")!;
+    expect(held).toMatchObject({ admitted: 2n, queued: 0n });
+    let done = false;
+    const all = Promise.all(bronze).finally(() => {
+      done = true;
+    });
+    await waitUntil("every bronze stream served", async () => {
+      await look();
+      return done;
+    });
+    await all;
+    expect(most, "streams prefilling at any poll").toBeLessThanOrEqual(4);
+    // The Worker's first-token note is what let the next one in, not the release.
+    expect(decoding, "a poll saw streams in flight past their first token").toBe(true);
+    const b = await bronzeBand();
+    expect(Number(b.admitted)).toBe(LONG);
+    expect(Number(b.queued)).toBeGreaterThan(0);
+    await waitUntil("every lease released", async () => (await pool()).leases === 0);
+  }, 180_000);
+});
