@@ -11,6 +11,7 @@ import { runCurl, type StackRun, stackPorts, stackProcesses, startStack } from "
 import { launchChromium, screenshot } from "../harness/browser.ts";
 import { tempDir } from "../harness/fleet.ts";
 import { REPO, waitUntil } from "../harness/process.ts";
+import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 
 /**
  * `npm start -- --sites 2` as a user runs it (docs/sites.md): two control
@@ -141,6 +142,17 @@ describe("npm start -- --sites 2 (real processes)", () => {
       ]);
       expect(rows.reduce((sum, r) => sum + (r.share ?? 0), 0)).toBeCloseTo(1, 6);
     }
+
+    // Site A's metrics count each site's routed requests too (docs/metrics.md).
+    const metrics = await fetch(`http://127.0.0.1:${ports.admin}/metrics`, {
+      headers: { authorization: `Bearer ${adminTokens[0]}` },
+    });
+    const families = parseExposition(await metrics.text());
+    for (const site of SITES)
+      expect(
+        sampleValue(families, "llmgw_edge_site_routed_requests_total", { model: MODEL, site }),
+        site,
+      ).toBeGreaterThan(0);
 
     // Site A's dashboard, from the banner's link, shows both sites under the model's pool.
     const browser = await launchChromium();
