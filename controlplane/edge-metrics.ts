@@ -135,6 +135,11 @@ function registerRoutingMetrics(metrics: MetricsRegistry, { answered, perModel }
     "Requests in flight on each site's endpoints: the site's share of the model's traffic now.",
     perSite((p, site) => p.endpoints.filter((e) => e.site === site).reduce((n, e) => n + e.inflight, 0)),
   );
+  metrics.counter(
+    "llmgw_edge_site_routed_requests_total",
+    "Requests the pool routed to each site's endpoints since it started: the sites' shares of the model's traffic.",
+    perSite((p, site) => Number(p.sites.find((s) => s.site === site)?.routed ?? 0n)),
+  );
   metrics.gauge(
     "llmgw_edge_site_load_feed",
     "1 for the state of each site's load feed (live, stale: its control plane stopped pushing, none: never scraped), 0 for the others.",

@@ -1,3 +1,4 @@
+import { shareText, siteRows } from "../common/site-shares.ts";
 import type { EdgeModel } from "../proto/gen/control/v1/control_pb.ts";
 import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { type Control, errorText } from "./client.ts";
@@ -11,6 +12,49 @@ import { usePoll } from "./poll.ts";
 const EDGE_POLL_MS = 2_000;
 
 const saturationText = (s: number) => (s < 0 ? "no routable endpoint" : percent(s));
+
+/**
+ * The model's sites (docs/sites.md): each one's health and share of the
+ * requests the pool routed. Nothing for an edge of one site, or one whose
+ * status has no sites; an edge that counts no routed requests per site
+ * shows no share ("-").
+ */
+function Sites({ p }: { p: PoolStatus }) {
+  const rows = siteRows([p]);
+  if (rows.length === 0) return null;
+  return (
+    <table class="sites">
+      <thead>
+        <tr>
+          <th>Site</th>
+          <th>Endpoint set</th>
+          <th>Endpoints ready</th>
+          <th title="live: the site's control plane pushes load; stale: it stopped, and its endpoints decay toward saturation 1">
+            Load feed
+          </th>
+          <th>Routed</th>
+          <th>Share of traffic</th>
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map((r) => (
+          <tr key={r.site} data-site={r.site}>
+            <td class="name">{r.site}</td>
+            <td>v{r.version}</td>
+            <td>
+              {r.ready} of {r.endpoints}
+            </td>
+            <td>
+              <span class={`state feed-${r.loadFeed || "unknown"}`}>{r.loadFeed || "unknown"}</span>
+            </td>
+            <td>{count(r.routed)}</td>
+            <td data-share>{shareText(r.share)}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
 
 function Pool({ m }: { m: EdgeModel }) {
   const p: PoolStatus | undefined = m.pool;
@@ -31,6 +75,7 @@ function Pool({ m }: { m: EdgeModel }) {
         {routes.length === 0 ? "none yet" : routes.map(([tier, n]) => `${tier} ${count(n)}`).join(", ")}
         {p.failOpens > 0n ? ` · ${count(p.failOpens)} fail-opens` : ""}
       </p>
+      <Sites p={p} />
       <table>
         <thead>
           <tr>

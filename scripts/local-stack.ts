@@ -2,8 +2,9 @@
  * `npm start`: the whole local stack on loopback — the edge in workerd
  * (scripts/local-stack/edge.ts), a control plane, and two agents with
  * simulated GPUs whose engines are sim engines launched through the real
- * vLLM adapter — with
- * every process's log prefixed on this terminal. It creates an API key and
+ * vLLM adapter; with `--sites N`, N such control planes with their agents,
+ * each a site of its own behind the one edge (scripts/local-stack/sites.ts) —
+ * with every process's log prefixed on this terminal. It creates an API key and
  * prints how to call the edge once a request through it succeeds. Ctrl-C
  * stops everything, engines included, and waits until it has.
  *
@@ -20,16 +21,19 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { groupAlive } from "../agent/engine-process.ts";
 import { killEngines } from "../agent/kill-engines.ts";
-import { controlClient, DEFAULT_CONTROL_PLANE } from "../cli/ctl/client.ts";
+import { controlClient } from "../cli/ctl/client.ts";
+import { edgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage } from "../common/log.ts";
+import { banner } from "./local-stack/banner.ts";
+import { retireOtherSites, sitesAwaiting } from "./local-stack/edge-sites.ts";
 import { parseStackOptions, STACK_HELP, type StackOptions } from "./local-stack/options.ts";
-import { portProblem } from "./local-stack/ports.ts";
+import { portProblem, type StackPort } from "./local-stack/ports.ts";
 import { awaiting } from "./local-stack/ready.ts";
+import { type StackSite, siteTokensSecret, stackSites } from "./local-stack/sites.ts";
 
 const REPO = join(import.meta.dirname, "..");
 const LLMGW = join(REPO, "bin", "llmgw.mjs");
 const EDGE_SERVER = join(REPO, "scripts", "local-stack", "edge.ts");
-const DEFAULT_EDGE = "http://127.0.0.1:8787";
 /** How long children get to exit after SIGTERM (agents stop their engines first) before SIGKILL. */
 const CHILD_GRACE_MS = 20_000;
 const READY_DEADLINE_MS = 120_000;
@@ -49,12 +53,11 @@ try {
   process.exit(2);
 }
 
-const AGENTS = join(opts.stateDir, "agents");
-// The admin token ControlService requires: made once per state directory and
-// kept there (0600), so a shell that exported it stays valid across starts.
-const ADMIN_TOKEN_FILE = join(opts.stateDir, "admin.token");
+// Each site's admin token (ControlService requires it) is made once per
+// state directory and kept there (0600), so a shell that exported it stays
+// valid across starts.
+const SITES = stackSites(opts);
 const EDGE = `http://127.0.0.1:${opts.edgePort}`;
-const ADMIN = `http://127.0.0.1:${opts.adminPort}`;
 // The EdgeSync secret and the API key the banner prints are kept there too,
 // like the admin token: a shell that exported LLMGW_EDGE_TOKEN, or a client
 // configured with the key, keeps working across starts.
@@ -63,17 +66,36 @@ const API_KEY_FILE = join(opts.stateDir, "local-dev.key");
 mkdirSync(opts.stateDir, { recursive: true });
 const TOKEN = keptSecret(EDGE_TOKEN_FILE, () => randomBytes(24).toString("base64url"));
 const env = { ...process.env, LLMGW_EDGE_TOKEN: TOKEN };
-// The control plane's addresses follow the flags (LLMGW_ overrides of
-// infra/local/llmgw.yaml; the defaults are the file's values).
-const controlEnv = {
-  ...env,
-  LLMGW_AGENT_LISTEN: `127.0.0.1:${opts.agentPort}`,
-  LLMGW_ADMIN_LISTEN: `127.0.0.1:${opts.adminPort}`,
-  LLMGW_DATA_DIR: join(opts.stateDir, "controlplane"),
-  LLMGW_ADMIN__TOKEN_FILE: ADMIN_TOKEN_FILE,
-  LLMGW_EDGE__URL: EDGE,
-  ...(opts.enginePorts ? { LLMGW_CONTROL__PORT_RANGE: `[${opts.enginePorts.join(", ")}]` } : {}),
-};
+/** A site's own EdgeSync token, kept like the edge's; the edge's for the site that holds it. */
+function edgeTokenOf(site: StackSite): string {
+  if (!site.siteTokenFile) return TOKEN;
+  mkdirSync(join(site.siteTokenFile, ".."), { recursive: true });
+  return keptSecret(site.siteTokenFile, () => randomBytes(24).toString("base64url"));
+}
+// The edge knows every site's token (EDGE_SYNC_SITE_TOKENS), from the
+// environment like its own, never argv.
+const edgeEnv =
+  SITES.length > 1 ? { ...env, LLMGW_EDGE_SITE_TOKENS: siteTokensSecret(SITES, edgeTokenOf) } : env;
+
+/**
+ * A site's control plane: its addresses follow the flags (LLMGW_ overrides
+ * of infra/local/llmgw.yaml; the defaults are the file's values), and a
+ * site other than the default one names itself and holds its EdgeSync token.
+ */
+function controlEnv(site: StackSite): NodeJS.ProcessEnv {
+  return {
+    ...env,
+    LLMGW_EDGE_TOKEN: edgeTokenOf(site),
+    LLMGW_AGENT_LISTEN: `127.0.0.1:${site.agentPort}`,
+    LLMGW_ADMIN_LISTEN: `127.0.0.1:${site.adminPort}`,
+    LLMGW_DATA_DIR: site.dataDir,
+    LLMGW_ADMIN__TOKEN_FILE: site.adminTokenFile,
+    LLMGW_EDGE__URL: EDGE,
+    ...(site.name === "default" ? {} : { LLMGW_SITE: site.name }),
+    // Sites' engines listen on their nodes' own addresses: each site may hand out the same ports.
+    ...(opts.enginePorts ? { LLMGW_CONTROL__PORT_RANGE: `[${opts.enginePorts.join(", ")}]` } : {}),
+  };
+}
 const children: ChildProcess[] = [];
 let up = false;
 let stopping: Promise<never> | undefined;
@@ -86,7 +108,7 @@ startAborted.catch(() => {});
 const say = (text: string) => process.stdout.write(text);
 const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
 
-function start(name: string, args: string[], color: number, childEnv = env): ChildProcess {
+function start(name: string, args: string[], color: number, childEnv: NodeJS.ProcessEnv = env): ChildProcess {
   // A Ctrl-C during start-up has already signalled every child there was;
   // one started after it would be left running.
   if (stopping) throw new Error("stopping");
@@ -95,7 +117,7 @@ function start(name: string, args: string[], color: number, childEnv = env): Chi
     env: childEnv,
     stdio: ["ignore", "pipe", "pipe"],
   });
-  const prefix = `\x1b[${color}m${name.padEnd(10)}\x1b[0m `;
+  const prefix = `\x1b[${color}m${name.padEnd(SITES.length > 1 ? 12 : 10)}\x1b[0m `;
   const forward = (buf: Buffer) => {
     if (opts.quiet) return;
     for (const line of buf.toString().split("\n")) if (line.trim()) say(`${prefix}${line}\n`);
@@ -151,7 +173,7 @@ async function exitWithin(procs: ChildProcess[], ms: number): Promise<ChildProce
 
 /** SIGKILLs engines an agent left running (it died before stopping them) and waits until they are gone. */
 async function killLeftEngines(): Promise<void> {
-  const left = killEngines(AGENTS);
+  const left = SITES.flatMap((s) => killEngines(s.agentsDir));
   if (left.length === 0) return;
   // Their records stay in the agents' state files: stopped by nobody who
   // could record it, they count as crashes when the agents next start.
@@ -183,7 +205,7 @@ function stop(code: number): Promise<never> {
 function force(): void {
   say("\nforced: killing every process of the stack\n");
   for (const c of children) if (!exited(c)) c.kill("SIGKILL");
-  killEngines(AGENTS);
+  for (const s of SITES) killEngines(s.agentsDir);
   process.exit(130);
 }
 
@@ -259,47 +281,39 @@ async function apiKey(): Promise<string> {
   return secret;
 }
 
-async function main(): Promise<void> {
-  const taken = await portProblem([
-    { port: opts.edgePort, what: "the edge", flag: "--edge-port" },
-    { port: opts.adminPort, what: "the control plane's admin API", flag: "--admin-port" },
-    { port: opts.agentPort, what: "the control plane's agent listener", flag: "--agent-port" },
-  ]);
-  if (taken) {
-    process.stderr.write(`npm start: ${taken}\n`);
-    process.exit(1);
+/** The listeners `npm start` checks before it starts anything, each with the flag that moves it. */
+function stackPorts(): StackPort[] {
+  const ports: StackPort[] = [{ port: opts.edgePort, what: "the edge", flag: "--edge-port" }];
+  for (const s of SITES) {
+    const whose = s.name === "default" ? "the control plane's" : `site ${s.name}'s control plane's`;
+    ports.push(
+      { port: s.adminPort, what: `${whose} admin API`, flag: "--admin-port" },
+      { port: s.agentPort, what: `${whose} agent listener`, flag: "--agent-port" },
+    );
   }
-  mkdirSync(AGENTS, { recursive: true });
-  const token = keptSecret(ADMIN_TOKEN_FILE, () => randomBytes(32).toString("hex"));
-  await killLeftEngines(); // leftovers of a run that was killed hard
-  const until = <T>(p: Promise<T>) => Promise.race([p, startAborted]);
+  return ports;
+}
 
-  const edge = start(
-    "edge",
-    ["--import", "tsx", EDGE_SERVER, "--port", String(opts.edgePort), "--state-dir", opts.stateDir],
-    35,
+/** A site's control plane and, once it listens, its agents; resolves when they are started. */
+async function startSite(site: StackSite, colors: { control: number; nodes: number }): Promise<void> {
+  mkdirSync(site.agentsDir, { recursive: true });
+  const cp = start(
+    `${site.tag}control`,
+    [LLMGW, "server", "--config", "infra/local/llmgw.yaml"],
+    colors.control,
+    controlEnv(site),
   );
-  const cp = start("control", [LLMGW, "server", "--config", "infra/local/llmgw.yaml"], 36, controlEnv);
-  // The agents need only the control plane: their engines start while the
-  // edge still bundles and loads, and the control plane publishes to the
-  // edge once it answers.
-  const edgeReady = waitForLine(edge, /edge ready on http/, "the edge");
-  edgeReady.catch(() => {});
-  await until(waitForLine(cp, /control plane listening/, "the control plane"));
-  const nodes: [string, string][] = [
-    ["gpu-node-1", "127.0.0.11"],
-    ["gpu-node-2", "127.0.0.12"],
-  ];
-  for (const [i, [node, address]] of nodes.entries()) {
+  await waitForLine(cp, /control plane listening/, `${site.tag}the control plane`);
+  for (const [i, node] of site.nodes.entries()) {
     start(
-      node,
+      `${site.tag}${node.name}`,
       [
         LLMGW,
         "agent",
         "--control-plane",
-        `http://127.0.0.1:${opts.agentPort}`,
+        `http://127.0.0.1:${site.agentPort}`,
         "--node",
-        node,
+        node.name,
         "--simulate-gpus",
         "8xH100-80GB",
         "--fabric",
@@ -307,62 +321,85 @@ async function main(): Promise<void> {
         // Each simulated node has its own loopback address, so engines on
         // the two "nodes" can use the same ports as on real machines.
         "--advertise-address",
-        address,
+        node.address,
         "--state-dir",
-        join(AGENTS, node),
+        join(site.agentsDir, node.name),
         "--vllm-bin",
         "test/bin/vllm",
         // The stack owns its engines: Ctrl-C stops them, deliberately, so
         // the next start finds nothing to count as a crash.
         "--stop-engines-on-exit",
       ],
-      32 + i,
+      colors.nodes + i,
     );
   }
-
-  await until(edgeReady);
-  const secret = await until(apiKey());
-  say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
-  const control = controlClient(ADMIN, token);
-  await until(waitFor(() => awaiting(control, EDGE, secret), READY_DEADLINE_MS));
-  up = true;
-  say(banner(secret, token));
 }
 
-function banner(secret: string, adminToken: string): string {
-  const ctlFlag = ADMIN === DEFAULT_CONTROL_PLANE ? "" : ` --control-plane ${ADMIN}`;
-  const edgeFlag = EDGE === DEFAULT_EDGE ? "" : ` --edge ${EDGE}`;
-  return `
-\x1b[1mllmgw local stack is up\x1b[0m
-  edge (OpenAI API)  ${EDGE}/v1
-  control plane      admin ${ADMIN}   agents http://127.0.0.1:${opts.agentPort}
-  dashboard          ${ADMIN}/#token=${adminToken}
-                     (the link signs in with the admin token; the fragment never reaches the server)
-  API key            ${secret}
-                     bands up to platinum; requests run as gold unless they send x-llmgw-band
+async function main(): Promise<void> {
+  const taken = await portProblem(stackPorts());
+  if (taken) {
+    process.stderr.write(`npm start: ${taken}\n`);
+    process.exit(1);
+  }
+  const tokens = SITES.map((s) => {
+    mkdirSync(join(s.adminTokenFile, ".."), { recursive: true });
+    return keptSecret(s.adminTokenFile, () => randomBytes(32).toString("hex"));
+  });
+  await killLeftEngines(); // leftovers of a run that was killed hard
+  const until = <T>(p: Promise<T>) => Promise.race([p, startAborted]);
 
-Call it:
-  curl ${EDGE}/v1/chat/completions -H "Authorization: Bearer ${secret}" \\
-    -H "Content-Type: application/json" \\
-    -d '{"model":"llama-8b","messages":[{"role":"user","content":"Hello"}],"stream":true}'
+  const edge = start(
+    "edge",
+    ["--import", "tsx", EDGE_SERVER, "--port", String(opts.edgePort), "--state-dir", opts.stateDir],
+    35,
+    edgeEnv,
+  );
+  // The agents need only their control plane: their engines start while
+  // the edge still bundles and loads, and each control plane publishes to
+  // the edge once it answers.
+  const edgeReady = waitForLine(edge, /edge ready on http/, "the edge");
+  edgeReady.catch(() => {});
+  await until(Promise.all(SITES.map((s) => startSite(s, { control: 36, nodes: 32 }))));
 
-  OPENAI_BASE_URL=${EDGE}/v1 OPENAI_API_KEY=${secret} node -e \\
-    'new (require("openai").OpenAI)().chat.completions.create({model:"llama-8b",messages:[{role:"user",content:"Hi"}]}).then(r=>console.log(r.choices[0].message.content))'
-
-Look around (llmgw ctl needs the admin token, kept in ${ADMIN_TOKEN_FILE}):
-  export LLMGW_ADMIN_TOKEN=$(cat ${ADMIN_TOKEN_FILE})
-  npx llmgw ctl status${ctlFlag}   # one screen; also ctl nodes, ctl replicas, ctl models, ctl explain qwen-32b
-  export LLMGW_EDGE_TOKEN=$(cat ${EDGE_TOKEN_FILE})   # the EdgeSync secret, kept like the admin token
-  npx llmgw keys usage${edgeFlag}
-  npx llmgw ctl endpoints status${edgeFlag}   # each model's pool: bands, queues, load
-  curl -H "Authorization: Bearer $LLMGW_ADMIN_TOKEN" ${ADMIN}/metrics
-
-Watch qwen-32b scale from 1 to 4 replicas and back (about two minutes; ctl explain qwen-32b says why):
-  export LLMGW_API_KEY=$(cat ${API_KEY_FILE})
-  npx llmgw bench --url ${EDGE} --model qwen-32b --concurrency 16 --duration 60s
-
-${opts.quiet ? "" : "Process logs follow (npm start -- --quiet hides them). "}Ctrl-C stops everything.
-`;
+  await until(edgeReady);
+  const sync = edgeSyncClient(EDGE, TOKEN);
+  const retired = await until(
+    retireOtherSites(
+      sync,
+      SITES.map((s) => s.name),
+    ),
+  );
+  if (retired.length > 0)
+    say(`emptied the endpoint sets a previous start left at the edge for: ${retired.join(", ")}\n`);
+  const secret = await until(apiKey());
+  say("\nwaiting for the replicas to be placed, ready and reachable through the edge…\n");
+  const controls = SITES.map((s, i) => controlClient(`http://127.0.0.1:${s.adminPort}`, tokens[i]!));
+  await until(
+    waitFor(async () => {
+      for (const [i, control] of controls.entries()) {
+        const left = await awaiting(control, EDGE, secret);
+        if (left) return SITES.length > 1 ? `${SITES[i]!.name}: ${left}` : left;
+      }
+      return SITES.length > 1
+        ? sitesAwaiting(
+            sync,
+            SITES.map((s) => s.name),
+          )
+        : null;
+    }, READY_DEADLINE_MS),
+  );
+  up = true;
+  say(
+    banner({
+      edge: EDGE,
+      sites: SITES,
+      adminTokens: tokens,
+      apiKey: secret,
+      edgeTokenFile: EDGE_TOKEN_FILE,
+      apiKeyFile: API_KEY_FILE,
+      quiet: opts.quiet,
+    }),
+  );
 }
 
 main().catch((err) => {

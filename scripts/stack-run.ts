@@ -23,13 +23,18 @@ export interface StackPorts {
   engines: [number, number];
 }
 
-/** Free ports, and a block of engine ports no other test or stack is handed at the same time. */
-export async function stackPorts(): Promise<StackPorts> {
+/**
+ * Free ports, and a block of engine ports no other test or stack is handed
+ * at the same time. With `sites` > 1, `npm start -- --sites N` takes the
+ * admin and agent ports after the given ones too: blocks of N.
+ */
+export async function stackPorts(sites = 1): Promise<StackPorts> {
   const engines = await freePortBlock(100);
+  const first = async () => (sites === 1 ? freePort() : (await freePortBlock(sites))[0]!);
   return {
     edge: await freePort(),
-    admin: await freePort(),
-    agent: await freePort(),
+    admin: await first(),
+    agent: await first(),
     engines: [engines[0]!, engines.at(-1)!],
   };
 }
@@ -63,7 +68,13 @@ export interface StackRun {
 const MARK_VAR = "LOCAL_STACK_TEST_RUN";
 const BANNER_END = "Ctrl-C stops everything.";
 
-export function startStack(stateDir: string, ports: StackPorts, bannerTimeoutMs = 150_000): StackRun {
+/** `npm start` with the ports given, and any further flags (`--sites 2`). */
+export function startStack(
+  stateDir: string,
+  ports: StackPorts,
+  bannerTimeoutMs = 150_000,
+  flags: readonly string[] = [],
+): StackRun {
   const mark = randomUUID();
   const started = Date.now();
   const child: ChildProcess = spawn(
@@ -81,6 +92,7 @@ export function startStack(stateDir: string, ports: StackPorts, bannerTimeoutMs 
       String(ports.agent),
       "--engine-ports",
       ports.engines.join("-"),
+      ...flags,
     ],
     {
       cwd: REPO,

@@ -12,6 +12,7 @@ import {
 import { formatIssues } from "../../common/zod-issues.ts";
 import { GetPoolStatusResponseSchema, type PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
+import { shareText, siteRows } from "./sites.ts";
 import { renderTable } from "./table.ts";
 
 /**
@@ -154,6 +155,8 @@ export function formatPools(pools: readonly PoolStatus[]): string {
         (s) => `${s.site} v${s.version} (${s.endpoints} endpoints, load feed ${s.loadFeed})`,
       );
       out.push(`  sites: ${sites.join(", ")}\n`);
+      const shares = siteRows([p]).map((r) => `${r.site} ${r.routed} (${shareText(r.share)})`);
+      out.push(`  routed to: ${shares.join(", ")}\n`);
     }
     out.push(
       renderTable(

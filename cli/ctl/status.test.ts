@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { GetEdgeStatusResponseSchema } from "../../proto/gen/control/v1/control_pb.ts";
-import { formatStatus, unplaced } from "./status.ts";
+import { formatStatus, statusJson, unplaced } from "./status.ts";
 
 describe("unplaced", () => {
   it("keeps the explain blocks of replicas that are not placed, detail lines and all", () => {
@@ -51,5 +51,82 @@ describe("formatStatus", () => {
     expect(formatStatus({ ...empty, edge }, 60_000)).toContain(
       "EDGE https://llm.example.com: polled 20s ago, every 5s; last poll failed 2s ago: [unavailable] connect ECONNREFUSED",
     );
+  });
+});
+
+describe("ctl status's sites", () => {
+  const empty = { nodes: [], replicas: [], models: [] };
+  const pool = (sites: { site: string; routed: bigint; loadFeed: string }[]) =>
+    create(GetEdgeStatusResponseSchema, {
+      configured: true,
+      edgeUrl: "https://llm.example.com",
+      pollIntervalMs: 2_000,
+      lastSuccessAtUnixMs: 59_000n,
+      models: [
+        {
+          model: "m",
+          pool: {
+            model: "m",
+            loadFeed: "live",
+            sites: sites.map((s, i) => ({ ...s, version: BigInt(3 + i), endpoints: 2 })),
+            endpoints: sites.flatMap((s) => [
+              { id: `m/1gpu/0@${s.site}`, site: s.site, state: "ready" },
+              { id: `m/1gpu/1@${s.site}`, site: s.site, state: s.loadFeed === "live" ? "ready" : "draining" },
+            ]),
+          },
+        },
+      ],
+    });
+
+  it("prints each site's health and share of the model's traffic, and --json carries them", () => {
+    const edge = pool([
+      { site: "site-a", routed: 30n, loadFeed: "live" },
+      { site: "site-b", routed: 10n, loadFeed: "stale" },
+    ]);
+    const out = formatStatus({ ...empty, edge }, 60_000);
+    expect(out).toContain(
+      [
+        "SITES (each model's pool at the edge)",
+        "model  site    endpoint set  endpoints  ready  load feed  routed  share",
+        "m      site-a  v3            2          2      live       30      75%",
+        "m      site-b  v4            2          1      stale      10      25%",
+      ].join("\n"),
+    );
+    expect(out).toContain("  routed to: site-a 30 (75%), site-b 10 (25%)");
+    expect(statusJson({ ...empty, edge }).sites).toEqual([
+      {
+        model: "m",
+        site: "site-a",
+        version: 3,
+        endpoints: 2,
+        ready: 2,
+        loadFeed: "live",
+        routed: 30,
+        share: 0.75,
+      },
+      {
+        model: "m",
+        site: "site-b",
+        version: 4,
+        endpoints: 2,
+        ready: 1,
+        loadFeed: "stale",
+        routed: 10,
+        share: 0.25,
+      },
+    ]);
+  });
+
+  it("has no share before a request, and no SITES table for an edge of one site", () => {
+    const quiet = pool([
+      { site: "site-a", routed: 0n, loadFeed: "live" },
+      { site: "site-b", routed: 0n, loadFeed: "live" },
+    ]);
+    expect(formatStatus({ ...empty, edge: quiet }, 60_000)).toContain(
+      "m      site-a  v3            2          2      live       0       -",
+    );
+    const single = pool([{ site: "default", routed: 5n, loadFeed: "live" }]);
+    expect(formatStatus({ ...empty, edge: single }, 60_000)).not.toContain("SITES");
+    expect(statusJson({ ...empty, edge: single }).sites).toEqual([]);
   });
 });

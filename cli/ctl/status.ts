@@ -15,6 +15,7 @@ import {
   replicaJson,
   replicasTable,
 } from "./replicas.ts";
+import { siteRows, sitesTable } from "./sites.ts";
 import { ago } from "./table.ts";
 
 /**
@@ -66,12 +67,18 @@ export function unplaced(lines: readonly string[]): string[] {
   return blocks.filter((b) => !/^\S+ placed: /.test(b[0]!) && !b[0]!.startsWith("scaling: ")).flat();
 }
 
-/** `--json`: the same four parts; the edge's without its 15-minute history (GetEdgeStatus has it). */
+/**
+ * `--json`: the same four parts, the edge's without its 15-minute history
+ * (GetEdgeStatus has it), and the SITES table's rows (empty for an edge of
+ * one site).
+ */
 export function statusJson(s: Status): Record<string, unknown> {
   const edge = toJson(GetEdgeStatusResponseSchema, s.edge) as JsonObject;
   for (const m of (edge.models ?? []) as JsonObject[]) delete m.history;
-  return { nodes: s.nodes, replicas: s.replicas, models: s.models, edge };
+  return { nodes: s.nodes, replicas: s.replicas, models: s.models, edge, sites: siteRows(pools(s.edge)) };
 }
+
+const pools = (e: GetEdgeStatusResponse) => e.models.flatMap((m) => (m.pool ? [m.pool] : []));
 
 export function formatStatus(s: Status, now = Date.now()): string {
   const out = [
@@ -83,9 +90,10 @@ export function formatStatus(s: Status, now = Date.now()): string {
     if (m.cannotRun.length > 0)
       out.push(`${m.name}: ${m.replicasReady}/${m.replicasDesired} ready\n${indent(m.cannotRun)}`);
   }
-  out.push(
-    `EDGE ${edgeHeadline(s.edge, now)}\n${s.edge.configured ? formatPools(s.edge.models.flatMap((m) => (m.pool ? [m.pool] : []))) : ""}`,
-  );
+  // Sites before the pools' detail: which site serves how much is the first question with two.
+  const sites = siteRows(pools(s.edge));
+  if (sites.length > 0) out.push(`SITES (each model's pool at the edge)\n${sitesTable(sites)}`);
+  out.push(`EDGE ${edgeHeadline(s.edge, now)}\n${s.edge.configured ? formatPools(pools(s.edge)) : ""}`);
   return out.join("\n");
 }
 

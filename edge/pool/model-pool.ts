@@ -118,7 +118,11 @@ export class ModelPool extends DurableObject<ConfigEnv> {
     status.sites = this.parts
       .sites()
       .filter((p) => p.endpoints > 0)
-      .map((p) => ({ ...p, loadFeed: feeds.get(p.site) ?? "none" }));
+      .map((p) => ({
+        ...p,
+        loadFeed: feeds.get(p.site) ?? "none",
+        routed: status.routedBySite[p.site] ?? 0,
+      }));
     return status;
   }
 

@@ -95,6 +95,8 @@ export class PoolCore {
   private readonly estimated = { requests: 0, tokens: 0 };
   private lastRejections: Rejection[] = [];
   private readonly counters = new Map<string, BandCounters>();
+  /** Requests admitted to each site's endpoints: the sites' shares of traffic (docs/sites.md). */
+  private readonly routedBySite = new Map<string, number>();
   private readonly routes: Record<RouteTier, number> = {
     session: 0,
     prefix: 0,
@@ -378,6 +380,8 @@ export class PoolCore {
     if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
     this.prefix.record(chosen.spec.id, req.prefix);
     this.routes[p.tier]++;
+    const site = chosen.spec.site ?? "default";
+    this.routedBySite.set(site, (this.routedBySite.get(site) ?? 0) + 1);
     this.count(w.band).admitted++;
     const saturation = this.saturationOf(cands);
     respond({
@@ -498,6 +502,7 @@ export class PoolCore {
           ...this.count(b.name),
         })),
       routes: { ...this.routes },
+      routedBySite: Object.fromEntries(this.routedBySite),
       endpoints: cands.map((c) => {
         const e = this.endpoints.get(c.spec.id)!;
         return {

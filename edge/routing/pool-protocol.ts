@@ -154,6 +154,8 @@ export interface PoolStatus {
   estimated: EstimatedUsage;
   bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
   routes: Record<RouteTier, number>;
+  /** Requests admitted to each site's endpoints since the pool started, by site name. */
+  routedBySite: Record<string, number>;
   endpoints: EndpointStatus[];
   /** Why endpoints were set aside at the last decision. */
   lastRejections: Rejection[];
@@ -166,4 +168,6 @@ export interface SiteStatus {
   version: number;
   endpoints: number;
   loadFeed: "live" | "stale" | "none";
+  /** Requests the pool admitted to this site's endpoints (its share of traffic). */
+  routed: number;
 }

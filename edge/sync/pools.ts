@@ -134,6 +134,6 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       kvTokens: BigInt(e.kvTokens ?? 0),
     })),
     lastRejections: s.lastRejections,
-    sites: (s.sites ?? []).map((p) => ({ ...p, version: BigInt(p.version) })),
+    sites: (s.sites ?? []).map((p) => ({ ...p, version: BigInt(p.version), routed: BigInt(p.routed) })),
   };
 }

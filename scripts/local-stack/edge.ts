@@ -8,7 +8,8 @@
  *   node --import tsx scripts/local-stack/edge.ts --port N --state-dir DIR
  *
  * The EdgeSync secret comes from LLMGW_EDGE_TOKEN (never argv, which any
- * local user can read in /proc). Miniflare stops workerd when this process
+ * local user can read in /proc), and with several sites their tokens from
+ * LLMGW_EDGE_SITE_TOKENS, bound as EDGE_SYNC_SITE_TOKENS (docs/sites.md). Miniflare stops workerd when this process
  * is signalled or exits.
  */
 import { mkdirSync } from "node:fs";
@@ -45,7 +46,7 @@ async function main(): Promise<void> {
     reuseBundle: true,
     port,
     // wrangler.toml's [vars] as they are, as `wrangler dev` binds them.
-    bindings: { EDGE_SYNC_TOKEN: token },
+    bindings: { EDGE_SYNC_TOKEN: token, EDGE_SYNC_SITE_TOKENS: process.env.LLMGW_EDGE_SITE_TOKENS },
     persistTo: dir,
     onLog: (level, message) =>
       (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`),

@@ -1,6 +1,9 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 
+/** Each site is a control plane, two agents and three engines or more: four keep a laptop usable. */
+export const MAX_SITES = 4;
+
 export const STACK_HELP = `usage: npm start [-- flags]
 
   --quiet              print no process logs: only progress, the banner and exits
@@ -11,6 +14,11 @@ export const STACK_HELP = `usage: npm start [-- flags]
   --agent-port N       the control plane's agent listener port (default 7443)
   --engine-ports A-B   ports the control plane hands to engines (default: control.port_range in
                        infra/local/llmgw.yaml, 20000-20999)
+  --sites N            N sites behind the one edge (1-${MAX_SITES}, default 1): each its own control plane
+                       (site-a, site-b, …) with two agents and their engines, its state in
+                       DIR/sites/SITE; site k's admin and agent ports are the flags' ports + k-1.
+                       site-a holds the edge's EdgeSync token, the others their site's token
+                       (docs/sites.md)
   -h, --help           this help
 `;
 
@@ -21,6 +29,8 @@ export interface StackOptions {
   adminPort: number;
   agentPort: number;
   enginePorts: [number, number] | undefined;
+  /** 1: the single, default site, exactly as before sites. */
+  sites: number;
 }
 
 function port(value: string | undefined, flag: string, fallback: number): number {
@@ -40,6 +50,14 @@ function portRange(value: string | undefined): [number, number] | undefined {
   return [from, to];
 }
 
+function siteCount(value: string | undefined): number {
+  if (value === undefined) return 1;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > MAX_SITES)
+    throw new Error(`--sites: "${value}" is not a number of sites from 1 to ${MAX_SITES}`);
+  return n;
+}
+
 /** The flags after `npm start --`; `repo` anchors the default state directory. */
 export function parseStackOptions(argv: string[], repo: string): StackOptions | "help" {
   const { values } = parseArgs({
@@ -52,10 +70,17 @@ export function parseStackOptions(argv: string[], repo: string): StackOptions | 
       "admin-port": { type: "string" },
       "agent-port": { type: "string" },
       "engine-ports": { type: "string" },
+      sites: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
   if (values.help) return "help";
+  const sites = siteCount(values.sites);
+  for (const flag of ["admin-port", "agent-port"] as const) {
+    const first = port(values[flag], `--${flag}`, 0);
+    if (first + sites - 1 > 65535)
+      throw new Error(`--${flag}: ${first} leaves no port for site ${sites} (${first + sites - 1} > 65535)`);
+  }
   return {
     quiet: values.quiet ?? false,
     stateDir: resolve(repo, values["state-dir"] ?? ".state"),
@@ -63,5 +88,6 @@ export function parseStackOptions(argv: string[], repo: string): StackOptions | 
     adminPort: port(values["admin-port"], "--admin-port", 9090),
     agentPort: port(values["agent-port"], "--agent-port", 7443),
     enginePorts: portRange(values["engine-ports"]),
+    sites,
   };
 }

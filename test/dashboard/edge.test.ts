@@ -154,6 +154,49 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     await screenshot(page, "dashboard", "edge-and-keys");
   });
 
+  it("shows each site of a pool, its health and its share of traffic, also for a site with no load feed", async () => {
+    // A second site's set, written with the edge's token: the same sim
+    // engine under another site's name. Its control plane pushes no load,
+    // so the page has a site with no feed and no endpoint ready.
+    const served = (await cp.client.getEdgeStatus({ model: MODEL })).models[0]!.pool!.endpoints[0]!;
+    await edge.sync.putEndpointSets({
+      site: "dash-b",
+      endpoints: [{ id: "dash-b-0", url: served.url, models: [MODEL] }],
+    });
+    const sites = page.locator(`#edge [data-pool="${MODEL}"] table.sites`);
+    const row = (site: string) => sites.locator(`tr[data-site="${site}"]`);
+    await onPage(() => row("dash-b").textContent()).toContain("none");
+    expect(await row("dash-b").locator("td:nth-child(3)").textContent()).toBe("0 of 1");
+    expect(await row("default").locator("td:nth-child(4)").textContent()).toBe("live");
+    // Requests until one is routed to site dash-b, then the page's shares are the pool's.
+    const openai = clientFor(edge, key.secret);
+    await waitUntil("a request routed to site dash-b", async () => {
+      const { response } = await openai.chat.completions
+        .create({ model: MODEL, messages: [{ role: "user", content: "which site?" }], max_tokens: 4 })
+        .withResponse();
+      return response.headers.get("x-llmgw-endpoint") === "dash-b-0@dash-b";
+    });
+    const routed = async () => {
+      const p = (await cp.client.getEdgeStatus({ model: MODEL })).models[0]?.pool;
+      return new Map(p?.sites.map((s) => [s.site, s.routed]));
+    };
+    await waitUntil("the control plane's view counting dash-b's request", async () => {
+      return ((await routed()).get("dash-b") ?? 0n) > 0n;
+    });
+    const shares = await routed();
+    const total = [...shares.values()].reduce((a, b) => a + b, 0n);
+    for (const [site, n] of shares) {
+      await onPage(() => row(site).locator("td:nth-child(5)").textContent()).toBe(String(n));
+      expect(await row(site).locator("[data-share]").textContent()).toBe(
+        `${Math.round((Number(n) / Number(total)) * 100)}%`,
+      );
+    }
+    await screenshot(page, "dashboard", "edge-sites");
+    // Retired again, as docs/sites.md retires a site: the view goes with it.
+    await edge.sync.putEndpointSets({ site: "dash-b", endpoints: [], allowEmpty: true });
+    await onPage(() => sites.count()).toBe(0);
+  });
+
   it("when the edge stops answering, Keys and Edge say so and keep the last figures", async () => {
     const requests = await page.locator(`#keys tr[data-key="${key.id}"] td:nth-child(2)`).textContent();
     await edge.stop();
