@@ -26,8 +26,11 @@ export interface BurstSpec {
   platinumFromS: number;
   burstS: number;
   seed: number;
-  knownCapacity: boolean;
+  /** The admission design: the constant in-flight target, capacity and demand, and the first tokens on top. */
+  design: BurstDesign;
 }
+
+export type BurstDesign = "in-flight target" | "capacity + demand" | "+ first tokens";
 
 export interface BurstResult {
   /** Platinum TTFT, ms: under the burst, and alone at the same rate. */
@@ -56,7 +59,8 @@ function run(spec: BurstSpec, requests: SimRequest[]): RequestResult[] {
       policy: "chat",
       settings: spec.settings,
       seed: spec.seed,
-      knownCapacity: spec.knownCapacity,
+      knownCapacity: spec.design !== "in-flight target",
+      firstTokens: spec.design === "+ first tokens",
     },
     requests.sort((a, b) => a.at - b.at),
   ).requests;

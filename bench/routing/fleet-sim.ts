@@ -58,6 +58,12 @@ export interface FleetOptions {
    * the in-flight target.
    */
   knownCapacity?: boolean;
+  /**
+   * Streams whose first token reaches the pool (default), so it counts what
+   * still waits for its prefill. False is the design before that: the
+   * pool's charges are freed at the release only. Only with knownCapacity.
+   */
+  firstTokens?: boolean;
 }
 
 export interface RequestResult {
@@ -217,6 +223,7 @@ interface PendingLoad {
 class FleetSimulation {
   private readonly model: string;
   private readonly known: boolean;
+  private readonly firstTokens: boolean;
   private readonly tl = new Timeline();
   private readonly pool: PoolCore;
   private readonly engines: Engine[];
@@ -244,6 +251,7 @@ class FleetSimulation {
     }));
     this.byId = new Map(this.engines.map((e) => [e.id, e]));
     this.known = opts.knownCapacity ?? true;
+    this.firstTokens = this.known && (opts.firstTokens ?? true);
     this.pool.setEndpoints(
       1,
       this.engines.map((e) => ({
@@ -310,7 +318,7 @@ class FleetSimulation {
         ...(this.known
           ? {
               demand: predictDemand(
-                { messages: req.messages, max_tokens: req.maxTokens, stream: true },
+                { messages: req.messages, max_tokens: req.maxTokens, stream: this.firstTokens },
                 true,
                 this.opts.settings.scoring.assumed_output_tokens,
               ),
@@ -366,7 +374,7 @@ class FleetSimulation {
         if (ev.index === 0) {
           r.firstToken = tl.now;
           // As soon as it comes, whatever the lease says: the fleet is one isolate with no round trip.
-          if (this.known) this.pool.prefilled(this.leaseOf.get(r.id)!, tl.now);
+          if (this.firstTokens) this.pool.prefilled(this.leaseOf.get(r.id)!, tl.now);
         } else r.gaps.push(tl.now - (this.prevAt.get(r.id) ?? tl.now));
         this.prevAt.set(r.id, tl.now);
         if (ev.finished) {

@@ -94,9 +94,23 @@ describe("PoolCore admission from the first request of a burst", () => {
     const demand = { promptTokens: 200, outputTokens: 100 };
     leaseOf(admit(p, req({ prefix, demand }), 0));
     expect(p.status(0).endpoints[0]?.tokens).toBe(300);
-    // The second finds 10 blocks of 16 tokens cached.
+    // The second finds all 10 blocks of 16 tokens cached, and the 40 past them (the template's) taken as cached too.
     leaseOf(admit(p, req({ prefix, demand }), 0));
-    expect(p.status(0).endpoints[0]?.tokens).toBe(300 + 140);
+    expect(p.status(0).endpoints[0]?.tokens).toBe(300 + 100);
+  });
+
+  it("takes a prompt past the hashed head as cached in the head's proportion", () => {
+    const p = capped(1, { maxSeqs: 256, kvTokens: 1_000_000 });
+    // An 8,000-token system prompt: only its first 4,096 tokens (256 blocks) are hashed.
+    const system = "s".repeat(32_000);
+    const prefix = blockHashes(system, "m");
+    expect(prefix).toHaveLength(256);
+    const demand = { promptTokens: 8_300, outputTokens: 200 };
+    leaseOf(admit(p, req({ prefix, demand }), 0));
+    expect(p.status(0).endpoints[0]?.tokens).toBe(8_500);
+    // Its next turn finds the whole head held: charged its answer, not the 4,204 tokens past the head.
+    leaseOf(admit(p, req({ prefix, demand }), 0));
+    expect(p.status(0).endpoints[0]?.tokens).toBe(8_500 + 200);
   });
 
   it("holds a burst of streams on a large batch while they wait for their first token, and lets the next go at each first token", () => {

@@ -415,13 +415,20 @@ export class PoolCore {
   /**
    * The tokens a request will newly hold on the endpoint: its answer, and its prompt less the leading
    * blocks the endpoint already caches (resident and shared, and the scraped KV use counts them).
+   * Past the hashed head (prefix-hash.ts stops at MAX_BLOCKS, ~4k tokens) the index knows
+   * nothing, so the rest of the prompt is taken to be cached in the head's proportion: an
+   * 8,000-token system prompt whose head the engine holds is not charged in full on every
+   * turn, which held the shared-prefix simulation to 56 req/s instead of 64 (docs/routing.md).
    */
   private charge(req: AdmitRequest, endpoint: string): number {
     const d = req.demand;
     const output = d?.outputTokens ?? this.settings.scoring.assumed_output_tokens;
     if (!d || d.promptTokens === 0) return output;
-    const cached = this.prefix.heldRun(endpoint, req.prefix);
-    return output + Math.max(0, d.promptTokens - cached * TOKENS_PER_BLOCK);
+    const run = this.prefix.heldRun(endpoint, req.prefix);
+    const hashed = Math.min(d.promptTokens, req.prefix.length * TOKENS_PER_BLOCK);
+    const head = Math.max(0, hashed - run * TOKENS_PER_BLOCK);
+    const share = req.prefix.length > 0 ? run / req.prefix.length : 0;
+    return output + head + (d.promptTokens - hashed) * (1 - share);
   }
 
   private candidates(): Scored[] {
