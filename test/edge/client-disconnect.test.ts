@@ -118,7 +118,8 @@ describe("clients that hang up", () => {
       const got = await hangUpWhen(
         chatBody("mute", {
           stream: true,
-          messages: [{ role: "user", content: `${"lorem ipsum ".repeat(100)}${i}` }],
+          // Unique from the first block: a prompt the engine has cached would answer before the client leaves.
+          messages: [{ role: "user", content: `${i} ${"lorem ipsum ".repeat(100)}` }],
         }),
         async () => routed(await pool("mute")) > routedBefore,
       );
