@@ -41,13 +41,15 @@ const scoringSchema = z.strictObject({
   // follows each engine's own batch (seq_ceiling × max_num_seqs).
   target_inflight: z.number().positive().optional(),
   kv_ceiling: z.number().gt(0).max(1).default(0.9),
-  // Streams admitted to an endpoint and not yet at their first token, per
-  // unit of weight, at which it counts as saturated: the engine's queue as
-  // the pool sees it at every decision, where the scraped `waiting` comes
-  // seconds late and a large batch shows none (it runs every prefill at
-  // once, oldest first). A platinum prompt waits behind what its engine
-  // still has to prefill; at 2, bronze's ceiling (0.30) leaves it about
-  // half a prompt ahead. bench:routing's burst (docs/routing.md).
+  // Prompts admitted to an endpoint and not yet at their first token (a
+  // stream each, a short one as a fraction: pool-core.ts prefillWeightOf),
+  // per unit of weight, at which it counts as saturated: the engine's
+  // queue as the pool sees it at every decision, where the scraped
+  // `waiting` comes seconds late and a large batch shows none (it runs
+  // every prefill at once, oldest first). A platinum prompt waits behind
+  // what its engine still has to prefill; at 2, bronze's ceiling (0.30)
+  // leaves it about half a prompt ahead. bench:routing's burst
+  // (docs/routing.md).
   target_prefilling: z.number().positive().default(2),
   // What a request that names no max_tokens is charged for its answer at
   // admission: the engine itself would allow up to the context length,

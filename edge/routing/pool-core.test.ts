@@ -118,7 +118,7 @@ describe("PoolCore admission from the first request of a burst", () => {
     // engine runs prefills oldest first, so what waits for its first token
     // is the queue a platinum prompt would join.
     const p = capped(2, { maxSeqs: 256 });
-    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    const demand = { promptTokens: 1_024, outputTokens: 200, reportsFirstToken: true };
     const bronze = Array.from({ length: 10 }, (_, i) =>
       admit(p, req({ band: "bronze", key: `k${i}`, demand }), 0),
     );
@@ -139,7 +139,7 @@ describe("PoolCore admission from the first request of a burst", () => {
 
   it("asks for a stream's first token at once only near the lowest ceiling or while a band waits", () => {
     const p = capped(4, { maxSeqs: 256 });
-    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    const demand = { promptTokens: 1_024, outputTokens: 200, reportsFirstToken: true };
     // Idle: the note may ride with the isolate's next call.
     expect(leaseOf(admit(p, req({ band: "gold", demand }), 0)).firstTokenNote).toBe("with-next-call");
     // 1 of 8 prefilling places taken (0.125): under half of bronze's 0.30 still; at 2 (0.25), past it.
@@ -156,6 +156,21 @@ describe("PoolCore admission from the first request of a burst", () => {
     ).toBeUndefined();
   });
 
+  it("weighs a short prompt as a fraction of one: a crowd of them is no queue", () => {
+    const p = capped(1, { maxSeqs: 256 });
+    // Sixteen 64-token prompts at once, as a lockstep of short chats brings them: one engine step, a sixteenth of a queue each.
+    const short = { promptTokens: 64, outputTokens: 16, reportsFirstToken: true };
+    const all = Array.from({ length: 16 }, () => admit(p, req({ band: "gold", demand: short }), 0));
+    expect(all.every((b) => b.a?.ok)).toBe(true);
+    expect(p.status(0).endpoints[0]).toMatchObject({ inflight: 16, prefilling: 16 });
+    expect(p.status(0).endpoints[0]?.saturation).toBeCloseTo(0.5);
+    // Long prompts count one each however long: two fill the endpoint.
+    const q = capped(1, { maxSeqs: 256 });
+    const long = { promptTokens: 30_000, outputTokens: 16, reportsFirstToken: true };
+    leaseOf(admit(q, req({ band: "platinum", demand: long }), 0));
+    expect(q.status(0).endpoints[0]?.saturation).toBeCloseTo(0.5);
+  });
+
   it("a request whose first token nobody reports (not a stream) never counts as prefilling", () => {
     const p = capped(1, { maxSeqs: 256 });
     const whole = { promptTokens: 1_000, outputTokens: 200 };
@@ -165,7 +180,7 @@ describe("PoolCore admission from the first request of a burst", () => {
 
   it("the release frees a stream still prefilling", () => {
     const p = capped(1, { maxSeqs: 256 });
-    const demand = { promptTokens: 1_000, outputTokens: 200, reportsFirstToken: true };
+    const demand = { promptTokens: 1_024, outputTokens: 200, reportsFirstToken: true };
     const l = leaseOf(admit(p, req({ demand }), 0));
     expect(p.status(0).endpoints[0]?.prefilling).toBe(1);
     p.release(l.id, { attempts: [{ endpoint: "e0", verdict: "fail" }] }, 1);

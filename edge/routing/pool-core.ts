@@ -47,6 +47,8 @@ interface EndpointState {
   tokens: number;
   /** Streams admitted here whose first token has not come yet. */
   prefilling: number;
+  /** Their weight as a queue of prompts (PoolCore.prefillWeight): what saturation counts. */
+  prefillLoad: number;
   load: LoadSample | undefined;
   /** Decision number of the last request sent here. */
   lastPick: number;
@@ -59,6 +61,8 @@ interface Held {
   tokens: number;
   /** A stream counted as prefilling until its first token (or the release). */
   prefilling: boolean;
+  /** Its weight in the endpoint's queue of prompts, counted while it is prefilling. */
+  prefillWeight: number;
   expiresAt: number;
 }
 
@@ -78,6 +82,21 @@ const LEASE_GRACE_MS = 60_000;
 const TOMBSTONE_MS = 60_000;
 /** A prefix block's tokens, at the rate the Worker's prompt estimate assumes. */
 const TOKENS_PER_BLOCK = BLOCK_CHARS / CHARS_PER_TOKEN;
+/** Prompt tokens (uncached) at which a stream counts as one whole prompt in its engine's queue. */
+const WHOLE_PROMPT_TOKENS = 1_024;
+
+/**
+ * A stream's weight in its engine's queue of prompts still to prefill: one
+ * for a prompt of WHOLE_PROMPT_TOKENS or more, a fraction for a shorter one.
+ * A crowd of short prompts goes through the engine in one step and is no
+ * queue; a long prompt is one however long, since the fleet must not be
+ * held back for one conversation's long history (in the shared-prefix
+ * simulation, counting its tokens cost a tenth of the throughput at the
+ * knee: docs/routing.md).
+ */
+export function prefillWeightOf(promptTokens: number): number {
+  return Math.min(1, promptTokens / WHOLE_PROMPT_TOKENS);
+}
 
 export class PoolCore {
   private readonly endpoints = new Map<string, EndpointState>();
@@ -150,6 +169,7 @@ export class PoolCore {
           inflight: 0,
           tokens: 0,
           prefilling: 0,
+          prefillLoad: 0,
           load: undefined,
           lastPick: 0,
         });
@@ -277,7 +297,10 @@ export class PoolCore {
     if (!lease?.prefilling) return;
     lease.prefilling = false;
     const e = this.endpoints.get(lease.endpoint);
-    if (e) e.prefilling = Math.max(0, e.prefilling - 1);
+    if (e) {
+      e.prefilling = Math.max(0, e.prefilling - 1);
+      e.prefillLoad = Math.max(0, e.prefillLoad - lease.prefillWeight);
+    }
     this.drain();
   }
 
@@ -286,7 +309,9 @@ export class PoolCore {
     if (!e) return;
     e.inflight = Math.max(0, e.inflight - 1);
     e.tokens = Math.max(0, e.tokens - lease.tokens);
-    if (lease.prefilling) e.prefilling = Math.max(0, e.prefilling - 1);
+    if (!lease.prefilling) return;
+    e.prefilling = Math.max(0, e.prefilling - 1);
+    e.prefillLoad = Math.max(0, e.prefillLoad - lease.prefillWeight);
   }
 
   /** Expires queued requests and forgotten leases, and re-checks what time alone changes (staleness, cooldowns). */
@@ -363,11 +388,13 @@ export class PoolCore {
       return;
     }
     const chosen = this.endpoints.get(p.chosen.spec.id)!;
-    const tokens = this.charge(req, chosen.spec.id);
+    const { tokens, prompt } = this.charge(req, chosen.spec.id);
     const prefilling = req.demand?.reportsFirstToken === true;
+    const prefillWeight = prefilling ? prefillWeightOf(prompt) : 0;
     chosen.inflight++;
     chosen.tokens += tokens;
     if (prefilling) chosen.prefilling++;
+    chosen.prefillLoad += prefillWeight;
     chosen.lastPick = this.turn;
     this.breakers.onAttempt(chosen.spec.id);
     this.held.set(req.id, {
@@ -375,6 +402,7 @@ export class PoolCore {
       band: w.band,
       tokens,
       prefilling,
+      prefillWeight,
       expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
     });
     if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
@@ -420,15 +448,16 @@ export class PoolCore {
    * 8,000-token system prompt whose head the engine holds is not charged in full on every
    * turn, which held the shared-prefix simulation to 56 req/s instead of 64 (docs/routing.md).
    */
-  private charge(req: AdmitRequest, endpoint: string): number {
+  private charge(req: AdmitRequest, endpoint: string): { tokens: number; prompt: number } {
     const d = req.demand;
     const output = d?.outputTokens ?? this.settings.scoring.assumed_output_tokens;
-    if (!d || d.promptTokens === 0) return output;
+    if (!d || d.promptTokens === 0) return { tokens: output, prompt: 0 };
     const run = this.prefix.heldRun(endpoint, req.prefix);
     const hashed = Math.min(d.promptTokens, req.prefix.length * TOKENS_PER_BLOCK);
     const head = Math.max(0, hashed - run * TOKENS_PER_BLOCK);
     const share = req.prefix.length > 0 ? run / req.prefix.length : 0;
-    return output + head + (d.promptTokens - hashed) * (1 - share);
+    const prompt = head + (d.promptTokens - hashed) * (1 - share);
+    return { tokens: output + prompt, prompt };
   }
 
   private candidates(): Scored[] {
@@ -442,7 +471,7 @@ export class PoolCore {
         {
           inflight: e.inflight,
           tokens: e.tokens,
-          prefilling: e.prefilling,
+          prefillLoad: e.prefillLoad,
           weight: e.spec.weight,
           capacity: e.spec.capacity,
           load: e.load,

@@ -69,7 +69,7 @@ describe("PoolExchange", () => {
     const { desk: d, core } = desk(256);
     const stream = (id: string): AdmitRequest => ({
       ...req(id),
-      demand: { promptTokens: 100, outputTokens: 10, reportsFirstToken: true },
+      demand: { promptTokens: 1_024, outputTokens: 10, reportsFirstToken: true },
     });
     // target_prefilling 2: two streams waiting for their first token fill the endpoint.
     call(d, ex("a", { admits: [stream("r1"), stream("r2")] }));

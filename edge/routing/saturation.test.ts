@@ -28,7 +28,7 @@ describe("saturation", () => {
     const e = {
       inflight: 5,
       tokens: 0,
-      prefilling: 0,
+      prefillLoad: 0,
       weight: 2,
       capacity: undefined,
       load: load(0, 2, 0.4),
@@ -50,7 +50,7 @@ describe("saturation", () => {
     const e = {
       inflight: 2,
       tokens: 0,
-      prefilling: 0,
+      prefillLoad: 0,
       weight: 1,
       capacity: undefined,
       load: load(0, 8, 0.8),
@@ -87,7 +87,7 @@ describe("saturation", () => {
       const e = {
         inflight: 30,
         tokens: 0,
-        prefilling: 0,
+        prefillLoad: 0,
         weight: 1,
         capacity: { maxSeqs: 4 },
         load: undefined,
@@ -107,7 +107,7 @@ describe("saturation", () => {
       const e = {
         inflight: 1,
         tokens: 4000,
-        prefilling: 0,
+        prefillLoad: 0,
         weight: 1,
         capacity: { maxSeqs: 256, kvTokens: 10_000 },
         load: undefined,
@@ -118,7 +118,7 @@ describe("saturation", () => {
 
     it("counts streams not yet at their first token against target_prefilling, per unit of weight", () => {
       // A burst of long prompts on a batch-256 engine: few sequences, but a queue in front of the next prompt.
-      const e = { inflight: 8, tokens: 0, prefilling: 6, weight: 2, capacity: { maxSeqs: 256 } };
+      const e = { inflight: 8, tokens: 0, prefillLoad: 6, weight: 2, capacity: { maxSeqs: 256 } };
       const g = signals({ ...e, load: undefined }, { ...byCapacity, target_prefilling: 4 }, 10_000, 0, true);
       expect(g.inflight).toBeCloseTo(0.0625);
       expect(g.prefilling).toBeCloseTo(0.75);
@@ -129,7 +129,7 @@ describe("saturation", () => {
       const e = {
         inflight: 1,
         tokens: 0,
-        prefilling: 0,
+        prefillLoad: 0,
         weight: 1,
         capacity: { maxSeqs: 4 },
         load: load(0, 8, 0.1),

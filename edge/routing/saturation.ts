@@ -40,8 +40,12 @@ export interface SaturationInput {
   inflight: number;
   /** Predicted tokens of the requests in flight (the pool's charges). */
   tokens: number;
-  /** Streams admitted whose first token has not come: the engine's queue, as the pool sees it now. */
-  prefilling: number;
+  /**
+   * The streams admitted whose first token has not come, each weighed as a
+   * whole prompt or the fraction of one its length makes (pool-core.ts):
+   * the engine's queue of prefills, as the pool sees it now.
+   */
+  prefillLoad: number;
   weight: number;
   capacity: Capacity | undefined;
   load: LoadSample | undefined;
@@ -80,7 +84,7 @@ export function signals(
   const inflight = e.inflight / inflightTarget(e, s);
   const kvTokens = e.capacity?.kvTokens;
   const tokens = kvTokens ? e.tokens / (kvTokens * s.kv_ceiling) : 0;
-  const prefilling = e.prefilling / (s.target_prefilling * e.weight);
+  const prefilling = e.prefillLoad / (s.target_prefilling * e.weight);
   if (!scraped || !e.load) return { waiting: 0, kv: 0, inflight, tokens, prefilling };
   const age = Math.max(0, now - e.load.at);
   return {

@@ -143,14 +143,14 @@ describe("a burst of long prompts on large batches", () => {
   let edge: Edge;
   let key: TestKey;
   const LONG = 40;
-  const prompt = (n: number) => `${n} ${"lorem ipsum dolor sit amet ".repeat(80)}`;
+  const prompt = (n: number) => `${n} ${"lorem ipsum dolor sit amet ".repeat(160)}`;
 
   beforeAll(async () => {
     const started = await Promise.all([
       startEdge({ admission: { queue_ttl: "60s", queue_capacity_per_band: LONG } }),
       // About 0.5 s of prefill for each prompt, decode at full speed.
       ...Array.from({ length: 2 }, () =>
-        startSim("long", ["--sim-speed", "1", "--sim-prefill-us-per-token", "1000"]),
+        startSim("long", ["--sim-speed", "1", "--sim-prefill-us-per-token", "500"]),
       ),
     ]);
     edge = started[0] as Edge;
