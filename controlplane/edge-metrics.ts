@@ -169,6 +169,11 @@ function registerRoutingMetrics(metrics: MetricsRegistry, { answered, perModel }
     perModel((p) => Number(p.failOpens)),
   );
   metrics.counter(
+    "llmgw_edge_pool_calls_total",
+    "Calls Workers made to the model's pool, each carrying any number of admits, releases and notes (one Durable Object takes about 1,000 a second).",
+    perModel((p) => Number(p.calls)),
+  );
+  metrics.counter(
     "llmgw_edge_estimated_requests_total",
     "Requests charged the edge's usage estimate because the engine reported no usage.",
     perModel((p) => Number(p.estimatedRequests)),

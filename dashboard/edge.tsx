@@ -73,6 +73,7 @@ function Pool({ m }: { m: EdgeModel }) {
       <p>
         Saturation <b data-saturation>{saturationText(p.saturation)}</b> · picks by tier:{" "}
         {routes.length === 0 ? "none yet" : routes.map(([tier, n]) => `${tier} ${count(n)}`).join(", ")}
+        {p.calls > 0n ? ` · ${count(p.calls)} pool calls` : ""}
         {p.failOpens > 0n ? ` · ${count(p.failOpens)} fail-opens` : ""}
       </p>
       <Sites p={p} />

@@ -133,6 +133,14 @@ function capacity(seqs: number, kvTokens: bigint): string {
   return kvTokens > 0n ? `${s}, ${Number(kvTokens).toLocaleString("en-US")} tokens` : s;
 }
 
+/** How many calls the pool took and how many per admission: what coalescing folded together. */
+function poolCalls(p: PoolStatus): string {
+  if (p.calls === 0n) return "";
+  const admitted = p.bands.reduce((n, b) => n + b.admitted, 0n);
+  const per = admitted > 0n ? ` (${(Number(p.calls) / Number(admitted)).toFixed(2)} per admission)` : "";
+  return `, ${p.calls} pool calls${per}`;
+}
+
 /** One block per model: its pool's state, its bands, its endpoints. */
 export function formatPools(pools: readonly PoolStatus[]): string {
   const out: string[] = [];
@@ -147,7 +155,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
       .join(", ");
     out.push(
       `${p.model}: saturation ${num(p.saturation)}, load feed ${p.loadFeed}, ${p.leases} in flight, ${p.sessions} sessions, endpoint set v${p.endpointsVersion}` +
-        `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}\n  decided by: ${routes || "-"}\n`,
+        `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}${poolCalls(p)}\n  decided by: ${routes || "-"}\n`,
     );
     // A single-site edge prints as it did before sites.
     if (p.sites.some((s) => s.site !== "default")) {

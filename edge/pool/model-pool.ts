@@ -114,6 +114,7 @@ export class ModelPool extends DurableObject<ConfigEnv> {
 
   async status(model: string): Promise<PoolStatus> {
     const status = (await this.ready(model)).status(Date.now());
+    status.calls = this.desk?.counters.calls ?? 0;
     const feeds = siteFeeds(status.endpoints, this.settings?.stale_after ?? 0);
     status.sites = this.parts
       .sites()

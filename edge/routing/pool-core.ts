@@ -528,6 +528,7 @@ export class PoolCore {
       leases: this.held.size,
       sessions: this.sessions.size,
       failOpens: this.failOpens,
+      calls: 0,
       estimated: { ...this.estimated },
       bands: [...s.admission.bands]
         .sort((a, b) => b.priority - a.priority)

@@ -151,6 +151,14 @@ export interface PoolStatus {
   leases: number;
   sessions: number;
   failOpens: number;
+  /**
+   * Calls Workers made to the pool since it started, each carrying any number
+   * of admits, releases and notes (pool-channel.ts). Over the admissions, what
+   * coalescing saves; per second, how near the pool is to the ~1,000 calls a
+   * Durable Object takes (docs/routing.md, "Coalesced calls"). The isolate's own
+   * pool that a Worker fails open to takes none.
+   */
+  calls: number;
   estimated: EstimatedUsage;
   bands: ({ name: string; ceiling: number; depth: number } & BandCounters)[];
   routes: Record<RouteTier, number>;

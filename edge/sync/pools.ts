@@ -96,6 +96,7 @@ function toMessage(s: PoolStatus): PoolStatusInit {
     leases: s.leases,
     sessions: s.sessions,
     failOpens: BigInt(s.failOpens),
+    calls: BigInt(s.calls),
     estimatedRequests: BigInt(s.estimated.requests),
     estimatedTokens: BigInt(s.estimated.tokens),
     bands: s.bands.map((b) => ({

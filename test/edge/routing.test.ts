@@ -120,6 +120,29 @@ describe("one pool for every isolate", () => {
     expect(Number(routes.prefix)).toBeGreaterThanOrEqual(1);
   });
 
+  it("counts the calls Workers make to it: one request at a time, an admit and a release each", async () => {
+    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    const before = await poolOf(edge, "slow");
+    const client = clientFor({ url: edge.urls[0]! }, key.secret);
+    const n = 6;
+    for (let i = 0; i < n; i++) {
+      const stream = await client.chat.completions.create({
+        model: "slow",
+        messages: [short(200 + i)],
+        max_tokens: 1,
+        stream: true,
+      });
+      for await (const _ of stream);
+      await waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    }
+    const after = await poolOf(edge, "slow");
+    const admitted = (p: typeof after) => p.bands.reduce((sum, b) => sum + b.admitted, 0n);
+    expect(admitted(after) - admitted(before)).toBe(BigInt(n));
+    // One request at a time: each admit is a call of its own, and the release
+    // carries the first-token note with it (no band waits, nothing is near a ceiling).
+    expect(after.calls - before.calls).toBe(BigInt(2 * n));
+  });
+
   it("takes the router settings the control plane pushes, validated, with LLMGW_ROUTER laid over them", async () => {
     await expect(
       edge.sync.putRouterSettings({ settingsJson: JSON.stringify({ admission: { queue_ttl: "soon" } }) }),

@@ -200,6 +200,7 @@ describe("operating the stack", () => {
     expect(
       sample("llmgw_edge_requests_total", { model: MODEL, band: "gold", outcome: "admitted" }),
     ).toBeGreaterThan(0);
+    expect(sample("llmgw_edge_pool_calls_total", { model: MODEL })).toBeGreaterThan(0);
     expect(sample("llmgw_edge_status_age_seconds", {})).toBeLessThan(10);
   });
 
