@@ -64,7 +64,9 @@
  * every call to a pool waits half of it each way), runs beside the first: a
  * Worker far from its pool pays that distance before the first token, and
  * `[placement]` next to the pool is what takes it off (docs/deploy.md).
- * POOL_RTT_MS=0 leaves it out.
+ * A third runs the same far pool answering every call "busy", so its
+ * Workers' channels never pipeline admits (docs/routing.md, "A far pool"):
+ * side by side, what pipelining takes off. POOL_RTT_MS=0 leaves both out.
  *
  * Env: SCENARIOS ("1x16,1x16:lockstep,1000x16,1x1": sim-speed x concurrency,
  * optionally :lockstep), REQUESTS per target per round at concurrency 16
@@ -97,6 +99,8 @@ const ROUNDS = Number(process.env.ROUNDS ?? 6);
 const OUTPUT_LEN = Number(process.env.OUTPUT_LEN ?? 16);
 const POOL_RTT_MS = Number(process.env.POOL_RTT_MS ?? 40);
 const EDGE = "llmgw edge";
+const FAR = `${EDGE}, pool ${POOL_RTT_MS} ms away`;
+const FAR_UNPIPELINED = `${FAR}, admits not pipelined`;
 
 interface Scenario {
   speed: string;
@@ -246,6 +250,8 @@ interface Verdict {
   floorOutsideP50: number;
   /** The edge with its pool POOL_RTT_MS away, p50 TTFT Δ vs the edge with its pool near. */
   farP50: number | undefined;
+  /** The same with the far pool saying it is busy: admits never pipelined. */
+  farUnpipelinedP50: number | undefined;
 }
 
 interface BenchWorker {
@@ -439,7 +445,8 @@ function verdictOf(scenario: Scenario, targets: Target[], splits: Map<Target, Sp
   const ptOutside = pct(splits.get(pt)!.outside, 50);
   const ptRps = (pt.done / pt.ms) * 1000;
   const e = targets.find((t) => t.name === EDGE)!;
-  const far = targets.find((t) => t.name.startsWith(`${EDGE},`));
+  const far = targets.find((t) => t.name === FAR);
+  const unpipelined = targets.find((t) => t.name === FAR_UNPIPELINED);
   const floor = targets[2]!;
   return {
     scenario,
@@ -450,6 +457,7 @@ function verdictOf(scenario: Scenario, targets: Target[], splits: Map<Target, Sp
     floorRatio: ((floor.done / floor.ms) * 1000) / ptRps,
     floorOutsideP50: pct(splits.get(floor)!.outside, 50) - ptOutside,
     farP50: far ? pct(far.ttft, 50) - pct(e.ttft, 50) : undefined,
+    farUnpipelinedP50: unpipelined ? pct(unpipelined.ttft, 50) - pct(e.ttft, 50) : undefined,
   };
 }
 
@@ -475,11 +483,13 @@ async function main(): Promise<void> {
         { BENCH_POOL_RTT_MS: String(POOL_RTT_MS) },
         join(REPO, "bench", "far-pool-worker.ts"),
       );
-      edges.push({
-        name: `${EDGE}, pool ${POOL_RTT_MS} ms away`,
-        edge: far,
-        key: (await createKey(far)).secret,
-      });
+      edges.push({ name: FAR, edge: far, key: (await createKey(far)).secret });
+      const unpipelined = await startEdgeMiniflare(
+        {},
+        { BENCH_POOL_RTT_MS: String(POOL_RTT_MS), BENCH_POOL_SAYS_BUSY: "1" },
+        join(REPO, "bench", "far-pool-worker.ts"),
+      );
+      edges.push({ name: FAR_UNPIPELINED, edge: unpipelined, key: (await createKey(unpipelined)).secret });
     }
     process.stdout.write(
       `bench:edge — ${PIN ? `Workers pinned to CPU ${WORKER_CPUS}, load generator and sim engine to CPU ${OTHER_CPUS}` : "unpinned"} (${CPUS} CPUs)\n`,
@@ -493,7 +503,8 @@ async function main(): Promise<void> {
         `  ${describeScenario(v.scenario)}: TTFT ${v.dP50 <= 2 ? "met" : "MISSED"} (${signed(v.dP50)} ms; outside the engine ${signed(v.outsideP50)} ms); ` +
           `req/s ${v.ratio >= 0.8 ? "met" : "MISSED"} (${(v.ratio * 100).toFixed(0)} %); ` +
           `the minimal JS relay alone: ${signed(v.floorP50)} ms (outside ${signed(v.floorOutsideP50)} ms), ${(v.floorRatio * 100).toFixed(0)} %` +
-          `${v.farP50 === undefined ? "" : `; the pool ${POOL_RTT_MS} ms away adds ${signed(v.farP50)} ms p50 (what placement next to it saves)`}\n`,
+          `${v.farP50 === undefined ? "" : `; the pool ${POOL_RTT_MS} ms away adds ${signed(v.farP50)} ms p50 (what placement next to it saves)`}` +
+          `${v.farUnpipelinedP50 === undefined ? "" : `, ${signed(v.farUnpipelinedP50)} ms with admits not pipelined`}\n`,
       );
     }
   } finally {

@@ -70,11 +70,14 @@ function rig(seqs = 1) {
     channel,
     sent,
     wire,
-    /** Delivers the oldest call on the wire to the pool; its answer comes back when the pool gives it. */
-    async deliver() {
+    /**
+     * Delivers the oldest call on the wire to the pool; its answer comes back
+     * when the pool gives it, saying the pool is busy if `busy` says so.
+     */
+    async deliver(busy?: boolean) {
       const next = wire.shift();
       if (!next) throw new Error("nothing on the wire");
-      desk.exchange(next.ex, clock, next.resolve);
+      desk.exchange(next.ex, clock, (a) => next.resolve(busy === undefined ? a : { ...a, busy }));
       await settle();
     },
     async advance(ms: number) {
@@ -113,6 +116,48 @@ describe("PoolChannel", () => {
     expect((await Promise.all(more)).every((a) => a.ok)).toBe(true);
     await released;
     expect(r.channel.calls).toBe(3);
+  });
+
+  it("to a far pool that is not busy, an admit goes in a call of its own a quarter of the distance after the last", async () => {
+    const r = rig(8);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.advance(40); // the pool is 40 ms away
+    await r.deliver();
+    expect((await first).ok).toBe(true);
+    const second = r.channel.admit(req("r2"), 1);
+    await r.advance(1);
+    const third = r.channel.admit(req("r3"), 1);
+    const fourth = r.channel.admit(req("r4"), 1);
+    await r.settle();
+    expect(r.sent).toHaveLength(2); // r2's call left 1 ms ago: r3 and r4 wait for it a little
+    await r.advance(9);
+    expect(r.sent).toHaveLength(3); // 10 ms after r2's call, without its answer
+    expect(r.sent[2]!.admits.map((a) => a.id)).toEqual(["r3", "r4"]);
+    await r.deliver();
+    await r.deliver();
+    expect((await Promise.all([second, third, fourth])).every((a) => a.ok)).toBe(true);
+  });
+
+  it("to a far pool that says it is busy, or one near, admits wait for the call on its way as before", async () => {
+    for (const [distance, busy] of [
+      [40, true],
+      [2, false],
+    ] as const) {
+      const r = rig(8);
+      const first = r.channel.admit(req("r1"), 1);
+      await r.advance(distance);
+      await r.deliver(busy);
+      expect((await first).ok).toBe(true);
+      const second = r.channel.admit(req("r2"), 1);
+      const third = r.channel.admit(req("r3"), 1);
+      await r.advance(distance);
+      expect(r.sent).toHaveLength(2);
+      await r.deliver(busy);
+      expect((await second).ok).toBe(true);
+      expect(r.sent).toHaveLength(3);
+      await r.deliver(busy);
+      expect((await third).ok).toBe(true);
+    }
   });
 
   it("sends a first-token note alone when nothing is on its way, and with the next call while one is", async () => {

@@ -21,6 +21,16 @@
  * requests; the pool answers it when a decision lands in the channel's
  * mailbox (edge/routing/pool-exchange.ts).
  *
+ * A pool far away (its quickest answer over PIPELINE_FAR_MS) changes one
+ * thing: an admit does not wait a whole round trip for the call on its way
+ * when that call left more than a quarter of a round trip ago. It goes in a
+ * call of its own then, up to MAX_ADMIT_CALLS on their way, so a request
+ * pays the distance about once instead of up to twice, and the isolate
+ * still sends at most a few calls per round trip. Only while the pool says
+ * it is not busy: a busy pool's answers are slow because it is busy, and
+ * more calls would make it busier; there, folding admits into fewer calls
+ * is what holds it at its capacity.
+ *
  * On Workers a promise belongs to the request that created it, and one
  * request resolving another's after that one has ended is refused (workerd
  * warns, and cancels what followed). So a request waits only on promises of
@@ -37,6 +47,10 @@ export class PoolCallLost extends Error {}
 export type KeepAlive = (answered: Promise<unknown>) => void;
 
 const POLL_RETRY_MS = 100;
+/** A pool whose quickest answer takes longer than this is far: admits may pipeline. */
+export const PIPELINE_FAR_MS = 5;
+/** Admit calls on their way at once, at most, when pipelining. */
+export const MAX_ADMIT_CALLS = 4;
 
 export interface PoolChannelOptions {
   /** Names this channel at the pool: one per isolate and model. */
@@ -72,6 +86,8 @@ function setTimer(ms: number): Timer {
 }
 
 interface Call {
+  sentAt: number;
+  poll: boolean;
   /** Wake-ups of the requests waiting on this call's answer. */
   waiters: Set<() => void>;
   done: boolean;
@@ -121,6 +137,12 @@ export class PoolChannel {
   private ack = 0;
   private failOpens = 0;
   private version = 0;
+  /** Admit calls on their way (one, or up to MAX_ADMIT_CALLS when pipelining). */
+  private readonly admitCalls = new Set<Call>();
+  /** The quickest answer to a call that was not a poll: the distance to the pool, about. */
+  private quickestMs = Number.POSITIVE_INFINITY;
+  /** What the pool's last answer said of its own load. */
+  private poolBusy = false;
   private readonly maxBatch: number;
   private readonly now: () => number;
   private readonly timer: (ms: number) => Timer;
@@ -154,7 +176,10 @@ export class PoolChannel {
             ? this.sending(true, keepAlive)
             : entry.sentWith;
       if (!call) throw new Error(`admit ${req.id} is ${entry.state} with no call carrying it`);
-      await this.until(call, decision);
+      // Waiting for another admit's call: when pipelining, only until a call of its own may go.
+      const goAt = entry.state === "unsent" ? this.pipelineAt(call) : undefined;
+      if (goAt !== undefined && goAt < call.deadline) await this.within(goAt - this.now(), call, decision);
+      else await this.until(call, decision);
       // A poll that failed at once must not become a busy loop against a pool that throws.
       if (call.lost && entry.state === "queued") await this.within(POLL_RETRY_MS, undefined, decision);
     }
@@ -218,7 +243,10 @@ export class PoolChannel {
    */
   private sending(admitting: boolean, keepAlive?: KeepAlive): Call | undefined {
     const busy = (c: Call | undefined): c is Call => c !== undefined && !c.done;
-    if (busy(this.admitLane)) return this.admitLane;
+    if (busy(this.admitLane)) {
+      const goAt = admitting ? this.pipelineAt(this.admitLane) : undefined;
+      if (goAt === undefined || this.now() < goAt) return this.admitLane;
+    }
     if (!admitting && busy(this.noteLane)) return this.noteLane;
     if (this.unsentAdmits.length === 0 && this.unsentNotes.length === 0) return undefined;
     const admits = this.unsentAdmits.splice(0, this.maxBatch);
@@ -234,6 +262,17 @@ export class PoolChannel {
     return call;
   }
 
+  /**
+   * When an admit waiting for `lane` may go in a call of its own instead:
+   * a quarter of the pool's distance after the lane left, if the pool is
+   * far and not busy and fewer than MAX_ADMIT_CALLS are on their way.
+   */
+  private pipelineAt(lane: Call): number | undefined {
+    if (this.poolBusy || !(this.quickestMs > PIPELINE_FAR_MS)) return undefined;
+    if (this.admitCalls.size >= MAX_ADMIT_CALLS) return undefined;
+    return lane.sentAt + this.quickestMs / MAX_ADMIT_CALLS;
+  }
+
   /** The open poll, or a new one made now while admits wait in the pool's queue. */
   private polling(keepAlive?: KeepAlive): Call {
     if (this.poller && !this.poller.done) return this.poller;
@@ -246,6 +285,8 @@ export class PoolChannel {
     this.failOpens = 0;
     const hold = poll ? this.opts.pollHoldMs : 0;
     const call: Call = {
+      sentAt: this.now(),
+      poll,
       waiters: new Set(),
       done: false,
       lost: false,
@@ -270,6 +311,7 @@ export class PoolChannel {
       failOpens,
     };
     this.calls++;
+    if (admits.length > 0) this.admitCalls.add(call);
     let sent: Promise<ExchangeAnswer>;
     try {
       sent = this.opts.send(ex);
@@ -287,6 +329,9 @@ export class PoolChannel {
   private answered(call: Call, answer: ExchangeAnswer): void {
     if (call.done) return;
     call.done = true;
+    this.admitCalls.delete(call);
+    this.poolBusy = answer.busy;
+    if (!call.poll) this.quickestMs = Math.min(this.quickestMs, this.now() - call.sentAt);
     for (const d of answer.decided) {
       const e = this.open.get(d.id);
       if (e) this.finish(e, d.admission);
@@ -337,6 +382,7 @@ export class PoolChannel {
     if (call.done) return;
     call.done = true;
     call.lost = true;
+    this.admitCalls.delete(call);
     this.failOpens += call.failOpens;
     for (const a of call.admits) {
       if (a.state !== "sent") continue;

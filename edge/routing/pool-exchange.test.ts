@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
 import { PoolCore } from "./pool-core.ts";
-import { POLL_HOLD_MS, PoolExchange } from "./pool-exchange.ts";
+import { BUSY_CALLS_PER_S, POLL_HOLD_MS, PoolExchange } from "./pool-exchange.ts";
 import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
 import type { EndpointSpec } from "./types.ts";
 
@@ -57,6 +57,16 @@ function call(d: PoolExchange, e: Exchange, now = 0) {
 }
 
 describe("PoolExchange", () => {
+  it("says it is busy from BUSY_CALLS_PER_S calls in a second on, and not once they slow down", () => {
+    const { desk: d } = desk(1);
+    for (let i = 0; i < BUSY_CALLS_PER_S - 1; i++) expect(call(d, ex("a"), i).answer?.busy).toBe(false);
+    expect(call(d, ex("a"), 600).answer?.busy).toBe(true);
+    // Into the next second, the last one's calls weigh by how much of it is still inside.
+    expect(call(d, ex("a"), 1_000).answer?.busy).toBe(true);
+    expect(call(d, ex("a"), 1_900).answer?.busy).toBe(false);
+    expect(call(d, ex("a"), 3_000).answer?.busy).toBe(false);
+  });
+
   it("applies a call's releases before its admits, so the capacity they free serves the same call", () => {
     const { desk: d, core } = desk(1);
     expect(call(d, ex("a", { admits: [req("r1")] })).answer?.decided[0]?.admission.ok).toBe(true);
@@ -99,11 +109,11 @@ describe("PoolExchange", () => {
     const { desk: d } = desk(1);
     const first = call(d, ex("a", { poll: true }), 0);
     const second = call(d, ex("a", { poll: true }), 100);
-    expect(first.answer).toEqual({ decided: [], later: [] });
+    expect(first.answer).toEqual({ decided: [], later: [], busy: false });
     expect(second.answer).toBeUndefined();
     expect(d.nextWakeAt()).toBe(100 + POLL_HOLD_MS);
     d.tick(100 + POLL_HOLD_MS);
-    expect(second.answer).toEqual({ decided: [], later: [] });
+    expect(second.answer).toEqual({ decided: [], later: [], busy: false });
   });
 
   it("gives back a lease granted to a channel that went quiet before it took it", () => {

@@ -20,6 +20,12 @@ import type { Admission, BreakerOpened, Exchange, ExchangeAnswer } from "./pool-
 
 /** How long a poll with nothing to say is held: short enough that a lost poller is replaced soon. */
 export const POLL_HOLD_MS = 1_000;
+/**
+ * Calls a second at which the pool tells its channels it is busy: half of
+ * the ~1,000 one Durable Object takes, so channels stop pipelining well
+ * before the pool is full (pool-channel.ts).
+ */
+export const BUSY_CALLS_PER_S = 500;
 /** A channel silent this long belongs to an isolate that is gone. */
 const CHANNEL_IDLE_MS = 60_000;
 
@@ -43,6 +49,8 @@ export class PoolExchange {
   /** Channels holding a poll: few (those with admits queued), so the next wake is cheap to find. */
   private readonly polling = new Set<Channel>();
   private clock = 0;
+  /** Calls in the current and the previous whole second, for `busy`. */
+  private rate = { second: 0, now: 0, before: 0 };
   private sweepAt = Number.POSITIVE_INFINITY;
   readonly counters: ExchangeCounters = { calls: 0, polls: 0, admits: 0, releases: 0 };
 
@@ -53,7 +61,7 @@ export class PoolExchange {
     this.clock = now;
     const ch = this.channel(ex.channel, now);
     ch.mailbox = ch.mailbox.filter((m) => m.seq > ex.ack);
-    this.count(ex);
+    this.count(ex, now);
     this.core.countFailOpens(ex.failOpens);
     const opened: BreakerOpened[] = [];
     for (const r of ex.releases) opened.push(...this.core.release(r.id, r.report, now));
@@ -71,10 +79,10 @@ export class PoolExchange {
     const held = ex.poll && decided.length === 0 && ch.mailbox.length === 0 && ex.admits.length === 0;
     if (held) {
       // A newer poll replaces the old: its caller may be gone.
-      ch.poll?.respond({ decided: [], later: [] });
+      ch.poll?.respond({ decided: [], later: [], busy: this.busy(now) });
       ch.poll = { respond, until: now + POLL_HOLD_MS };
       this.polling.add(ch);
-    } else respond({ decided, later: [...ch.mailbox] });
+    } else respond({ decided, later: [...ch.mailbox], busy: this.busy(now) });
     return opened;
   }
 
@@ -83,7 +91,7 @@ export class PoolExchange {
     this.clock = now;
     for (const ch of this.polling) {
       if (ch.poll && ch.poll.until > now) continue;
-      ch.poll?.respond({ decided: [], later: [] });
+      ch.poll?.respond({ decided: [], later: [], busy: this.busy(now) });
       ch.poll = undefined;
       this.polling.delete(ch);
     }
@@ -112,7 +120,7 @@ export class PoolExchange {
     }
     ch.mailbox.push({ seq: ch.nextSeq++, id, admission });
     if (ch.poll) {
-      ch.poll.respond({ decided: [], later: [...ch.mailbox] });
+      ch.poll.respond({ decided: [], later: [...ch.mailbox], busy: this.busy(this.clock) });
       ch.poll = undefined;
       this.polling.delete(ch);
     }
@@ -129,7 +137,22 @@ export class PoolExchange {
     return ch;
   }
 
-  private count(ex: Exchange): void {
+  /** Calls over the last second, the previous whole second weighed by how much of it is still inside. */
+  private busy(now: number): boolean {
+    this.roll(now);
+    const into = (now % 1_000) / 1_000;
+    return this.rate.before * (1 - into) + this.rate.now >= BUSY_CALLS_PER_S;
+  }
+
+  private roll(now: number): void {
+    const second = Math.floor(now / 1_000);
+    if (second === this.rate.second) return;
+    this.rate = { second, now: 0, before: second === this.rate.second + 1 ? this.rate.now : 0 };
+  }
+
+  private count(ex: Exchange, now: number): void {
+    this.roll(now);
+    this.rate.now++;
     this.counters.calls++;
     if (ex.poll && ex.admits.length === 0 && ex.releases.length === 0) this.counters.polls++;
     this.counters.admits += ex.admits.length;

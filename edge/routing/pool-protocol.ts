@@ -85,6 +85,12 @@ export interface ExchangeAnswer {
   decided: { id: string; admission: Admission }[];
   /** Decisions for the channel's admits that waited in a queue, numbered, sent until acknowledged. */
   later: { seq: number; id: string; admission: Admission }[];
+  /**
+   * The pool has taken calls near half of what it can a second: a channel
+   * must not add calls of its own to pipeline admits (pool-channel.ts), only
+   * fold them into fewer.
+   */
+  busy: boolean;
 }
 
 export interface ReleaseReport {
