@@ -388,6 +388,7 @@ export class PoolCore {
         sites: {
           order: preferredSites(this.settings.sites, req.location),
           warmShare: (site) => this.warmup.share(site, this.clock, this.settings.sites.warmup),
+          healthy: (site) => this.warmup.isHealthy(site),
         },
       },
       rejections,

@@ -23,9 +23,13 @@ const cfg = routerSitesSchema.parse({
   colos: { DUB: ["uk", "us"] },
 });
 
-const ctx = (sites: readonly string[], extra: { share?: Record<string, number>; session?: string } = {}) => ({
+const ctx = (
+  sites: readonly string[],
+  extra: { share?: Record<string, number>; session?: string; lost?: string[] } = {},
+) => ({
   order: { sites, basis: "continent EU" },
   warmShare: (s: string) => extra.share?.[s] ?? 1,
+  healthy: (s: string) => !extra.lost?.includes(s),
   sessionSite: extra.session,
   random: mulberry32(1),
 });
@@ -80,7 +84,16 @@ describe("the site stage", () => {
     const full = [cand("a0@eu", "eu", 1), cand("a1@eu", "eu", 1.2), cand("b0@us", "us", 0.5)];
     const r = sitePreference(full, ctx(["eu", "us"]));
     expect(ids(r.kept)).toEqual(["b0@us"]);
-    expect(r.rejected[0]!.reason).toBe("site eu cannot take requests (every endpoint saturated or stale)");
+    expect(r.rejected[0]!.reason).toBe("site eu is saturated");
+  });
+
+  it("passes over a lost site while its stale endpoints' saturation is still decaying toward 1", () => {
+    const r = sitePreference(fleet, ctx(["eu", "us"], { lost: ["eu"] }));
+    expect(ids(r.kept)).toEqual(["b0@us", "b1@us"]);
+    expect(r.rejected[0]!.reason).toBe("site eu is lost (no routable endpoint with fresh load)");
+    // Nothing can take it: the healthy sites share it, not the lost one.
+    const full = [cand("a0@eu", "eu", 0.5), cand("b0@us", "us", 1)];
+    expect(ids(sitePreference(full, ctx(["eu", "us"], { lost: ["eu"] })).kept)).toEqual(["b0@us"]);
   });
 
   it("keeps every site when none can take the request: flow control admitted it, spill-over decides", () => {

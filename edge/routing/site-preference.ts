@@ -46,6 +46,12 @@ export interface SiteStageContext {
   order: SiteOrder;
   /** The share of its preferred traffic a site takes now: 1 unless it came back within `warmup`. */
   warmShare: (site: string) => number;
+  /**
+   * A site with no routable endpoint whose load is fresh (site-warmup.ts
+   * siteHealth) takes nothing while another site can: its stale endpoints'
+   * saturation is still decaying toward 1 for another `stale_after`.
+   */
+  healthy: (site: string) => boolean;
   /** The site of the endpoint the request's session is pinned to: it stays there while it may. */
   sessionSite: string | undefined;
   random: () => number;
@@ -68,7 +74,7 @@ function chooseSites(
   const order = ctx.order.sites;
   const sites = [...bySite.keys()].sort((a, b) => rankOf(order, a) - rankOf(order, b) || (a < b ? -1 : 1));
   const why = new Map<string, string>();
-  const able = (s: string) => bySite.get(s)!.some((c) => c.saturation < 1);
+  const able = (s: string) => ctx.healthy(s) && bySite.get(s)!.some((c) => c.saturation < 1);
   let fallback: Set<string> | undefined;
   for (let i = 0; i < sites.length; ) {
     const rank = rankOf(order, sites[i]!);
@@ -78,7 +84,12 @@ function chooseSites(
     const ready = tier.filter(able);
     for (const s of tier) {
       if (!ready.includes(s)) {
-        why.set(s, `site ${s} cannot take requests (every endpoint saturated or stale)`);
+        why.set(
+          s,
+          ctx.healthy(s)
+            ? `site ${s} is saturated`
+            : `site ${s} is lost (no routable endpoint with fresh load)`,
+        );
         continue;
       }
       const share = ctx.warmShare(s);
@@ -101,7 +112,12 @@ function chooseSites(
     for (const s of fallback) why.delete(s);
     return { kept: fallback, why };
   }
-  return { kept: new Set(sites), why: new Map() };
+  // No site can take it: flow control admitted it, so the healthy sites (all, if none is) share it.
+  const healthy = sites.filter(ctx.healthy);
+  if (healthy.length === 0 || healthy.length === sites.length)
+    return { kept: new Set(sites), why: new Map() };
+  for (const s of healthy) why.delete(s);
+  return { kept: new Set(healthy), why };
 }
 
 /** The site stage: keeps the endpoints of the nearest site that can take the request. */

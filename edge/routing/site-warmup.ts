@@ -24,6 +24,11 @@ export class SiteWarmup {
     else if (!healthy && s.healthy) this.sites.set(site, { healthy, since: now });
   }
 
+  /** As last observed; a site never observed is taken as healthy. */
+  isHealthy(site: string): boolean {
+    return this.sites.get(site)?.healthy ?? true;
+  }
+
   /** The share of its preferred traffic `site` takes at `now`, 0..1. */
   share(site: string, now: number, warmupMs: number): number {
     const s = this.sites.get(site);
