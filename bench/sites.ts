@@ -20,7 +20,7 @@
 import { renderTable } from "../common/text-table.ts";
 import { type RouterConfig, routerSchema } from "../edge/config/router.ts";
 import { percentile } from "../loadgen/stats.ts";
-import { bandMix, DEFAULT_BANDS, randomPrompts } from "../loadgen/workloads.ts";
+import { bandMix, randomPrompts } from "../loadgen/workloads.ts";
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { requestsFor, runLevel } from "./routing/levels.ts";
 import { type LocatedRequest, type SiteRequestResult, simulateSites } from "./routing/sites-sim.ts";
