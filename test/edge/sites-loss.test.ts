@@ -1,7 +1,7 @@
 import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { waitUntil } from "../harness/process.ts";
+import { runLlmgw, waitUntil } from "../harness/process.ts";
 import { clientFor, createKey, type FastEdge, startEdgeMiniflare, type TestKey } from "./helpers.ts";
 import {
   bothSitesLive,
@@ -186,6 +186,12 @@ describe("a site lost under load, and back", () => {
         reason: "site site-a waits while site site-b, preferred for continent NA, can take requests",
       },
     ]);
+    const ctl = await runLlmgw(["ctl", "endpoints", "status", MODEL, "--edge", edge.url], {
+      LLMGW_EDGE_TOKEN: edge.token,
+    });
+    expect(ctl.stdout).toContain(
+      `last decision set aside: ${SITE_A} (site: site site-a waits while site site-b, preferred for continent NA, can take requests)`,
+    );
     const bad = await fetch(`${edge.url}/v1/chat/completions`, {
       method: "POST",
       headers: {
