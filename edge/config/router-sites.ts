@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { durationSchema as duration } from "../../common/duration.ts";
-import { siteNameSchema } from "./site-sets.ts";
+import { siteNameSchema } from "./site-name.ts";
 
 /** Cloudflare's `request.cf.continent` codes. */
 export const CONTINENTS = ["AF", "AN", "AS", "EU", "NA", "OC", "SA"] as const;

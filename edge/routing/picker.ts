@@ -25,23 +25,12 @@
  * Every stage says why it set an endpoint aside, so the pool's status can
  * explain a decision without re-running it.
  */
-import type { BreakerState } from "./breaker.ts";
+import type { Candidate, Filtered } from "./candidate.ts";
 import type { MatchLevel } from "./prefix-index.ts";
 import { interleaveBySite, type SiteStageContext, siteOf, sitePreference } from "./site-preference.ts";
-import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+import type { Rejection, RouteTier, RoutingPolicy } from "./types.ts";
 
-export interface Candidate {
-  spec: EndpointSpec;
-  state: LoadSample["state"] | undefined;
-  breaker: BreakerState;
-  /** Half-open and its one probe already out. */
-  probing: boolean;
-  saturation: number;
-  /** Requests in flight per unit of weight: what load is compared by. */
-  pressure: number;
-  /** When this endpoint was last picked (a decision counter): older first among equals. */
-  lastPick: number;
-}
+export type { Candidate, Filtered } from "./candidate.ts";
 
 export interface PickContext {
   policy: RoutingPolicy;
@@ -67,11 +56,6 @@ export interface Pick {
   tier: RouteTier;
   /** For `prefix`: blocks matched. */
   matchedBlocks: number;
-}
-
-export interface Filtered {
-  kept: Candidate[];
-  rejected: Rejection[];
 }
 
 /** A prefix match must cover at least this share of the hashed prompt to decide. */

@@ -20,7 +20,7 @@
  * stale or less preferred than one that can take it moves.
  */
 import type { RouterSitesConfig } from "../config/router-sites.ts";
-import type { Candidate, Filtered } from "./picker.ts";
+import type { Candidate, Filtered } from "./candidate.ts";
 import type { Location } from "./types.ts";
 
 /** A request's preference and what it came from (for the rejections' wording). */
