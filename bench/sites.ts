@@ -3,7 +3,9 @@
  * pool (the real PoolCore, bench/routing/sites-sim.ts); half the requests
  * come from "EU", whose nearest site is A, half from "NA" (site B). Site A
  * is lost whole (`kill -9` of its engines and control plane) at 60 s under
- * load and comes back at 120 s. Printed, per design and load:
+ * load and comes back at 120 s; in the last design it is partitioned
+ * instead (packets dropped: each attempt there fails when its timeout runs
+ * out). Printed, per design and load:
  *
  * - failed requests: refused by admission (the survivor alone is short of
  *   capacity at 70 %: 140 % of one site), or every attempt failed before
@@ -37,7 +39,7 @@ const BASE = { promptTokens: 1000, spread: 0.5, outputTokens: 200, ignoreEos: tr
 /** Platinum and gold only: bronze and silver queue by design at 70 % of the fleet even with both sites up. */
 const BANDS = { platinum: 0.2, gold: 0.8 };
 const PREFERENCE = { continents: { EU: ["a", "b"], NA: ["b", "a"] } };
-const DESIGNS: { name: string; settings: RouterConfig }[] = [
+const DESIGNS: { name: string; settings: RouterConfig; loss?: "partition" }[] = [
   {
     name: "preference + warm-up 30s",
     settings: routerSchema.parse({ sites: { ...PREFERENCE, warmup: "30s" } }),
@@ -47,6 +49,11 @@ const DESIGNS: { name: string; settings: RouterConfig }[] = [
     settings: routerSchema.parse({ sites: { ...PREFERENCE, warmup: "0s" } }),
   },
   { name: "no preference (load only)", settings: routerSchema.parse({ sites: { warmup: "0s" } }) },
+  {
+    name: "preference + warm-up 30s, A partitioned",
+    settings: routerSchema.parse({ sites: { ...PREFERENCE, warmup: "30s" } }),
+    loss: "partition",
+  },
 ];
 
 /** Requests per second the whole fleet (both sites) serves flat out: platinum alone, far past any knee. */
@@ -151,6 +158,7 @@ function main(): void {
           lossAt: LOSS_AT,
           returnAt: RETURN_AT,
           seed: SEED,
+          ...(d.loss ? { loss: d.loss } : {}),
         },
         reqs,
       );

@@ -9,7 +9,8 @@
  * At `lossAt` site A's engines and control plane are killed (`kill -9`): a
  * connection to them is refused at once, a stream that had not sent its first
  * token is retried on the lease's next alternate, one already answering is
- * cut, and A's load stops reaching the pool. At `returnAt` A comes back
+ * cut, and A's load stops reaching the pool (`loss: "partition"`: the same,
+ * each found out only when its timeout runs out). At `returnAt` A comes back
  * with empty engines and its control plane pushing again. Every attempt's
  * verdict reaches the pool with the request's release, after the response,
  * as the Worker's does; that is what opens the breakers.
@@ -32,6 +33,14 @@ export interface SitesOptions {
   settings: RouterConfig;
   lossAt: number;
   returnAt: number;
+  /**
+   * How the site is lost: `kill` (refused connections, at once) or
+   * `partition` (packets dropped: an attempt there fails only when its
+   * timeout runs out — the header wait for a new one, the idle wait for a
+   * stream under way). Either way its load stops reaching the pool, and it
+   * comes back with empty engines.
+   */
+  loss?: "kill" | "partition";
   scrapeMs?: number;
   pushMs?: number;
   seed?: number;
@@ -197,7 +206,7 @@ class SitesSimulation {
     r.attempts.push({ site: e.site, at: this.tl.now });
     if (!e.alive) {
       f.verdicts.push({ endpoint: spec.id, verdict: "fail" });
-      this.tl.at(this.tl.now + 1, () => this.attempt(f));
+      this.tl.at(this.tl.now + this.unreachableMs("header"), () => this.attempt(f));
       return;
     }
     f.engine = e;
@@ -258,12 +267,21 @@ class SitesSimulation {
       const r = this.results.get(f.req.id)!;
       f.verdicts.push({ endpoint: f.engine.spec.id, verdict: "fail" });
       f.engine = undefined;
-      if (r.firstToken === undefined) this.tl.at(this.tl.now + 1, () => this.attempt(f));
-      else {
-        r.cut = true;
-        this.finish(f);
-      }
+      if (r.firstToken === undefined)
+        this.tl.at(this.tl.now + this.unreachableMs("header"), () => this.attempt(f));
+      else
+        this.tl.at(this.tl.now + this.unreachableMs("idle"), () => {
+          r.cut = true;
+          this.finish(f);
+        });
     }
+  }
+
+  /** How long an attempt at a lost site takes to fail: at once if refused, its timeout if partitioned. */
+  private unreachableMs(wait: "header" | "idle"): number {
+    if (this.opts.loss !== "partition") return wait === "header" ? 1 : 0;
+    const t = this.opts.settings.timeouts;
+    return wait === "header" ? t.response_header : t.idle;
   }
 
   /** The site back: empty engines, its control plane pushing again. */

@@ -1,4 +1,3 @@
-import { z } from "zod";
 import type { EndpointRecord, EndpointsDoc } from "./catalog.ts";
 
 /**
