@@ -16,6 +16,8 @@ export interface Env {
   EDGE_SYNC_SITE_TOKENS?: string;
   /** JSON laid over the router settings stored by EdgeSync (local override; see edge/config/settings.ts). */
   LLMGW_ROUTER?: string;
+  /** "1": the `x-llmgw-location` header stands in for `request.cf`'s location (local runs and tests only; edge/location.ts). */
+  LLMGW_LOCATION_HEADER?: string;
   /** Where new ModelPool objects are created: a locationHint (`enam`, `weur`, …) near the GPUs. */
   LLMGW_POOL_LOCATION?: string;
   /** Name of the Workers VPC network binding used by `via: vpc` endpoints. */

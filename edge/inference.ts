@@ -20,6 +20,7 @@ import type { Env } from "./env.ts";
 import { reservationFor } from "./keys/reservations.ts";
 import { allowedChain, type KeyRecord, modelAllowed, resolveBand } from "./keys/rules.ts";
 import { admitKey, charge } from "./keys/usage.ts";
+import { requestLocation } from "./location.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { admit, ClientGone } from "./pool/client.ts";
 import { estimateTally } from "./pool/estimate-tally.ts";
@@ -29,6 +30,7 @@ import { upstreamFor } from "./proxy/upstream.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
 import { predictDemand } from "./routing/demand.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
+import type { Location } from "./routing/types.ts";
 import { newRequestId, unhandledError } from "./unhandled.ts";
 
 type Ctx = Context<{ Bindings: Env }>;
@@ -48,6 +50,7 @@ interface Inbound {
   chain: string[];
   band: string;
   session: string | undefined;
+  location: Location | undefined;
 }
 
 async function body(c: Ctx, schema: Schema, config: EdgeConfig) {
@@ -102,6 +105,7 @@ async function inbound(
     chain: model(config.table, parsed.model, key),
     band: band(c, key, config),
     session: session(c, config),
+    location: requestLocation(c.req.raw, c.env.LLMGW_LOCATION_HEADER),
   };
   return req;
 }
@@ -138,6 +142,7 @@ function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
         prefix: m === first ? prefix : [],
         demand,
         estimated,
+        location: req.location,
       },
       clientSignal: c.req.raw.signal,
       defer: (p) => c.executionCtx.waitUntil(p),

@@ -29,7 +29,7 @@ import { retireOtherSites, sitesAwaiting } from "./local-stack/edge-sites.ts";
 import { parseStackOptions, STACK_HELP, type StackOptions } from "./local-stack/options.ts";
 import { portProblem, type StackPort } from "./local-stack/ports.ts";
 import { awaiting } from "./local-stack/ready.ts";
-import { type StackSite, siteTokensSecret, stackSites } from "./local-stack/sites.ts";
+import { type StackSite, siteTokensSecret, stackSitePreference, stackSites } from "./local-stack/sites.ts";
 
 const REPO = join(import.meta.dirname, "..");
 const LLMGW = join(REPO, "bin", "llmgw.mjs");
@@ -74,8 +74,12 @@ function edgeTokenOf(site: StackSite): string {
 }
 // The edge knows every site's token (EDGE_SYNC_SITE_TOKENS), from the
 // environment like its own, never argv.
+// With several sites it also honours the x-llmgw-location header in place
+// of Cloudflare's request.cf, so a local client can say where it is.
 const edgeEnv =
-  SITES.length > 1 ? { ...env, LLMGW_EDGE_SITE_TOKENS: siteTokensSecret(SITES, edgeTokenOf) } : env;
+  SITES.length > 1
+    ? { ...env, LLMGW_EDGE_SITE_TOKENS: siteTokensSecret(SITES, edgeTokenOf), LLMGW_LOCATION_HEADER: "1" }
+    : env;
 
 /**
  * A site's control plane: its addresses follow the flags (LLMGW_ overrides
@@ -92,6 +96,8 @@ function controlEnv(site: StackSite): NodeJS.ProcessEnv {
     LLMGW_ADMIN__TOKEN_FILE: site.adminTokenFile,
     LLMGW_EDGE__URL: EDGE,
     ...(site.name === "default" ? {} : { LLMGW_SITE: site.name }),
+    // Every site's config says the same; site-a, with the edge's token, is the one that publishes it.
+    ...(SITES.length > 1 ? { LLMGW_ROUTER__SITES: JSON.stringify(stackSitePreference(SITES)) } : {}),
     // Sites' engines listen on their nodes' own addresses: each site may hand out the same ports.
     ...(opts.enginePorts ? { LLMGW_CONTROL__PORT_RANGE: `[${opts.enginePorts.join(", ")}]` } : {}),
   };

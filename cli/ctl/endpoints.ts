@@ -166,6 +166,16 @@ export function formatPools(pools: readonly PoolStatus[]): string {
       const shares = siteRows([p]).map((r) => `${r.site} ${r.routed} (${shareText(r.share)})`);
       out.push(`  routed to: ${shares.join(", ")}\n`);
     }
+    // Why the last decision passed endpoints over: the site stage says which site and why.
+    const aside = new Map<string, string[]>();
+    for (const r of p.lastRejections) {
+      const why = `${r.stage}: ${r.reason}`;
+      aside.set(why, [...(aside.get(why) ?? []), r.endpoint]);
+    }
+    if (aside.size > 0)
+      out.push(
+        `  last decision set aside: ${[...aside].map(([why, eps]) => `${eps.join(", ")} (${why})`).join("; ")}\n`,
+      );
     out.push(
       renderTable(
         [

@@ -8,6 +8,7 @@
  */
 import { z } from "zod";
 import { durationSchema as duration } from "../../common/duration.ts";
+import { routerSitesSchema } from "./router-sites.ts";
 
 /** The routing policies a model may name. `chat` is the product; the others are baselines. */
 export const ROUTING_POLICIES = ["chat", "round-robin", "least-load", "random"] as const;
@@ -130,6 +131,7 @@ export const routerSchema = z.strictObject({
   timeouts: timeoutsSchema.prefault({}),
   scoring: scoringSchema.prefault({}),
   admission: admissionSchema.prefault({}),
+  sites: routerSitesSchema.prefault({}),
 });
 
 export type RouterConfig = z.output<typeof routerSchema>;

@@ -1,4 +1,3 @@
-import { z } from "zod";
 import type { EndpointRecord, EndpointsDoc } from "./catalog.ts";
 
 /**
@@ -11,13 +10,7 @@ import type { EndpointRecord, EndpointsDoc } from "./catalog.ts";
 /** The site of a deployment that names none: its sets and ids are what they were before sites. */
 export const DEFAULT_SITE = "default";
 
-/** Lower-case letters, digits and dashes: a site's name goes into endpoint ids, KV keys and metric labels. */
-export const siteNameSchema = z
-  .string()
-  .regex(
-    /^[a-z0-9][a-z0-9-]{0,31}$/,
-    "a site name: 1-32 lower-case letters, digits or dashes, not starting with a dash",
-  );
+export { siteNameSchema } from "./site-name.ts";
 
 /**
  * An endpoint's id in the union. Two sites running the same profile of one

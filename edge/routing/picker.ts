@@ -2,7 +2,8 @@
  * Picking an endpoint, as a pipeline of small pure stages (after the
  * Inference Extension's filter → score → pick):
  *
- *   routable (engine state, breaker) → spill-over (the best spill group that
+ *   routable (engine state, breaker) → site (the nearest site that can take
+ *   the request, site-preference.ts) → spill-over (the best spill group that
  *   can take the request) → policy
  *
  * and for the `chat` policy, three tiers, the first that decides wins:
@@ -24,22 +25,12 @@
  * Every stage says why it set an endpoint aside, so the pool's status can
  * explain a decision without re-running it.
  */
-import type { BreakerState } from "./breaker.ts";
+import type { Candidate, Filtered } from "./candidate.ts";
 import type { MatchLevel } from "./prefix-index.ts";
-import type { EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+import { interleaveBySite, type SiteStageContext, siteOf, sitePreference } from "./site-preference.ts";
+import type { Rejection, RouteTier, RoutingPolicy } from "./types.ts";
 
-export interface Candidate {
-  spec: EndpointSpec;
-  state: LoadSample["state"] | undefined;
-  breaker: BreakerState;
-  /** Half-open and its one probe already out. */
-  probing: boolean;
-  saturation: number;
-  /** Requests in flight per unit of weight: what load is compared by. */
-  pressure: number;
-  /** When this endpoint was last picked (a decision counter): older first among equals. */
-  lastPick: number;
-}
+export type { Candidate, Filtered } from "./candidate.ts";
 
 export interface PickContext {
   policy: RoutingPolicy;
@@ -55,6 +46,8 @@ export interface PickContext {
   random: () => number;
   /** Round-robin position, advanced by the caller. */
   turn: number;
+  /** The site stage's view of the request; absent: no site stage (one site, the baselines' benchmarks). */
+  sites?: Omit<SiteStageContext, "sessionSite" | "random"> | undefined;
 }
 
 export interface Pick {
@@ -63,11 +56,6 @@ export interface Pick {
   tier: RouteTier;
   /** For `prefix`: blocks matched. */
   matchedBlocks: number;
-}
-
-export interface Filtered {
-  kept: Candidate[];
-  rejected: Rejection[];
 }
 
 /** A prefix match must cover at least this share of the hashed prompt to decide. */
@@ -249,12 +237,13 @@ function decide(cands: readonly Candidate[], ctx: PickContext): [Candidate, Rout
 /**
  * Alternates for retries, so a retry needs no second call to the pool: the
  * rest of the chosen spill group, least busy first, then the other groups in
- * spill-over order. Only closed breakers: a half-open endpoint gets its probe from the
+ * spill-over order, taken in turn from each site (a site lost whole refuses
+ * every retry sent there). Only closed breakers: a half-open endpoint gets its probe from the
  * pool, not from a retry.
  */
-function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidate[] {
-  if (n <= 0) return [];
-  return all
+function rank(all: readonly Candidate[], chosen: Candidate, ctx: PickContext): Candidate[] {
+  if (ctx.alternates <= 0) return [];
+  const ranked = all
     .filter((c) => c !== chosen && c.breaker === "closed")
     .sort(
       (a, b) =>
@@ -262,8 +251,9 @@ function rank(all: readonly Candidate[], chosen: Candidate, n: number): Candidat
           Number(a.spec.spillGroup === chosen.spec.spillGroup) ||
         spillOrder(a, b) ||
         lighter(a, b),
-    )
-    .slice(0, n);
+    );
+  const spread = ctx.sites ? interleaveBySite(ranked, siteOf(chosen), ctx.sites.order.sites) : ranked;
+  return spread.slice(0, ctx.alternates);
 }
 
 /** Runs the pipeline; undefined when no endpoint is routable (the rejections say why). */
@@ -274,9 +264,19 @@ export function pick(
 ): Pick | undefined {
   const r = routable(all);
   rejected.push(...r.rejected);
-  const s = spillOver(r.kept);
+  let near: Filtered = { kept: r.kept, rejected: [] };
+  if (ctx.sites) {
+    const pinned = r.kept.find((c) => c.spec.id === ctx.sessionEndpoint);
+    near = sitePreference(r.kept, {
+      ...ctx.sites,
+      sessionSite: pinned ? siteOf(pinned) : undefined,
+      random: ctx.random,
+    });
+    rejected.push(...near.rejected);
+  }
+  const s = spillOver(near.kept);
   rejected.push(...s.rejected);
   if (s.kept.length === 0) return undefined;
   const [chosen, tier, matchedBlocks] = decide(s.kept, ctx);
-  return { chosen, tier, matchedBlocks, alternates: rank(r.kept, chosen, ctx.alternates) };
+  return { chosen, tier, matchedBlocks, alternates: rank(r.kept, chosen, ctx) };
 }

@@ -36,6 +36,8 @@ import { BLOCK_CHARS } from "./prefix-hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
 import { engineSaturation, feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
+import { preferredSites, siteOf } from "./site-preference.ts";
+import { SiteWarmup, siteHealth } from "./site-warmup.ts";
 import type { EndpointSpec, LoadSample, Rejection, RouteTier } from "./types.ts";
 
 export type * from "./pool-protocol.ts";
@@ -75,7 +77,11 @@ type Pending = { req: AdmitRequest; respond: (a: Admission) => void };
  * prompts prefilling is no reason to send the session's next turn where
  * its cache is not; it is a reason to hold bronze at the gateway.
  */
-type Scored = Candidate & { admission: number };
+type Scored = Candidate & {
+  admission: number;
+  /** Its scraped sample is past `stale_after` while other endpoints' are fresh: it counts in no mean. */
+  stale: boolean;
+};
 
 const TICK_WHILE_QUEUED_MS = 1_000;
 const LEASE_GRACE_MS = 60_000;
@@ -107,6 +113,7 @@ export class PoolCore {
   private readonly prefix: PrefixIndex;
   private readonly breakers: Breakers;
   private readonly flow: FlowController<Pending>;
+  private readonly warmup = new SiteWarmup();
   private settings: RouterConfig;
   private clock = 0;
   private turn = 0;
@@ -184,6 +191,8 @@ export class PoolCore {
 
   updateLoad(updates: readonly LoadUpdate[], now: number): void {
     this.clock = now;
+    // Seen before the update lands: a site silent until now is known lost, so its return ramps.
+    this.candidates();
     for (const u of updates) {
       const e = this.endpoints.get(u.endpoint);
       if (!e) continue;
@@ -376,6 +385,11 @@ export class PoolCore {
         alternates: this.settings.retries,
         random: this.random,
         turn: this.turn++,
+        sites: {
+          order: preferredSites(this.settings.sites, req.location),
+          warmShare: (site) => this.warmup.share(site, this.clock, this.settings.sites.warmup),
+          healthy: (site) => this.warmup.isHealthy(site),
+        },
       },
       rejections,
     );
@@ -490,15 +504,25 @@ export class PoolCore {
         admission: saturationOf(g),
         pressure: e.inflight / e.spec.weight,
         lastPick: e.lastPick,
+        stale: scraped && e.load !== undefined && this.clock - e.load.at > s.stale_after,
       });
     }
+    const health = siteHealth(out.map((c) => ({ site: siteOf(c), routable: isRoutable(c), stale: c.stale })));
+    for (const [site, healthy] of health) this.warmup.observe(site, healthy, this.clock);
     return out;
   }
 
+  /**
+   * The mean over routable endpoints with fresh load: a stale one sits at
+   * saturation 1 and takes no new request, but counted here it would hold
+   * the lower bands out on the live ones (a stale site of two made the pool
+   * 0.5 and bronze waited everywhere). If only stale ones are routable, they count.
+   */
   private saturationOf(cands: readonly Scored[]): number {
-    const sats: number[] = [];
-    for (const c of cands) if (isRoutable(c)) sats.push(c.admission);
-    return poolSaturation(sats);
+    const fresh: number[] = [];
+    const stale: number[] = [];
+    for (const c of cands) if (isRoutable(c)) (c.stale ? stale : fresh).push(c.admission);
+    return poolSaturation(fresh.length > 0 ? fresh : stale);
   }
 
   private bandOf(name: string): string {

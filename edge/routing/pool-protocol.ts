@@ -7,7 +7,15 @@
  * words without the pool's machinery.
  */
 import type { BreakerState } from "./breaker.ts";
-import type { Demand, EndpointSpec, LoadSample, Rejection, RouteTier, RoutingPolicy } from "./types.ts";
+import type {
+  Demand,
+  EndpointSpec,
+  LoadSample,
+  Location,
+  Rejection,
+  RouteTier,
+  RoutingPolicy,
+} from "./types.ts";
 
 export interface AdmitRequest {
   /** The lease id: the request id, unique per request. */
@@ -22,6 +30,8 @@ export interface AdmitRequest {
   demand?: Demand | undefined;
   /** Usage the caller estimated for this model since its last admit, for the pool's counter. */
   estimated?: EstimatedUsage | undefined;
+  /** Where the request entered Cloudflare: its site preference (router.sites, site-preference.ts). */
+  location?: Location | undefined;
 }
 
 /** Requests charged the edge's estimate because the engine reported no usage, and their tokens. */

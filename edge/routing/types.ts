@@ -76,6 +76,19 @@ export type RouteTier = "session" | "prefix" | "load" | "round-robin" | "least-l
 /** Why an endpoint was not a candidate, per stage: what `explain` and the pool's status show. */
 export interface Rejection {
   endpoint: string;
-  stage: "state" | "breaker" | "spill-over";
+  stage: "state" | "breaker" | "site" | "spill-over";
   reason: string;
+}
+
+/**
+ * Where a request entered Cloudflare (`request.cf`, edge/location.ts): what
+ * `router.sites` maps to an ordered site preference (site-preference.ts).
+ */
+export interface Location {
+  /** `EU`, `NA`, … */
+  continent?: string | undefined;
+  /** ISO 3166 alpha-2. */
+  country?: string | undefined;
+  /** The Cloudflare data centre's IATA code. */
+  colo?: string | undefined;
 }

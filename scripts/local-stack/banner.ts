@@ -1,5 +1,5 @@
 import { DEFAULT_CONTROL_PLANE } from "../../cli/ctl/client.ts";
-import type { StackSite } from "./sites.ts";
+import { type StackSite, stackSitePreference } from "./sites.ts";
 
 const DEFAULT_EDGE = "http://127.0.0.1:8787";
 
@@ -60,6 +60,13 @@ function oneSite(b: BannerFacts, edgeFlag: string): { head: string; look: string
   };
 }
 
+/** "EU → site-a, NA → site-b": each continent's nearest site. */
+function nearest(sites: readonly StackSite[]): string {
+  return Object.entries(stackSitePreference(sites).continents)
+    .map(([c, order]) => `${c} → ${order[0]}`)
+    .join(", ");
+}
+
 function severalSites(b: BannerFacts, edgeFlag: string): { head: string; look: string } {
   const rows = b.sites.map((s, i) => {
     const token = s.siteTokenFile
@@ -81,7 +88,10 @@ ${rows.join("")}                     (each dashboard link signs in with its site
   API key            ${b.apiKey}
                      one key for every site; bands up to platinum, gold unless a request sends x-llmgw-band
   Each answer's x-llmgw-endpoint header names the replica and its site (…/0@site-a); the model's pool
-  at the edge routes over every site's replicas.
+  at the edge routes over every site's replicas, nearest site first (router.sites: ${nearest(b.sites)}).
+  Say where the client is with -H "x-llmgw-location: EU" (or NA, …): this local edge honours the header
+  where Cloudflare would read request.cf. A request from EU goes to ${b.sites[0]!.name} while it can take it,
+  one from NA to ${b.sites[1]!.name}; with no header, to whichever is least busy.
 `,
     look: `Look around: each site's ctl needs its own admin token, kept in its directory. ctl status shows
 the site's fleet, then every site's health and share of traffic at the edge (SITES):

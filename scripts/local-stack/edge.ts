@@ -9,8 +9,9 @@
  *
  * The EdgeSync secret comes from LLMGW_EDGE_TOKEN (never argv, which any
  * local user can read in /proc), and with several sites their tokens from
- * LLMGW_EDGE_SITE_TOKENS, bound as EDGE_SYNC_SITE_TOKENS (docs/sites.md). Miniflare stops workerd when this process
- * is signalled or exits.
+ * LLMGW_EDGE_SITE_TOKENS, bound as EDGE_SYNC_SITE_TOKENS, and LLMGW_LOCATION_HEADER
+ * ("1": the x-llmgw-location header stands in for request.cf; docs/sites.md).
+ * Miniflare stops workerd when this process is signalled or exits.
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -46,7 +47,11 @@ async function main(): Promise<void> {
     reuseBundle: true,
     port,
     // wrangler.toml's [vars] as they are, as `wrangler dev` binds them.
-    bindings: { EDGE_SYNC_TOKEN: token, EDGE_SYNC_SITE_TOKENS: process.env.LLMGW_EDGE_SITE_TOKENS },
+    bindings: {
+      EDGE_SYNC_TOKEN: token,
+      EDGE_SYNC_SITE_TOKENS: process.env.LLMGW_EDGE_SITE_TOKENS,
+      LLMGW_LOCATION_HEADER: process.env.LLMGW_LOCATION_HEADER,
+    },
     persistTo: dir,
     onLog: (level, message) =>
       (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`),

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { routerSitesSchema } from "../../edge/config/router-sites.ts";
 import { MAX_SITES, parseStackOptions } from "./options.ts";
-import { stackSites } from "./sites.ts";
+import { stackSitePreference, stackSites } from "./sites.ts";
 
 describe("npm start's --sites", () => {
   const parse = (...argv: string[]) => {
@@ -26,6 +27,18 @@ describe("npm start's --sites", () => {
     // Engines listen on their node's address: no two sites share one.
     const addresses = sites.flatMap((s) => s.nodes.map((n) => n.address));
     expect(new Set(addresses).size).toBe(4);
+  });
+
+  it("makes each site nearest one continent, the others after it: a router.sites the edge accepts", () => {
+    const pref = stackSitePreference(stackSites(parse("--sites", "3")));
+    expect(pref).toEqual({
+      continents: {
+        EU: ["site-a", "site-b", "site-c"],
+        NA: ["site-b", "site-a", "site-c"],
+        AS: ["site-c", "site-a", "site-b"],
+      },
+    });
+    expect(routerSitesSchema.safeParse(pref).success).toBe(true);
   });
 
   it("refuses a count out of 1..MAX_SITES, or ports that would run past 65535, by name", () => {

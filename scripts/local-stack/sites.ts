@@ -76,3 +76,22 @@ export function siteTokensSecret(sites: readonly StackSite[], tokenOf: (s: Stack
   for (const s of sites) if (s.siteTokenFile) tokens[s.name] = tokenOf(s);
   return JSON.stringify(tokens);
 }
+
+/** Continents handed to the stack's sites in turn: the first site is nearest Europe, the second North America. */
+const CONTINENTS = ["EU", "NA", "AS", "OC", "SA", "AF"] as const;
+
+/**
+ * The stack's `router.sites` (docs/sites.md, "Preference by location"):
+ * each site nearest one continent (site-a EU, site-b NA, …), the others after
+ * it in their order. Requests say where they come from with the
+ * `x-llmgw-location` header, which the stack's edge honours
+ * (LLMGW_LOCATION_HEADER); a request that sends none prefers no site.
+ */
+export function stackSitePreference(sites: readonly StackSite[]): { continents: Record<string, string[]> } {
+  const names = sites.map((s) => s.name);
+  const continents: Record<string, string[]> = {};
+  names.slice(0, CONTINENTS.length).forEach((name, i) => {
+    continents[CONTINENTS[i]!] = [name, ...names.filter((n) => n !== name)];
+  });
+  return { continents };
+}

@@ -1,68 +1,29 @@
-import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { killEngines } from "../../agent/kill-engines.ts";
 import { edgeSyncClient } from "../../common/edgesync-client.ts";
 import type { PoolStatus } from "../../proto/gen/edge/v1/edgesync_pb.ts";
-import { type ControlPlaneHandle, startAgent, startControlPlane } from "../harness/fleet.ts";
-import { type Proc, runLlmgw, waitUntil } from "../harness/process.ts";
+import { runLlmgw, waitUntil } from "../harness/process.ts";
 import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 import { createKey, type Edge, startEdge, type TestKey } from "./helpers.ts";
+import { bothSitesLive, poolOf, type Site, startSite, stopSite, SITE_TOKENS as TOKENS } from "./two-sites.ts";
 
 /**
- * Two sites behind one edge (docs/sites.md), all real processes: the edge
- * in workerd, and per site a control plane with its site's token, an agent
- * on simulated GPUs and the sim engine it places. Both sites place the same
- * model with the same profile, so their replicas have the same id.
+ * Two sites behind one edge (docs/sites.md), all real processes
+ * (test/edge/two-sites.ts): the edge in workerd, and per site a control
+ * plane with its site's token, an agent on simulated GPUs and the sim
+ * engine it places. Both sites place the same model with the same profile,
+ * so their replicas have the same id. Losing a site under load, and the
+ * preference by location: sites-loss.test.ts.
  */
 const MODEL = "sites-m";
-const TOKENS = { "site-a": "site-a-token-0123456789abcdef", "site-b": "site-b-token-0123456789abcdef" };
 const STALE_AFTER = "3s";
-
-interface Site {
-  cp: ControlPlaneHandle;
-  agent: Proc;
-}
-
-async function startSite(edge: Edge, site: keyof typeof TOKENS, node: string): Promise<Site> {
-  const cp = await startControlPlane(
-    `
-site: ${site}
-edge:
-  url: ${edge.url}
-  token_env: LLMGW_TEST_EDGE_TOKEN
-  status_interval: 1s
-router:
-  scrape_interval: 500ms
-  stale_after: ${STALE_AFTER}
-control:
-  startup_grace: 1s
-  interval: 1s
-models:
-  - name: ${MODEL}
-    profiles:
-      - name: 1gpu
-        engine: vllm
-        source: test/${MODEL}
-        engine_args: ["--max-model-len", "4096", "--sim-speed", "50"]
-        replicas: { min: 1 }
-        startup_deadline: 60s
-`,
-    { env: { LLMGW_TEST_EDGE_TOKEN: TOKENS[site] } },
-  );
-  const agent = startAgent(cp, node, { gpus: "1xH100-80GB", extra: ["--vllm-bin", "test/bin/vllm"] });
-  return { cp, agent };
-}
 
 describe("two sites, one edge", () => {
   let edge: Edge;
   let key: TestKey;
   const sites: Site[] = [];
 
-  const pool = async (): Promise<PoolStatus> => {
-    const { pools } = await edge.sync.getPoolStatus({ model: MODEL });
-    return pools[0]!;
-  };
+  const pool = (): Promise<PoolStatus> => poolOf(edge, MODEL);
 
   /** The endpoint that answered each of `n` requests, one after the other. */
   const served = async (n: number): Promise<string[]> => {
@@ -88,27 +49,18 @@ describe("two sites, one edge", () => {
     edge = await startEdge({ stale_after: STALE_AFTER }, "edge-sites", {
       vars: { EDGE_SYNC_SITE_TOKENS: JSON.stringify(TOKENS) },
     });
-    sites.push(await startSite(edge, "site-a", "sa-1"), await startSite(edge, "site-b", "sb-1"));
+    const o = { model: MODEL, staleAfter: STALE_AFTER };
+    sites.push(await startSite(edge, "site-a", "sa-1", o), await startSite(edge, "site-b", "sb-1", o));
     key = await createKey(edge, { band: "gold" });
     await waitUntil(
       "both sites' replicas ready and live in the model's pool",
-      async () => {
-        const p = await pool().catch(() => undefined);
-        return (
-          p?.endpoints.filter((e) => e.state === "ready").length === 2 &&
-          p.sites.every((s) => s.loadFeed === "live")
-        );
-      },
+      () => bothSitesLive(edge, MODEL),
       90_000,
     );
   }, 120_000);
 
   afterAll(async () => {
-    for (const s of sites) {
-      await s.agent.kill();
-      await s.cp.proc.kill();
-      killEngines(join(s.cp.dir, "agents"));
-    }
+    for (const s of sites) await stopSite(s);
     await edge?.stop();
   });
 
