@@ -1,14 +1,16 @@
 /**
  * The burst that once inverted the bands, on real processes, measured
- * twice in one run: the edge in workerd (Miniflare on a direct socket, as
+ * three times in one run: the edge in workerd (Miniflare on a direct socket, as
  * bench:edge runs it: `wrangler dev`'s local proxy turns calls away under
  * 120 streams on these machines; its ModelPool included)
  * in front of 4 sim engines of 4 slots each at a quarter of real time, no
  * load feed. 10 platinum streams at once, alone (unloaded), then 120 bronze
  * streams at once and 10 platinum 2 s later. Once with the design before
  * capacity was known (`target_inflight: 128`, endpoints without capacity)
- * and once as it is now (each endpoint's `max_num_seqs`, every admit
- * charged its demand). Each run gets fresh engines and a fresh edge.
+ * and with each endpoint's `max_num_seqs` and every admit charged its
+ * demand: once counting half of each 4-slot batch (`seq_floor: 0`), and as
+ * it is now, the whole of it (a batch under `seq_floor`). Each run gets
+ * fresh engines and a fresh edge.
  */
 import { renderTable } from "../../common/text-table.ts";
 import { ms, percentile } from "../../loadgen/stats.ts";
@@ -84,10 +86,11 @@ interface Run {
   bronze: Outcome[];
 }
 
-async function run(design: string, known: boolean): Promise<Run> {
+/** `scoring` is the router's; `known` whether the endpoints state their capacity. */
+async function run(design: string, scoring: Record<string, number>, known: boolean): Promise<Run> {
   const [edge, ...sims] = (await Promise.all([
     startEdgeMiniflare({
-      ...(known ? {} : { scoring: { target_inflight: 128 } }),
+      scoring,
       admission: { queue_ttl: "10s", queue_capacity_per_band: 50 },
     }),
     ...Array.from({ length: 4 }, () => startSim("burst", ["--sim-speed", "0.25", "--max-num-seqs", "4"])),
@@ -157,8 +160,9 @@ export async function realBurst(): Promise<void> {
   );
   const runs: Run[] = [];
   try {
-    runs.push(await run("before: target_inflight 128", false));
-    runs.push(await run("now: capacity, demand, first tokens", true));
+    runs.push(await run("before: target_inflight 128", { target_inflight: 128 }, false));
+    runs.push(await run("capacity, demand, first tokens; half the batch", { seq_floor: 0 }, true));
+    runs.push(await run("now: a batch under seq_floor counts whole", {}, true));
   } finally {
     await stopStarted();
   }

@@ -37,9 +37,18 @@ const scoringSchema = z.strictObject({
   // overload stays within 1.4× of unloaded at half the batch, 2.4× at all
   // of it (docs/routing.md).
   seq_ceiling: z.number().gt(0).max(1).default(0.5),
+  // Sequences in flight below which no engine counts as saturated by its
+  // batch, whatever seq_ceiling makes of it (capped at the batch itself).
+  // Half of a small batch is a waste: a step of 16 sequences is still
+  // mostly the read of the weights (the reference engine's step is under a
+  // fifth slower than one sequence's), so on a 4-slot engine half the batch
+  // kept the top band waiting for answers to end on an idle fleet.
+  // bench:routing's burst (docs/routing.md). 0 leaves seq_ceiling alone.
+  seq_floor: z.number().int().min(0).default(16),
   // An override: requests in flight per unit of `weight` at which every
   // endpoint counts as saturated, whatever its capacity. Unset, the target
-  // follows each engine's own batch (seq_ceiling × max_num_seqs).
+  // follows each engine's own batch (seq_ceiling × max_num_seqs, at least
+  // seq_floor).
   target_inflight: z.number().positive().optional(),
   kv_ceiling: z.number().gt(0).max(1).default(0.9),
   // Prompts admitted to an endpoint and not yet at their first token (a

@@ -62,14 +62,15 @@ describe("PoolCore admission from the first request of a burst", () => {
     const bronze = Array.from({ length: 120 }, (_, i) => admit(p, req({ band: "bronze", key: `k${i}` }), 0));
     const admitted = bronze.filter((b) => b.a?.ok).length;
     const full = bronze.filter((b) => b.a && !b.a.ok && b.a.code === "queue_full").length;
-    // seq_ceiling 0.5 of 4 slots = 2 a engine; bronze's 0.30 of 8 is 2.4: the third goes at 0.25.
-    expect(admitted).toBe(3);
-    expect(full).toBe(120 - 3 - 50);
-    expect(p.status(0).bands.find((b) => b.name === "bronze")).toMatchObject({ depth: 50, admitted: 3 });
-    const platinum = Array.from({ length: 5 }, () => admit(p, req({ band: "platinum" }), 2_000));
+    // A batch of 4 is under seq_floor, so all 4 slots count: 16 in the
+    // fleet, bronze's 0.30 of them 4.8, the fifth goes at 0.25.
+    expect(admitted).toBe(5);
+    expect(full).toBe(120 - 5 - 50);
+    expect(p.status(0).bands.find((b) => b.name === "bronze")).toMatchObject({ depth: 50, admitted: 5 });
+    const platinum = Array.from({ length: 11 }, () => admit(p, req({ band: "platinum" }), 2_000));
     expect(platinum.every((b) => b.a?.ok)).toBe(true);
-    // Platinum takes the room up to its ceiling: 8 in flight, saturation 1.0.
-    expect(inflight(p, 2_000).reduce((a, b) => a + b, 0)).toBe(8);
+    // Platinum takes the room up to its ceiling: 16 in flight, every slot, saturation 1.0.
+    expect(inflight(p, 2_000)).toEqual([4, 4, 4, 4]);
     expect(admit(p, req({ band: "platinum" }), 2_000).a).toBeUndefined();
   });
 

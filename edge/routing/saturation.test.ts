@@ -92,8 +92,19 @@ describe("saturation", () => {
         capacity: { maxSeqs: 4 },
         load: undefined,
       };
-      expect(inflightTarget(e, byCapacity)).toBe(2);
-      expect(signals(e, byCapacity, 10_000, 0, true).inflight).toBe(15);
+      expect(inflightTarget(e, byCapacity)).toBe(4);
+      expect(signals(e, byCapacity, 10_000, 0, true).inflight).toBe(7.5);
+    });
+
+    it("takes seq_ceiling of a large batch, but never fewer than seq_floor or the whole batch below it", () => {
+      const target = (maxSeqs: number, seq_floor = 16) =>
+        inflightTarget({ weight: 1, capacity: { maxSeqs } }, { ...byCapacity, seq_floor });
+      expect(target(256)).toBe(128);
+      expect(target(48)).toBe(24);
+      expect(target(24)).toBe(16);
+      expect(target(8)).toBe(8);
+      expect(target(8, 0)).toBe(4);
+      expect(target(256, 200)).toBe(200);
     });
 
     it("assumes vLLM's default batch, by weight, where the capacity is unknown; target_inflight overrides both", () => {
@@ -135,7 +146,7 @@ describe("saturation", () => {
         load: load(0, 8, 0.1),
       };
       expect(saturationOf(signals(e, byCapacity, 10_000, 0, true))).toBe(2);
-      const idle = { ...e, inflight: 2, load: load(0, 0, 0) };
+      const idle = { ...e, inflight: 4, load: load(0, 0, 0) };
       expect(saturationOf(signals(idle, byCapacity, 10_000, 0, true))).toBe(1);
     });
   });

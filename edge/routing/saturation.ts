@@ -2,7 +2,8 @@
  * How full an endpoint and a pool are (docs/routing.md, "Admission"). Each
  * signal is divided by its target, so 1.0 means "at target":
  *
- *   endpoint saturation = max(in_flight / (seq_ceiling × max_num_seqs),
+ *   endpoint saturation = max(in_flight / max(seq_ceiling × max_num_seqs,
+ *                                             min(seq_floor, max_num_seqs)),
  *                             charged tokens / (kv_ceiling × KV tokens),
  *                             prefilling / target_prefilling,
  *                             waiting / target_waiting,
@@ -59,11 +60,16 @@ export interface Signals {
   prefilling: number;
 }
 
-/** Requests in flight at which an endpoint counts as saturated. */
+/**
+ * Requests in flight at which an endpoint counts as saturated: `seq_ceiling`
+ * of its batch, but never fewer than `seq_floor` (or the whole batch, if
+ * that is smaller), since a batch that small costs a step little more than
+ * one sequence does.
+ */
 export function inflightTarget(e: Pick<SaturationInput, "weight" | "capacity">, s: ScoringConfig): number {
   if (s.target_inflight !== undefined) return s.target_inflight * e.weight;
-  const seqs = e.capacity?.maxSeqs;
-  return seqs ? seqs * s.seq_ceiling : ASSUMED_MAX_NUM_SEQS * e.weight * s.seq_ceiling;
+  const seqs = e.capacity?.maxSeqs ?? ASSUMED_MAX_NUM_SEQS * e.weight;
+  return Math.max(seqs * s.seq_ceiling, Math.min(seqs, s.seq_floor));
 }
 
 /** A value aged past `staleMs`, moved toward 1.0 in proportion to how far past. */
