@@ -64,7 +64,10 @@ describe("a burst at the edge", () => {
         {
           model: "burst",
           messages: [{ role: "user", content: `${band} ${n}` }],
-          max_tokens: 16,
+          // About 2 s an answer at this speed: the 50 queued take longer to
+          // drain than even a slow machine takes to send the 120, so the
+          // queue fills and refuses.
+          max_tokens: 64,
           stream: true,
         },
         { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },

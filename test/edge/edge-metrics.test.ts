@@ -36,8 +36,11 @@ describe("llmgw_edge_* counters under a band-mix overload", () => {
         },
         "edge-metrics",
       ),
-      startSim("mix", ["--sim-speed", "0.5"]),
-      startSim("mix", ["--sim-speed", "0.5"]),
+      // Slow enough that gold and silver hold the pool above bronze's
+      // ceiling for longer than its queue_ttl, even when a loaded machine
+      // sends the clients' requests late.
+      startSim("mix", ["--sim-speed", "0.25"]),
+      startSim("mix", ["--sim-speed", "0.25"]),
     ]);
     edge = e;
     cp = await startControlPlane(
@@ -94,8 +97,8 @@ describe("llmgw_edge_* counters under a band-mix overload", () => {
     for (const band of Object.keys(BANDS))
       for (const s of seen[band]!) expect(["200", "429 queue_full", "503 queue_timeout"], band).toContain(s);
     // An overload, or this test proves nothing: bronze was shed both ways.
-    expect(count("bronze", "429 queue_full")).toBeGreaterThan(0);
-    expect(count("bronze", "503 queue_timeout")).toBeGreaterThan(0);
+    expect(count("bronze", "429 queue_full"), `bronze: ${seen.bronze!.join(", ")}`).toBeGreaterThan(0);
+    expect(count("bronze", "503 queue_timeout"), `bronze: ${seen.bronze!.join(", ")}`).toBeGreaterThan(0);
 
     const want: Record<string, number> = {};
     for (const band of Object.keys(BANDS)) {

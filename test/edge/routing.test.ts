@@ -22,15 +22,19 @@ afterAll(stopStarted);
 
 const short = (n: number) => ({ role: "user" as const, content: `Hi ${n}.` });
 
-/** Opens a stream and reads its headers; the body stays unread until `finish`. */
+/**
+ * Opens a stream and reads its headers; the body stays unread until `finish`,
+ * which hangs up. 64 tokens at 100 ms each keep it open for seconds, so a
+ * loaded machine's slow step between two looks cannot see it end on its own.
+ */
 async function openStream(url: string, key: TestKey, model: string, n: number) {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${key.secret}`, "content-type": "application/json" },
-    body: JSON.stringify({ model, messages: [short(n)], max_tokens: 8, stream: true }),
+    body: JSON.stringify({ model, messages: [short(n)], max_tokens: 64, stream: true }),
   });
   expect(res.status).toBe(200);
-  return { endpoint: res.headers.get("x-llmgw-endpoint")!, finish: () => res.text() };
+  return { endpoint: res.headers.get("x-llmgw-endpoint")!, finish: () => res.body?.cancel() };
 }
 
 async function poolOf(edge: EdgeIsolates, model: string) {
