@@ -3,8 +3,10 @@ import type { PoolStatus } from "../proto/gen/edge/v1/edgesync_pb.ts";
 /**
  * Each site's part of each model's pool at the edge (docs/sites.md): its
  * health — the endpoint set version the pool holds, its endpoints and how
- * many are ready, its load feed — and its share of the model's traffic,
- * the requests the pool admitted to its endpoints. `ctl status` prints them
+ * many are ready, its load feed — and its share of the model's traffic:
+ * the requests the pool admitted to its endpoints over the last minute,
+ * beside the count since the pool started (a lifetime share still reads as
+ * before a site's loss long after it). `ctl status` prints them
  * as its SITES table and carries them in `--json`; the dashboard shows them
  * under each model's pool.
  */
@@ -16,7 +18,8 @@ export interface SiteRow {
   ready: number;
   loadFeed: string;
   routed: number;
-  /** routed over the model's requests routed to every site, 0..1; null before any request. */
+  routedLastMinute: number;
+  /** routedLastMinute over the model's requests routed to every site in the last minute, 0..1; null if none was. */
   share: number | null;
 }
 
@@ -25,7 +28,7 @@ export function siteRows(pools: readonly PoolStatus[]): SiteRow[] {
   const rows: SiteRow[] = [];
   for (const p of pools) {
     if (!p.sites.some((s) => s.site !== "default")) continue;
-    const total = p.sites.reduce((sum, s) => sum + Number(s.routed), 0);
+    const total = p.sites.reduce((sum, s) => sum + Number(s.routedLastMinute), 0);
     for (const s of p.sites) {
       const mine = p.endpoints.filter((e) => e.site === s.site);
       rows.push({
@@ -36,7 +39,8 @@ export function siteRows(pools: readonly PoolStatus[]): SiteRow[] {
         ready: mine.filter((e) => e.state === "ready").length,
         loadFeed: s.loadFeed,
         routed: Number(s.routed),
-        share: total > 0 ? Number(s.routed) / total : null,
+        routedLastMinute: Number(s.routedLastMinute),
+        share: total > 0 ? Number(s.routedLastMinute) / total : null,
       });
     }
   }

@@ -33,7 +33,9 @@ function Sites({ p }: { p: PoolStatus }) {
             Load feed
           </th>
           <th>Routed</th>
-          <th>Share of traffic</th>
+          <th title="the requests routed to the site in the last minute, over every site's">
+            Share of traffic (last minute)
+          </th>
         </tr>
       </thead>
       <tbody>
@@ -47,7 +49,9 @@ function Sites({ p }: { p: PoolStatus }) {
             <td>
               <span class={`state feed-${r.loadFeed || "unknown"}`}>{r.loadFeed || "unknown"}</span>
             </td>
-            <td>{count(r.routed)}</td>
+            <td>
+              {count(r.routed)} <span class="sub">({count(r.routedLastMinute)} in the last minute)</span>
+            </td>
             <td data-share>{shareText(r.share)}</td>
           </tr>
         ))}

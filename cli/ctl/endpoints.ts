@@ -141,6 +141,29 @@ function poolCalls(p: PoolStatus): string {
   return `, ${p.calls} pool calls${per}`;
 }
 
+/** A pool's sites and each one's requests routed; nothing for a single-site edge, which prints as it did before sites. */
+function siteLines(p: PoolStatus): string {
+  if (!p.sites.some((s) => s.site !== "default")) return "";
+  const sites = p.sites.map(
+    (s) => `${s.site} v${s.version} (${s.endpoints} endpoints, load feed ${s.loadFeed})`,
+  );
+  const shares = siteRows([p]).map(
+    (r) => `${r.site} ${r.routed} (${r.routedLastMinute} in the last minute, ${shareText(r.share)})`,
+  );
+  return `  sites: ${sites.join(", ")}\n  routed to: ${shares.join(", ")}\n`;
+}
+
+/** Why the last decision passed endpoints over (the site stage says which site and why); nothing if it passed none. */
+function setAsideLine(p: PoolStatus): string {
+  const aside = new Map<string, string[]>();
+  for (const r of p.lastRejections) {
+    const why = `${r.stage}: ${r.reason}`;
+    aside.set(why, [...(aside.get(why) ?? []), r.endpoint]);
+  }
+  if (aside.size === 0) return "";
+  return `  last decision set aside: ${[...aside].map(([why, eps]) => `${eps.join(", ")} (${why})`).join("; ")}\n`;
+}
+
 /** One block per model: its pool's state, its bands, its endpoints. */
 export function formatPools(pools: readonly PoolStatus[]): string {
   const out: string[] = [];
@@ -157,25 +180,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
       `${p.model}: saturation ${num(p.saturation)}, load feed ${p.loadFeed}, ${p.leases} in flight, ${p.sessions} sessions, endpoint set v${p.endpointsVersion}` +
         `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}${poolCalls(p)}\n  decided by: ${routes || "-"}\n`,
     );
-    // A single-site edge prints as it did before sites.
-    if (p.sites.some((s) => s.site !== "default")) {
-      const sites = p.sites.map(
-        (s) => `${s.site} v${s.version} (${s.endpoints} endpoints, load feed ${s.loadFeed})`,
-      );
-      out.push(`  sites: ${sites.join(", ")}\n`);
-      const shares = siteRows([p]).map((r) => `${r.site} ${r.routed} (${shareText(r.share)})`);
-      out.push(`  routed to: ${shares.join(", ")}\n`);
-    }
-    // Why the last decision passed endpoints over: the site stage says which site and why.
-    const aside = new Map<string, string[]>();
-    for (const r of p.lastRejections) {
-      const why = `${r.stage}: ${r.reason}`;
-      aside.set(why, [...(aside.get(why) ?? []), r.endpoint]);
-    }
-    if (aside.size > 0)
-      out.push(
-        `  last decision set aside: ${[...aside].map(([why, eps]) => `${eps.join(", ")} (${why})`).join("; ")}\n`,
-      );
+    out.push(siteLines(p), setAsideLine(p));
     out.push(
       renderTable(
         [

@@ -6,7 +6,7 @@ export { type SiteRow, shareText, siteRows } from "../../common/site-shares.ts";
 /** `ctl status`'s SITES table (common/site-shares.ts says what each column is). */
 export function sitesTable(rows: readonly SiteRow[]): string {
   return renderTable(
-    ["model", "site", "endpoint set", "endpoints", "ready", "load feed", "routed", "share"],
+    ["model", "site", "endpoint set", "endpoints", "ready", "load feed", "routed", "last minute", "share"],
     rows.map((r) => [
       r.model,
       r.site,
@@ -15,6 +15,7 @@ export function sitesTable(rows: readonly SiteRow[]): string {
       String(r.ready),
       r.loadFeed,
       String(r.routed),
+      String(r.routedLastMinute),
       shareText(r.share),
     ]),
   );

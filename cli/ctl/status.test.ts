@@ -56,7 +56,7 @@ describe("formatStatus", () => {
 
 describe("ctl status's sites", () => {
   const empty = { nodes: [], replicas: [], models: [] };
-  const pool = (sites: { site: string; routed: bigint; loadFeed: string }[]) =>
+  const pool = (sites: { site: string; routed: bigint; routedLastMinute: bigint; loadFeed: string }[]) =>
     create(GetEdgeStatusResponseSchema, {
       configured: true,
       edgeUrl: "https://llm.example.com",
@@ -78,21 +78,24 @@ describe("ctl status's sites", () => {
       ],
     });
 
-  it("prints each site's health and share of the model's traffic, and --json carries them", () => {
+  it("prints each site's health and share of the model's traffic in the last minute, and --json carries them", () => {
+    // Site B was the busier one since the pool started; in the last minute, site A is.
     const edge = pool([
-      { site: "site-a", routed: 30n, loadFeed: "live" },
-      { site: "site-b", routed: 10n, loadFeed: "stale" },
+      { site: "site-a", routed: 30n, routedLastMinute: 9n, loadFeed: "live" },
+      { site: "site-b", routed: 50n, routedLastMinute: 3n, loadFeed: "stale" },
     ]);
     const out = formatStatus({ ...empty, edge }, 60_000);
     expect(out).toContain(
       [
         "SITES (each model's pool at the edge)",
-        "model  site    endpoint set  endpoints  ready  load feed  routed  share",
-        "m      site-a  v3            2          2      live       30      75%",
-        "m      site-b  v4            2          1      stale      10      25%",
+        "model  site    endpoint set  endpoints  ready  load feed  routed  last minute  share",
+        "m      site-a  v3            2          2      live       30      9            75%",
+        "m      site-b  v4            2          1      stale      50      3            25%",
       ].join("\n"),
     );
-    expect(out).toContain("  routed to: site-a 30 (75%), site-b 10 (25%)");
+    expect(out).toContain(
+      "  routed to: site-a 30 (9 in the last minute, 75%), site-b 50 (3 in the last minute, 25%)",
+    );
     expect(statusJson({ ...empty, edge }).sites).toEqual([
       {
         model: "m",
@@ -102,6 +105,7 @@ describe("ctl status's sites", () => {
         ready: 2,
         loadFeed: "live",
         routed: 30,
+        routedLastMinute: 9,
         share: 0.75,
       },
       {
@@ -111,21 +115,22 @@ describe("ctl status's sites", () => {
         endpoints: 2,
         ready: 1,
         loadFeed: "stale",
-        routed: 10,
+        routed: 50,
+        routedLastMinute: 3,
         share: 0.25,
       },
     ]);
   });
 
-  it("has no share before a request, and no SITES table for an edge of one site", () => {
+  it("has no share without a request in the last minute, and no SITES table for an edge of one site", () => {
     const quiet = pool([
-      { site: "site-a", routed: 0n, loadFeed: "live" },
-      { site: "site-b", routed: 0n, loadFeed: "live" },
+      { site: "site-a", routed: 7n, routedLastMinute: 0n, loadFeed: "live" },
+      { site: "site-b", routed: 0n, routedLastMinute: 0n, loadFeed: "live" },
     ]);
     expect(formatStatus({ ...empty, edge: quiet }, 60_000)).toContain(
-      "m      site-a  v3            2          2      live       0       -",
+      "m      site-a  v3            2          2      live       7       0            -",
     );
-    const single = pool([{ site: "default", routed: 5n, loadFeed: "live" }]);
+    const single = pool([{ site: "default", routed: 5n, routedLastMinute: 5n, loadFeed: "live" }]);
     expect(formatStatus({ ...empty, edge: single }, 60_000)).not.toContain("SITES");
     expect(statusJson({ ...empty, edge: single }).sites).toEqual([]);
   });

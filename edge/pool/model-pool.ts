@@ -123,6 +123,7 @@ export class ModelPool extends DurableObject<ConfigEnv> {
         ...p,
         loadFeed: feeds.get(p.site) ?? "none",
         routed: status.routedBySite[p.site] ?? 0,
+        routedLastMinute: status.routedLastMinuteBySite[p.site] ?? 0,
       }));
     return status;
   }

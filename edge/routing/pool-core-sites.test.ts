@@ -23,6 +23,10 @@ describe("PoolCore's requests routed per site", () => {
     for (const s of chosen) expected[s] = (expected[s] ?? 0) + 1;
     expect(chosen).toHaveLength(30);
     expect(p.status(0).routedBySite).toEqual(expected);
+    expect(p.status(0).routedLastMinuteBySite).toEqual(expected);
+    // A minute later the lifetime counts stay and the last minute's are gone.
+    expect(p.status(60_000).routedBySite).toEqual(expected);
+    expect(p.status(60_000).routedLastMinuteBySite).toEqual({});
     // Least-loaded picks spread 30 requests over all three sites' endpoints.
     expect(Object.keys(expected).sort()).toEqual(["a", "b", "default"]);
 

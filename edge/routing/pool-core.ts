@@ -34,6 +34,7 @@ import type {
 } from "./pool-protocol.ts";
 import { BLOCK_CHARS } from "./prefix-hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
+import { RecentCounts } from "./recent-counts.ts";
 import { engineSaturation, feedIsLive, poolSaturation, saturationOf, signals } from "./saturation.ts";
 import { SessionTable } from "./session-table.ts";
 import { preferredSites, siteOf } from "./site-preference.ts";
@@ -123,6 +124,8 @@ export class PoolCore {
   private readonly counters = new Map<string, BandCounters>();
   /** Requests admitted to each site's endpoints: the sites' shares of traffic (docs/sites.md). */
   private readonly routedBySite = new Map<string, number>();
+  /** The same over the last minute: the shares as they are now, not since the pool started. */
+  private readonly routedRecently = new RecentCounts();
   private readonly routes: Record<RouteTier, number> = {
     session: 0,
     prefix: 0,
@@ -424,6 +427,7 @@ export class PoolCore {
     this.routes[p.tier]++;
     const site = chosen.spec.site ?? "default";
     this.routedBySite.set(site, (this.routedBySite.get(site) ?? 0) + 1);
+    this.routedRecently.add(site, this.clock);
     this.count(w.band).admitted++;
     const saturation = this.saturationOf(cands);
     respond({
@@ -564,6 +568,7 @@ export class PoolCore {
         })),
       routes: { ...this.routes },
       routedBySite: Object.fromEntries(this.routedBySite),
+      routedLastMinuteBySite: this.routedRecently.snapshot(now),
       endpoints: cands.map((c) => {
         const e = this.endpoints.get(c.spec.id)!;
         return {

@@ -180,6 +180,8 @@ export interface PoolStatus {
   routes: Record<RouteTier, number>;
   /** Requests admitted to each site's endpoints since the pool started, by site name. */
   routedBySite: Record<string, number>;
+  /** The same over the last minute (recent-counts.ts): each site's share of traffic now. */
+  routedLastMinuteBySite: Record<string, number>;
   endpoints: EndpointStatus[];
   /** Why endpoints were set aside at the last decision. */
   lastRejections: Rejection[];
@@ -192,6 +194,8 @@ export interface SiteStatus {
   version: number;
   endpoints: number;
   loadFeed: "live" | "stale" | "none";
-  /** Requests the pool admitted to this site's endpoints (its share of traffic). */
+  /** Requests the pool admitted to this site's endpoints since it started. */
   routed: number;
+  /** The same over the last minute: its share of traffic now. */
+  routedLastMinute: number;
 }

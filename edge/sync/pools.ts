@@ -135,6 +135,11 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       kvTokens: BigInt(e.kvTokens ?? 0),
     })),
     lastRejections: s.lastRejections,
-    sites: (s.sites ?? []).map((p) => ({ ...p, version: BigInt(p.version), routed: BigInt(p.routed) })),
+    sites: (s.sites ?? []).map((p) => ({
+      ...p,
+      version: BigInt(p.version),
+      routed: BigInt(p.routed),
+      routedLastMinute: BigInt(p.routedLastMinute),
+    })),
   };
 }

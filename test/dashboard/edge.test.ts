@@ -178,17 +178,20 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     });
     const routed = async () => {
       const p = (await cp.client.getEdgeStatus({ model: MODEL })).models[0]?.pool;
-      return new Map(p?.sites.map((s) => [s.site, s.routed]));
+      return new Map(p?.sites.map((s) => [s.site, s]));
     };
     await waitUntil("the control plane's view counting dash-b's request", async () => {
-      return ((await routed()).get("dash-b") ?? 0n) > 0n;
+      return ((await routed()).get("dash-b")?.routed ?? 0n) > 0n;
     });
+    // The share is of the last minute's requests; this test's all fall in it.
     const shares = await routed();
-    const total = [...shares.values()].reduce((a, b) => a + b, 0n);
-    for (const [site, n] of shares) {
-      await onPage(() => row(site).locator("td:nth-child(5)").textContent()).toBe(String(n));
+    const total = [...shares.values()].reduce((a, s) => a + s.routedLastMinute, 0n);
+    for (const [site, s] of shares) {
+      await onPage(() => row(site).locator("td:nth-child(5)").textContent()).toBe(
+        `${s.routed} (${s.routedLastMinute} in the last minute)`,
+      );
       expect(await row(site).locator("[data-share]").textContent()).toBe(
-        `${Math.round((Number(n) / Number(total)) * 100)}%`,
+        `${Math.round((Number(s.routedLastMinute) / Number(total)) * 100)}%`,
       );
     }
     await screenshot(page, "dashboard", "edge-sites");
