@@ -74,7 +74,7 @@
  * (16: the mean answer length; the exact one in lockstep), PIN (1).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
@@ -92,7 +92,7 @@ import {
   startSim,
 } from "../scripts/edge-harness.ts";
 import { processArgv } from "../scripts/fleet.ts";
-import type { TraceRecord } from "../sim-engine/request-trace.ts";
+import { readTrace, type TraceRecord } from "../sim-engine/request-trace.ts";
 
 const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
@@ -265,16 +265,6 @@ interface Split {
   toEngine: number[];
   fromEngine: number[];
   outside: number[];
-}
-
-function readTrace(file: string): Map<string, TraceRecord> {
-  const byUser = new Map<string, TraceRecord>();
-  for (const line of readFileSync(file, "utf8").split("\n")) {
-    if (!line) continue;
-    const r = JSON.parse(line) as TraceRecord;
-    if (r.user !== null) byUser.set(r.user, r);
-  }
-  return byUser;
 }
 
 function split(t: Target, trace: Map<string, TraceRecord>): Split {

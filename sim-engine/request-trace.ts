@@ -13,7 +13,7 @@
  * Records are matched to a client's requests by `user` (OpenAI's end-user
  * field, which gateways pass through) or by the `x-request-id` header.
  */
-import { createWriteStream, openSync, type WriteStream } from "node:fs";
+import { createWriteStream, openSync, readFileSync, type WriteStream } from "node:fs";
 
 export interface TraceRecord {
   /** The engine's response id (chatcmpl-…, cmpl-…). */
@@ -27,6 +27,17 @@ export interface TraceRecord {
   outcome: "finished" | "aborted";
   prompt_tokens: number;
   completion_tokens: number;
+}
+
+/** A trace file's records by their `user` tag (records without one are left out). */
+export function readTrace(file: string): Map<string, TraceRecord> {
+  const byUser = new Map<string, TraceRecord>();
+  for (const line of readFileSync(file, "utf8").split("\n")) {
+    if (!line) continue;
+    const r = JSON.parse(line) as TraceRecord;
+    if (r.user !== null) byUser.set(r.user, r);
+  }
+  return byUser;
 }
 
 /** Wall-clock ms with the monotonic clock's resolution, comparable across processes on one host. */
