@@ -132,10 +132,7 @@ describe("npm start -- --sites 2 (real processes)", () => {
       expect(out.code, out.stderr).toBe(0);
       for (const site of SITES)
         expect(out.stdout).toMatch(
-          new RegExp(
-            `^${MODEL}\\s+${site}\\s+v\\d+\\s+2\\s+2\\s+live\\s+[1-9]\\d*\\s+\\d+\\s+\\d+%$`,
-            "m",
-          ),
+          new RegExp(`^${MODEL}\\s+${site}\\s+v\\d+\\s+2\\s+2\\s+live\\s+[1-9]\\d*\\s+\\d+\\s+\\d+%$`, "m"),
         );
       const json = await sh(`${m[1]!} --json`);
       const rows = (JSON.parse(json.stdout) as { sites: SiteRow[] }).sites.filter((r) => r.model === MODEL);
