@@ -129,7 +129,7 @@ describe("infra/cloudflared", () => {
 
   const nft = ["/usr/sbin/nft", "/sbin/nft"].find((p) => existsSync(p));
   const noNft = !nft
-    ? "nft is not installed (.ci/run installs nftables)"
+    ? 'nft is not installed (README.md, "Test it")'
     : process.getuid?.() !== 0
       ? "nft -c talks to the kernel's nf_tables and needs root"
       : undefined;

@@ -28,7 +28,7 @@ function cgroupMounts(): string[] {
  * host's system manager is not a test's to fill with units.
  */
 export function whyNoManager(): string | undefined {
-  if (!SYSTEMD || !onPath("systemctl")) return "systemd is not installed (.ci/run installs Debian's systemd)";
+  if (!SYSTEMD || !onPath("systemctl")) return 'systemd is not installed (README.md, "Test it")';
   if (process.getuid?.() !== 0) {
     return `a private systemd manager needs root (its own cgroup subtree and a mount namespace); this runs as uid ${process.getuid?.()}`;
   }
