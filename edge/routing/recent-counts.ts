@@ -5,9 +5,9 @@
  * (docs/sites.md, "Operate it"). The window slides a bucket at a time, so a
  * reading covers between 50 and 60 seconds.
  */
-export const RECENT_WINDOW_MS = 60_000;
+const WINDOW_MS = 60_000;
 const BUCKET_MS = 10_000;
-const BUCKETS = RECENT_WINDOW_MS / BUCKET_MS;
+const BUCKETS = WINDOW_MS / BUCKET_MS;
 
 export class RecentCounts {
   /** Bucket start → counts by key; at most BUCKETS of them. */
