@@ -58,7 +58,9 @@
  * client too and shows up in every row. PIN=0 turns this off.
  *
  * Also printed: CPU time of each Worker's workerd process per request
- * (from /proc).
+ * (from /proc), and how many of the engine's connections each target's
+ * requests came on (the trace's connection numbers): a Worker that left
+ * each answer half-read opened a new one per request.
  *
  * A second edge, its model pools POOL_RTT_MS (40) away (bench/far-pool-worker.ts:
  * every call to a pool waits half of it each way), runs beside the first: a
@@ -265,10 +267,12 @@ interface Split {
   toEngine: number[];
   fromEngine: number[];
   outside: number[];
+  /** The engine's connections its requests came on (a Worker that keeps them alive uses few). */
+  connections: Set<number>;
 }
 
 function split(t: Target, trace: Map<string, TraceRecord>): Split {
-  const out: Split = { toEngine: [], fromEngine: [], outside: [] };
+  const out: Split = { toEngine: [], fromEngine: [], outside: [], connections: new Set() };
   for (const [user, c] of t.sent) {
     const r = trace.get(user);
     if (!r || r.first_token_ms === null) continue;
@@ -277,6 +281,7 @@ function split(t: Target, trace: Map<string, TraceRecord>): Split {
     out.toEngine.push(to);
     out.fromEngine.push(from);
     out.outside.push(to + from);
+    out.connections.add(r.connection);
   }
   return out;
 }
@@ -399,6 +404,7 @@ function printTable(
       (pct(sp.outside, 50) - ptOutside).toFixed(2),
       `${((rps / ptRps) * 100).toFixed(0)} %`,
       t.pid === undefined ? "-" : (t.cpuMs / t.done).toFixed(2),
+      `${sp.connections.size} / ${sp.outside.length}`,
       `${t.errors}${sp.outside.length < t.ttft.length ? ` (${t.ttft.length - sp.outside.length} untraced)` : ""}`,
     ];
   });
@@ -413,6 +419,7 @@ function printTable(
     "outside engine Δp50 ms",
     "req/s vs pass-through",
     "workerd CPU ms/req",
+    "engine connections / requests",
     "errors",
   ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));

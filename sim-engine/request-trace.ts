@@ -20,6 +20,12 @@ export interface TraceRecord {
   id: string;
   user: string | null;
   request_id: string | null;
+  /**
+   * Which of the engine's HTTP connections carried it, numbered from 1 in
+   * the order they were accepted: a client that keeps its connections
+   * alive sends many requests on one.
+   */
+  connection: number;
   arrived_ms: number;
   /** Null when the request ended before its first token. */
   first_token_ms: number | null;
@@ -71,6 +77,7 @@ export class RequestTrace {
 export interface Arrival {
   at: number;
   requestId: string | null;
+  connection: number;
 }
 
 /** One request's record, written once, on whichever of finish or abort comes first. */
@@ -96,6 +103,7 @@ export class TraceSpan {
       id: this.id,
       user: this.user,
       request_id: this.arrival.requestId,
+      connection: this.arrival.connection,
       arrived_ms: this.arrival.at,
       first_token_ms: this.firstToken,
       ended_ms: wallMs(),

@@ -68,6 +68,9 @@ export class SimServer {
   private readonly hung = new Set<ServerResponse>();
   private readonly orcaFormat = new WeakMap<ServerResponse, "text" | "json">();
   private readonly arrivals = new WeakMap<ServerResponse, Arrival>();
+  /** Each accepted connection's number, for the trace. */
+  private readonly connections = new WeakMap<object, number>();
+  private accepted = 0;
   private readonly quirks: Quirks;
 
   constructor(opts: ServerOptions) {
@@ -81,10 +84,15 @@ export class SimServer {
       // arrival is when the engine could first have seen it.
       if (opts.trace) {
         const rid = req.headers["x-request-id"];
-        this.arrivals.set(res, { at: wallMs(), requestId: typeof rid === "string" ? rid : null });
+        this.arrivals.set(res, {
+          at: wallMs(),
+          requestId: typeof rid === "string" ? rid : null,
+          connection: this.connections.get(req.socket) ?? 0,
+        });
       }
       this.route(req, res).catch((err) => this.fail(res, err));
     });
+    if (opts.trace) this.http.on("connection", (socket) => this.connections.set(socket, ++this.accepted));
   }
 
   markReady(): void {

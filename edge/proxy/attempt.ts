@@ -28,6 +28,10 @@ import { answerText, countedUsage } from "./usage-estimate.ts";
 const MAX_ERROR_BODY = 64 * 1024;
 const MAX_RESPONSE_BODY = 32 * 1024 * 1024;
 const STREAM_BUFFER_BYTES = 4 * 1024 * 1024;
+// What an engine may still send after `[DONE]` (its body's end, normally
+// already in the buffer) before the connection is given up.
+const TAIL_WAIT_MS = 250;
+const TAIL_BYTES = 16 * 1024;
 const DONE = "data: [DONE]\n\n";
 const encoder = new TextEncoder();
 
@@ -242,6 +246,27 @@ function firstTokenBlame(call: Call, fired: PhaseTimeout | undefined): PhaseTime
   return new PhaseTimeout("first_token", call.input.settings.timeouts.first_token);
 }
 
+/**
+ * Reads what follows `[DONE]`, the body's end, after the client has its
+ * own: the runtime gives a connection back to its pool only once its
+ * response was read to the end, and one left half-read means a new
+ * connection (a TCP handshake, and the engine's accept) for the next request.
+ */
+async function readToEnd(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<void> {
+  let bytes = 0;
+  try {
+    for (;;) {
+      const r = await withTimeout(reader.read(), TAIL_WAIT_MS, "idle");
+      if (r.done) return;
+      bytes += r.value.byteLength;
+      if (bytes > TAIL_BYTES) break;
+    }
+  } catch {
+    // Given up on below.
+  }
+  reader.cancel().catch(() => {});
+}
+
 function nativePipe(): ReadableWritablePair<Uint8Array, Uint8Array> {
   // A native byte stream (no JS on the runtime's side of each chunk), with
   // room for a few MiB so writes never wait for a slow client: the engine
@@ -354,9 +379,12 @@ export function relay(call: Call, held: Held): Committed {
 
   const outcome = pump()
     .catch((): End => ({ kind: "left" }))
-    .then((end) => {
+    .then(async (end) => {
       const counted = countedUsage(tracker.usage, input.body, tracker.relayed);
-      if (end.kind === "answered") client.close(tracker.finalUsageEvent(counted.usage) + DONE);
+      if (end.kind === "answered") {
+        client.close(tracker.finalUsageEvent(counted.usage) + DONE);
+        if (tracker.done) await readToEnd(reader);
+      }
       // An engine's own error event has gone out already.
       else if (end.kind === "cut") client.close(tracker.error ? "" : sseErrorEvent(end.failure.error.body()));
       return outcomeOf(where(call), end, counted);

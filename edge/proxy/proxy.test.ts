@@ -55,7 +55,13 @@ const encoder = new TextEncoder();
 /** A streamed answer; like fetch's, its body errors when the request's signal aborts. */
 function sse(
   chunks: string[],
-  opts: { endEarly?: boolean; stallAfter?: number; signal?: AbortSignal | null | undefined } = {},
+  opts: {
+    endEarly?: boolean;
+    stallAfter?: number;
+    signal?: AbortSignal | null | undefined;
+    /** What became of the body: read to its end, or cancelled by the reader. */
+    fate?: { ended: boolean; cancelled: boolean };
+  } = {},
 ): Response {
   let i = 0;
   const body = new ReadableStream<Uint8Array>({
@@ -66,8 +72,14 @@ function sse(
       if (opts.stallAfter !== undefined && i >= opts.stallAfter) return new Promise(() => {});
       if (i < chunks.length) c.enqueue(encoder.encode(chunks[i++]!));
       else if (opts.endEarly) c.error(new Error("connection reset"));
-      else c.close();
+      else {
+        c.close();
+        if (opts.fate) opts.fate.ended = true;
+      }
       return undefined;
+    },
+    cancel() {
+      if (opts.fate) opts.fate.cancelled = true;
     },
   });
   return new Response(body, { status: 200, headers: { "content-type": "text/event-stream" } });
@@ -179,6 +191,24 @@ describe("proxy", () => {
       ["a", "fail"],
       ["b", "fail"],
     ]);
+  });
+
+  it("reads an answer to its body's end after [DONE], and gives up on one that never ends", async () => {
+    // The runtime gives a connection back to its pool only once its response was read to the end.
+    const chunks = [chunk("Hi", 1), usageChunk, "data: [DONE]\n\n"];
+    const ending = { ended: false, cancelled: false };
+    const stalled = { ended: false, cancelled: false };
+    for (const [fate, stallAfter] of [
+      [ending, undefined],
+      [stalled, chunks.length],
+    ] as const) {
+      const { result } = run({ a: () => sse(chunks, { stallAfter, fate }) }, ["a"], { stream: true });
+      const r = await result;
+      expect((await r.response.text()).trim().endsWith("data: [DONE]")).toBe(true);
+      expect((await r.outcome).completed).toBe(true);
+    }
+    expect(ending).toEqual({ ended: true, cancelled: false });
+    expect(stalled).toEqual({ ended: false, cancelled: true });
   });
 
   it("streams, cutting the injected usage back to what the client asked for (nothing)", async () => {
