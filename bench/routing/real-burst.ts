@@ -93,8 +93,12 @@ interface Run {
    */
   heldMs: number | null;
   ceilingMs: number | null;
-  /** From the engines' traces: the most bronze requests at the engines at once, and when that many first were. */
-  atEngines: { most: number; firstAtMs: number | null };
+  /**
+   * From the engines' traces: the most bronze requests at the engines at
+   * once, when that many first were, and when the first one came (its way
+   * through the client and the edge, before any admission held it).
+   */
+  atEngines: { most: number; firstAtMs: number | null; firstArrivalMs: number | null };
   unloadedP99: number;
   loadedP99: number;
   platinumServed: number;
@@ -123,7 +127,8 @@ function mostAtEngines(traces: readonly string[], band: string, t0: number): Run
       firstAtMs = at - t0;
     }
   }
-  return { most, firstAtMs };
+  const first = events.find((e) => e[1] === 1);
+  return { most, firstAtMs, firstArrivalMs: first ? first[0] - t0 : null };
 }
 
 /** `scoring` is the router's; `known` whether the endpoints state their capacity. */
@@ -223,6 +228,7 @@ export async function realBurst(): Promise<void> {
       r.atEngines.most >= BRONZE || r.atEngines.firstAtMs === null
         ? "no ceiling"
         : `${Math.round(r.atEngines.firstAtMs)} ms`,
+      r.atEngines.firstArrivalMs === null ? "none" : `${Math.round(r.atEngines.firstArrivalMs)} ms`,
       String(r.atEngines.most),
       r.heldMs === null ? "never" : `${Math.round(r.heldMs)} ms`,
       r.ceilingMs === null ? "never" : `${Math.round(r.ceilingMs)} ms`,
@@ -241,6 +247,7 @@ export async function realBurst(): Promise<void> {
       [
         "admission",
         "bronze at its ceiling after",
+        "first bronze at an engine after",
         "bronze at the engines (max)",
         "bronze held after (poll)",
         "first bronze 429 after",
