@@ -165,9 +165,13 @@ export async function startEdgeMiniflare(
   });
 }
 
-/** The official openai client against an edge, as an API user would configure it (no SDK retries, so a test sees every status). */
-export function clientFor(edge: { url: string }, apiKey: string): OpenAI {
-  return new OpenAI({ apiKey, baseURL: `${edge.url}/v1`, maxRetries: 0 });
+/**
+ * The official openai client against an edge, as an API user would
+ * configure it (no SDK retries, so a test sees every status); `fetch` in
+ * place of the global one, for a caller that stamps its requests.
+ */
+export function clientFor(edge: { url: string }, apiKey: string, fetch?: typeof globalThis.fetch): OpenAI {
+  return new OpenAI({ apiKey, baseURL: `${edge.url}/v1`, maxRetries: 0, ...(fetch ? { fetch } : {}) });
 }
 
 export interface Sim {

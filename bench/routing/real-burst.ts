@@ -22,10 +22,11 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import { renderTable } from "../../common/text-table.ts";
 import { ms, percentile } from "../../loadgen/stats.ts";
 import {
+  clientFor,
   createKey,
   type FastEdge,
   type Sim,
@@ -158,15 +159,9 @@ async function run(design: string, scoring: Record<string, number>, known: boole
   // Each bronze request's hand-off to fetch is stamped: how long the
   // client itself took to send the burst is part of the way to the engines.
   const bronzeSent: number[] = [];
-  const openai = new OpenAI({
-    apiKey: (await createKey(edge, { band: "platinum" })).secret,
-    baseURL: `${edge.url}/v1`,
-    maxRetries: 0,
-    fetch: (url, init) => {
-      const band = new Headers(init?.headers).get("x-llmgw-band");
-      if (band === "bronze") bronzeSent.push(performance.now());
-      return fetch(url, init);
-    },
+  const openai = clientFor(edge, (await createKey(edge, { band: "platinum" })).secret, (url, init) => {
+    if (new Headers(init?.headers).get("x-llmgw-band") === "bronze") bronzeSent.push(performance.now());
+    return fetch(url, init);
   });
   // A first round warms the isolate, the pool and the engines, so that what
   // is measured alone is not a cold start (which would flatter the ratio).
