@@ -22,6 +22,7 @@ import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";
 import type { RouteTier, RoutingPolicy } from "../../edge/routing/types.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
 import { BOS, chatPromptTokens, tokenize } from "../../sim-engine/text.ts";
+import { PoolAlarm } from "./pool-alarm.ts";
 
 export interface SimMessage {
   role: string;
@@ -233,7 +234,7 @@ class FleetSimulation {
   private open = 0;
   private readonly prevAt = new Map<string, number>();
   private readonly leaseOf = new Map<string, string>();
-  private wake = Number.POSITIVE_INFINITY;
+  private readonly alarm: PoolAlarm;
   private readonly lastArrival: number;
   private readonly marks = new Map<string, { start?: [number, number]; end?: [number, number] }>();
 
@@ -243,6 +244,7 @@ class FleetSimulation {
   ) {
     this.model = opts.model ?? "m";
     this.pool = new PoolCore(this.model, opts.settings, mulberry32(opts.seed ?? 1));
+    this.alarm = new PoolAlarm(this.tl, this.pool);
     this.engines = Array.from({ length: opts.engines }, (_, i) => ({
       id: `e${i}`,
       core: new EngineCore(opts.core),
@@ -328,7 +330,7 @@ class FleetSimulation {
       tl.now,
       (a) => this.onAdmission(req, a),
     );
-    this.afterPool();
+    this.alarm.arm();
   }
 
   /** The pool may answer any waiter during any call; each answer lands here. */
@@ -386,23 +388,10 @@ class FleetSimulation {
             { attempts: [{ endpoint: e.id, verdict: "ok" }] },
             tl.now,
           );
-          this.afterPool();
+          this.alarm.arm();
         }
       }
       this.kick(e);
-    });
-  }
-
-  /** After any call to the pool: a tick at its next wake-up, unless one comes sooner. */
-  private afterPool(): void {
-    const at = this.pool.nextWakeAt();
-    if (at === undefined || at >= this.wake) return;
-    this.wake = at;
-    this.tl.at(at, () => {
-      if (this.wake !== at) return;
-      this.wake = Number.POSITIVE_INFINITY;
-      this.pool.tick(this.tl.now);
-      this.afterPool();
     });
   }
 
@@ -442,7 +431,7 @@ class FleetSimulation {
           })),
           tl.now,
         );
-        this.afterPool();
+        this.alarm.arm();
       }
       if (this.busy()) tl.at(tl.now + pushMs, push);
     };

@@ -24,6 +24,7 @@ import { type Admission, PoolCore, type Verdict } from "../../edge/routing/pool-
 import type { EndpointSpec, Location } from "../../edge/routing/types.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
 import { promptTokenizer, type SimRequest, Timeline } from "./fleet-sim.ts";
+import { PoolAlarm } from "./pool-alarm.ts";
 
 export interface SitesOptions {
   /** Site names, each with `enginesPerSite` engines; the first is the one lost. */
@@ -93,7 +94,7 @@ class SitesSimulation {
   private readonly tokens = promptTokenizer();
   private readonly results = new Map<string, SiteRequestResult>();
   private readonly flights = new Map<string, Flight>();
-  private wake = Number.POSITIVE_INFINITY;
+  private readonly alarm: PoolAlarm;
   private readonly lastArrival: number;
   private readonly pending: { endpoint: string; at: number; waiting: number; running: number; kv: number }[] =
     [];
@@ -103,6 +104,7 @@ class SitesSimulation {
     private readonly requests: readonly LocatedRequest[],
   ) {
     this.pool = new PoolCore("m", opts.settings, mulberry32(opts.seed ?? 1));
+    this.alarm = new PoolAlarm(this.tl, this.pool);
     for (const site of opts.sites) {
       for (let i = 0; i < opts.enginesPerSite; i++) {
         const spec: EndpointSpec = {
@@ -171,7 +173,7 @@ class SitesSimulation {
       this.tl.now,
       (a) => this.onAdmission(req, a),
     );
-    this.afterPool();
+    this.alarm.arm();
   }
 
   private onAdmission(req: LocatedRequest, a: Admission): void {
@@ -224,7 +226,7 @@ class SitesSimulation {
   private finish(f: Flight): void {
     this.flights.delete(f.req.id);
     this.pool.release(f.lease, { attempts: f.verdicts }, this.tl.now);
-    this.afterPool();
+    this.alarm.arm();
   }
 
   private kick(e: Engine): void {
@@ -289,18 +291,6 @@ class SitesSimulation {
     for (const e of this.engines) if (e.site === site) e.alive = true;
   }
 
-  private afterPool(): void {
-    const at = this.pool.nextWakeAt();
-    if (at === undefined || at >= this.wake) return;
-    this.wake = at;
-    this.tl.at(at, () => {
-      if (this.wake !== at) return;
-      this.wake = Number.POSITIVE_INFINITY;
-      this.pool.tick(this.tl.now);
-      this.afterPool();
-    });
-  }
-
   /** Scrapes each live engine every scrapeMs; its site's control plane pushes every pushMs while it runs. */
   private scheduleLoad(): void {
     const scrapeMs = this.opts.scrapeMs ?? 2_000;
@@ -338,7 +328,7 @@ class SitesSimulation {
           })),
           this.tl.now,
         );
-        this.afterPool();
+        this.alarm.arm();
       }
       if (this.busy()) this.tl.at(this.tl.now + pushMs, push);
     };

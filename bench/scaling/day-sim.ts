@@ -23,6 +23,7 @@ import { type PolledPool, Scaler } from "../../controlplane/scaler.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
 import { promptTokenizer, Timeline } from "../routing/fleet-sim.ts";
+import { PoolAlarm } from "../routing/pool-alarm.ts";
 
 export interface DayModel {
   name: string;
@@ -112,7 +113,7 @@ class DaySimulation {
   private readonly requests: DayRequest[] = [];
   private readonly readyTrace: DayResult["readyTrace"] = [];
   private readonly inflight = new Map<string, { lease: string; result: DayRequest }>();
-  private readonly wakes = new Map<string, number>();
+  private readonly alarms: Map<string, PoolAlarm>;
   private seq = 0;
   private gpuMs = 0;
   private held = 0;
@@ -136,6 +137,7 @@ class DaySimulation {
     this.settings = planSettings(this.config.control);
     this.nodes = Array.from({ length: o.nodes }, (_, i) => gpuNode(`n${i}`, { gpus: o.gpusPerNode }));
     this.pools = new Map(o.models.map((m) => [m.name, new PoolCore(m.name, this.config.router, pickRand)]));
+    this.alarms = new Map([...this.pools].map(([name, pool]) => [name, new PoolAlarm(this.tl, pool)]));
     this.scaler = new Scaler({
       log: {
         info: (_msg, f) => {
@@ -199,18 +201,9 @@ class DaySimulation {
     this.wakePool(model);
   }
 
-  /** After any call to a pool: a tick at its next wake-up, unless one comes sooner. */
+  /** After any call to a pool. */
   private wakePool(model: string): void {
-    const pool = this.pools.get(model)!;
-    const at = pool.nextWakeAt();
-    if (at === undefined || at >= (this.wakes.get(model) ?? Number.POSITIVE_INFINITY)) return;
-    this.wakes.set(model, at);
-    this.tl.at(at, () => {
-      if (this.wakes.get(model) !== at) return;
-      this.wakes.delete(model);
-      pool.tick(this.tl.now);
-      this.wakePool(model);
-    });
+    this.alarms.get(model)!.arm();
   }
 
   /** Starts the replica's next step if it is idle and has work; the step's tokens land when it ends. */
