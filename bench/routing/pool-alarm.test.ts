@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Timeline } from "./fleet-sim.ts";
 import { PoolAlarm } from "./pool-alarm.ts";
+import { Timeline } from "./timeline.ts";
 
 /** A pool whose next wake-up the test sets, recording when it was ticked. */
 function fakePool() {

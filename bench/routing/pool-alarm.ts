@@ -1,4 +1,4 @@
-import type { Timeline } from "./fleet-sim.ts";
+import type { Timeline } from "./timeline.ts";
 
 /** What a simulated pool needs of PoolCore (or PoolExchange) to keep its time. */
 export interface Wakeable {

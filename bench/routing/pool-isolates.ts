@@ -29,7 +29,7 @@ import { POLL_HOLD_MS, PoolExchange } from "../../edge/routing/pool-exchange.ts"
 import type { Exchange, ExchangeAnswer } from "../../edge/routing/pool-protocol.ts";
 import { percentile } from "../../loadgen/stats.ts";
 import { benchEndpoints } from "./endpoints.ts";
-import { Timeline } from "./fleet-sim.ts";
+import { Timeline } from "./timeline.ts";
 
 const ISOLATES = 32;
 const CALL_MS = 0.9;

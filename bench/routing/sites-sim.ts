@@ -23,8 +23,9 @@ import { predictDemand } from "../../edge/routing/demand.ts";
 import { type Admission, PoolCore, type Verdict } from "../../edge/routing/pool-core.ts";
 import type { EndpointSpec, Location } from "../../edge/routing/types.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
-import { promptTokenizer, type SimRequest, Timeline } from "./fleet-sim.ts";
+import { promptTokenizer, type SimRequest } from "./fleet-sim.ts";
 import { PoolAlarm } from "./pool-alarm.ts";
+import { Timeline } from "./timeline.ts";
 
 export interface SitesOptions {
   /** Site names, each with `enginesPerSite` engines; the first is the one lost. */

@@ -22,8 +22,9 @@ import type { Action } from "../../controlplane/reconcile/types.ts";
 import { type PolledPool, Scaler } from "../../controlplane/scaler.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
-import { promptTokenizer, Timeline } from "../routing/fleet-sim.ts";
+import { promptTokenizer } from "../routing/fleet-sim.ts";
 import { PoolAlarm } from "../routing/pool-alarm.ts";
+import { Timeline } from "../routing/timeline.ts";
 
 export interface DayModel {
   name: string;
