@@ -32,27 +32,29 @@ describe("PoolAlarm", () => {
     expect(pool.ticks).toEqual([100, 250]);
   });
 
-  it("moves the tick earlier when a call brings the wake-up forward, and the later one does nothing", () => {
+  // Two calls into the pool: the wake-ups it asks for after the first, then after the second.
+  it.each([
+    {
+      when: "a call brings the wake-up forward: the tick moves earlier, the later one does nothing",
+      first: [500],
+      second: [200, 500],
+      ticks: [200, 500],
+    },
+    {
+      when: "a call asks for a later one: the sooner tick stays",
+      first: [200],
+      second: [200, 900],
+      ticks: [200, 900],
+    },
+  ])("$when", ({ first, second, ticks }) => {
     const tl = new Timeline();
     const pool = fakePool();
     const alarm = new PoolAlarm(tl, pool);
-    pool.wakes = [500];
+    pool.wakes = first;
     alarm.arm();
-    pool.wakes = [200, 500];
-    alarm.arm();
-    runAll(tl);
-    expect(pool.ticks).toEqual([200, 500]);
-  });
-
-  it("keeps the sooner tick when a call asks for a later one", () => {
-    const tl = new Timeline();
-    const pool = fakePool();
-    const alarm = new PoolAlarm(tl, pool);
-    pool.wakes = [200];
-    alarm.arm();
-    pool.wakes = [200, 900];
+    pool.wakes = second;
     alarm.arm();
     runAll(tl);
-    expect(pool.ticks).toEqual([200, 900]);
+    expect(pool.ticks).toEqual(ticks);
   });
 });

@@ -1,6 +1,6 @@
 import type { Timeline } from "./timeline.ts";
 
-/** What a simulated pool needs of PoolCore (or PoolExchange) to keep its time. */
+/** What the alarm needs of a simulated pool (PoolCore) to keep its time. */
 export interface Wakeable {
   nextWakeAt(): number | undefined;
   tick(now: number): void;
