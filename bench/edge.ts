@@ -10,8 +10,8 @@
  * unsafeDirectSockets), not through Miniflare's entry worker: that local-dev
  * shim runs JavaScript when each response starts, which Cloudflare's front
  * line does not, and a Worker that holds its response until the first token
- * (the relay, the edge) pays it inside TTFT while the pass-through pays it
- * before. Between two runs, one through it and one not, each Worker's CPU
+ * (the edge with `stream_commit: first_token`) pays it inside TTFT while the
+ * pass-through pays it before. Between two runs, one through it and one not, each Worker's CPU
  * fell by 0.9–1.5 ms per request and the edge's Δp50 TTFT at concurrency
  * 16 from +5.0 to +1.2 ms (docs/edge.md). Not
  * through `wrangler dev` either: its ProxyWorker (a second workerd relaying
@@ -70,11 +70,15 @@
  * A third runs the same far pool answering every call "busy", so its
  * Workers' channels never pipeline admits (docs/routing.md, "A far pool"):
  * side by side, what pipelining takes off. POOL_RTT_MS=0 leaves both out.
+ * A fourth commits streams at their first token (`stream_commit:
+ * first_token`) rather than at the engine's headers, the default: what a
+ * status of its own for a failure before the first token costs in TTFT
+ * (docs/edge.md, "When a stream is committed"). HOLD=0 leaves it out.
  *
  * Env: SCENARIOS ("1x16,1x16:lockstep,1000x16,1x1": sim-speed x concurrency,
  * optionally :lockstep), REQUESTS per target per round at concurrency 16
  * (150; scaled down with concurrency, at least 40), ROUNDS (6), OUTPUT_LEN
- * (16: the mean answer length; the exact one in lockstep), PIN (1).
+ * (16: the mean answer length; the exact one in lockstep), PIN (1), POOL_RTT_MS (40), HOLD (1).
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -101,9 +105,11 @@ const REQUESTS = Number(process.env.REQUESTS ?? 150);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
 const OUTPUT_LEN = Number(process.env.OUTPUT_LEN ?? 16);
 const POOL_RTT_MS = Number(process.env.POOL_RTT_MS ?? 40);
+const HOLD = process.env.HOLD !== "0";
 const EDGE = "llmgw edge";
 const FAR = `${EDGE}, pool ${POOL_RTT_MS} ms away`;
 const FAR_UNPIPELINED = `${FAR}, admits not pipelined`;
+const HELD = `${EDGE}, committed at the first token`;
 
 interface Scenario {
   speed: string;
@@ -255,6 +261,8 @@ interface Verdict {
   farP50: number | undefined;
   /** The same with the far pool saying it is busy: admits never pipelined. */
   farUnpipelinedP50: number | undefined;
+  /** The edge committing streams at their first token, p50 TTFT Δ vs the edge as configured by default. */
+  heldP50: number | undefined;
 }
 
 interface BenchWorker {
@@ -445,6 +453,7 @@ function verdictOf(scenario: Scenario, targets: Target[], splits: Map<Target, Sp
   const e = targets.find((t) => t.name === EDGE)!;
   const far = targets.find((t) => t.name === FAR);
   const unpipelined = targets.find((t) => t.name === FAR_UNPIPELINED);
+  const held = targets.find((t) => t.name === HELD);
   const floor = targets[2]!;
   return {
     scenario,
@@ -456,6 +465,7 @@ function verdictOf(scenario: Scenario, targets: Target[], splits: Map<Target, Sp
     floorOutsideP50: pct(splits.get(floor)!.outside, 50) - ptOutside,
     farP50: far ? pct(far.ttft, 50) - pct(e.ttft, 50) : undefined,
     farUnpipelinedP50: unpipelined ? pct(unpipelined.ttft, 50) - pct(e.ttft, 50) : undefined,
+    heldP50: held ? pct(held.ttft, 50) - pct(e.ttft, 50) : undefined,
   };
 }
 
@@ -475,6 +485,10 @@ async function main(): Promise<void> {
   try {
     const edge = await startEdgeMiniflare();
     edges.push({ name: EDGE, edge, key: (await createKey(edge)).secret });
+    if (HOLD) {
+      const held = await startEdgeMiniflare({ stream_commit: "first_token" });
+      edges.push({ name: HELD, edge: held, key: (await createKey(held)).secret });
+    }
     if (POOL_RTT_MS > 0) {
       const far = await startEdgeMiniflare(
         {},
@@ -504,7 +518,8 @@ async function main(): Promise<void> {
           `req/s ${v.ratio >= 0.8 ? "met" : "MISSED"} (${(v.ratio * 100).toFixed(0)} %); ` +
           `the minimal JS relay alone: ${signed(v.floorP50)} ms (outside ${signed(v.floorOutsideP50)} ms), ${(v.floorRatio * 100).toFixed(0)} %` +
           `${v.farP50 === undefined ? "" : `; the pool ${POOL_RTT_MS} ms away adds ${signed(v.farP50)} ms p50 (what placement next to it saves)`}` +
-          `${v.farUnpipelinedP50 === undefined ? "" : `, ${signed(v.farUnpipelinedP50)} ms with admits not pipelined`}\n`,
+          `${v.farUnpipelinedP50 === undefined ? "" : `, ${signed(v.farUnpipelinedP50)} ms with admits not pipelined`}` +
+          `${v.heldP50 === undefined ? "" : `; committing streams at the first token (stream_commit: first_token) adds ${signed(v.heldP50)} ms p50`}\n`,
       );
     }
   } finally {

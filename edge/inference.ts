@@ -222,9 +222,13 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       finish(
         run.then(
           (r) => {
-            access.firstByte(Date.now());
+            const responded = Date.now();
             access.set({ route: r.response.headers.get("x-llmgw-route") });
-            return r.outcome;
+            // A stream's 200 may go out before its first token (stream_commit: headers).
+            return r.outcome.then((o) => {
+              access.firstByte(o.firstByteAt ?? responded);
+              return o;
+            });
           },
           () => undefined,
         ),

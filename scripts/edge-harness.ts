@@ -14,7 +14,7 @@ import { hashSecret, newSecret } from "../cli/ctl/keys.ts";
 import { type EdgeSyncClient, edgeSyncClient } from "../common/edgesync-client.ts";
 import { freePort } from "../common/free-ports.ts";
 import { type Proc, REPO, startLlmgw, startProcess } from "../common/processes.ts";
-import { ACCESS_LOG_TYPE } from "../edge/access-log.ts";
+import { ACCESS_LOG_TYPE, type AccessEntry } from "../edge/access-log.ts";
 import { serveEdge } from "./edge-miniflare.ts";
 import { bundleWorker, directSocket, runtimeOf, WRANGLER } from "./workerd.ts";
 
@@ -103,6 +103,12 @@ export type FastEdge = Omit<Edge, "proc"> & {
   port: number;
   /** What the Worker and workerd logged so far, but the access log: one entry a line. */
   logged: string[];
+  /**
+   * The access log so far: where each request was finally served, which a
+   * stream committed at its first engine's headers tells its client only in
+   * those headers.
+   */
+  access: AccessEntry[];
 };
 
 /**
@@ -111,9 +117,12 @@ export type FastEdge = Omit<Edge, "proc"> & {
  * there; the Worker's other lines still show.
  */
 const withoutAccessLog =
-  (logged: string[] = []) =>
+  (logged: string[] = [], access: AccessEntry[] = []) =>
   (level: string, message: string): void => {
-    if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) return;
+    if (message.startsWith(`{"type":"${ACCESS_LOG_TYPE}"`)) {
+      access.push(JSON.parse(message) as AccessEntry);
+      return;
+    }
     logged.push(message);
     (level === "error" || level === "warn" ? process.stderr : process.stdout).write(`${message}\n`);
   };
@@ -143,6 +152,7 @@ export async function startEdgeMiniflare(
   const token = newSecret();
   const port = await freePort();
   const logged: string[] = [];
+  const access: AccessEntry[] = [];
   const edge = await serveEdge({
     config,
     outdir: dir,
@@ -150,13 +160,14 @@ export async function startEdgeMiniflare(
     port: await freePort(),
     entryPort: port,
     bindings: { EDGE_SYNC_TOKEN: token, LLMGW_ROUTER: JSON.stringify(router), ...vars },
-    onLog: withoutAccessLog(logged),
+    onLog: withoutAccessLog(logged, access),
   });
   return track({
     url: edge.url,
     port,
     token,
     logged,
+    access,
     sync: edgeSyncClient(edge.url, token),
     async stop() {
       await edge.dispose();

@@ -128,6 +128,12 @@ export const routerSchema = z.strictObject({
   default_routing: routingPolicy.default("chat"),
   session_header: z.string().default("x-session-id"),
   inject_usage: z.boolean().default(true),
+  // When a stream's response (its 200) goes to the client. Either way a
+  // failure before the first token is retried on another endpoint; what
+  // differs is the last one's: an error event in the stream already begun,
+  // or a status of its own, for which the client's time to its first token
+  // carries the response's start (docs/edge.md, "When a stream is committed").
+  stream_commit: z.enum(["headers", "first_token"]).default("headers"),
   max_body_bytes: z
     .number()
     .int()

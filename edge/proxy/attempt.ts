@@ -1,10 +1,13 @@
 /**
  * One attempt at one endpoint, as four steps: connect, then read the whole
- * answer (non-streamed) or hold the stream until its first token, then
+ * answer (non-streamed) or read the stream up to its first token, then
  * relay it. Every step before `relay` may return a Failure, and the proxy
- * may then try another endpoint; `relay` cannot: the client has bytes, so
- * "no retry after the first byte" is where the signatures change. What
- * each failure means is failure.ts's; this file only reads and writes.
+ * may then try another endpoint; `relay` cannot: the client has bytes of
+ * the answer, so "no retry after the first token" is where the signatures
+ * change. Whether the client's 200 went out before the first token (at the
+ * engine's headers) is the proxy's choice; these steps read the same either
+ * way. What each failure means is failure.ts's; this file only reads and
+ * writes.
  */
 import { SseSplitter } from "../../common/sse.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
@@ -274,18 +277,35 @@ function nativePipe(): ReadableWritablePair<Uint8Array, Uint8Array> {
   return new IdentityTransformStream({ highWaterMark: STREAM_BUFFER_BYTES });
 }
 
-/** The client's end of a relayed stream: writes that stop once it has gone. */
-class ClientSide {
+/**
+ * The client's end of a stream: writes that stop once it has gone. It
+ * outlives an attempt: a stream committed at the engine's headers may be
+ * read from another engine's attempt before its first token goes out.
+ */
+export class ClientSide {
   gone = false;
   private last: Promise<void> = Promise.resolve();
   private readonly writer: WritableStreamDefaultWriter<Uint8Array>;
+  private readonly readable: ReadableStream<Uint8Array>;
+  private onGone: () => void = () => {};
+  private readonly signal: AbortSignal | undefined;
+  private readonly onAbort = () => this.leave();
 
-  constructor(
-    readonly pair: ReadableWritablePair<Uint8Array, Uint8Array>,
-    private readonly onGone: () => void,
-  ) {
+  constructor(input: ProxyInput) {
+    const pair = (input.pipe ?? nativePipe)();
+    this.readable = pair.readable;
     this.writer = pair.writable.getWriter();
     this.writer.closed.catch(() => this.leave());
+    this.signal = input.clientSignal;
+    this.signal?.addEventListener("abort", this.onAbort, { once: true });
+    // Gone before now: the listener above never fires.
+    if (this.signal?.aborted) this.leave();
+  }
+
+  /** What the client's going stops: the attempt being read now. */
+  whenGone(stop: () => void): void {
+    this.onGone = stop;
+    if (this.gone) stop();
   }
 
   leave(): void {
@@ -311,17 +331,34 @@ class ClientSide {
 
   close(last: string): void {
     this.send(last);
+    this.signal?.removeEventListener("abort", this.onAbort);
     if (!this.gone) this.writer.close().catch(() => {});
+  }
+
+  /** The client's 200: what it reads is whatever is written here. */
+  response(headers: Record<string, string>): Response {
+    return new Response(this.readable, {
+      status: 200,
+      headers: {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache",
+        // Cloudflare does not compress event streams by default; say so
+        // explicitly so nothing in between buffers for a compressor.
+        "content-encoding": "identity",
+        ...headers,
+      },
+    });
   }
 }
 
 /**
- * Sends the held stream on and relays the rest. The stream is complete when
- * every choice finished (or the engine said `[DONE]`) and the body ended
- * cleanly; the client then gets its final usage chunk if it asked for one,
- * and `[DONE]`. Anything else ends with an error event (docs/edge.md).
+ * Sends the held stream on and relays the rest into the client's stream.
+ * The stream is complete when every choice finished (or the engine said
+ * `[DONE]`) and the body ended cleanly; the client then gets its final
+ * usage chunk if it asked for one, and `[DONE]`. Anything else ends with
+ * an error event (docs/edge.md). Resolves once the last byte is out.
  */
-export function relay(call: Call, held: Held): Committed {
+export function relay(call: Call, held: Held, client: ClientSide): Promise<Verdicted> {
   const { input, endpoint } = call;
   const watchdog = call.watchdog!;
   const { reader, splitter, tracker, decoder } = held;
@@ -329,15 +366,12 @@ export function relay(call: Call, held: Held): Committed {
   // The engine's body is cancelled through its reader, not only by aborting
   // the fetch: an aborted body nobody cancels errors inside the runtime,
   // which workerd logs as an uncaught "Network connection lost".
-  const client = new ClientSide((input.pipe ?? nativePipe)(), () => {
+  client.whenGone(() => {
     reader.cancel().catch(() => {});
     call.abort();
   });
-  const onClientGone = () => client.leave();
-  input.clientSignal?.addEventListener("abort", onClientGone, { once: true });
-  // Gone between its first token and now: the listener above never fires.
-  if (input.clientSignal?.aborted) client.leave();
   client.send(held.head);
+  const firstByteAt = Date.now();
 
   // Read eagerly rather than when the client pulls: every chunk the engine
   // sends is parsed for usage at once, so on a disconnect the last usage
@@ -369,7 +403,6 @@ export function relay(call: Call, held: Held): Committed {
       return { kind: "cut", failure: thrownFailure(endpoint.id, "relay", err, watchdog.fired, finished) };
     } finally {
       watchdog.stop();
-      input.clientSignal?.removeEventListener("abort", onClientGone);
     }
     if (client.gone) return { kind: "left" };
     if (!tracker.error && tracker.complete(choicesAsked(input.body, input.apiPath)))
@@ -377,7 +410,7 @@ export function relay(call: Call, held: Held): Committed {
     return { kind: "cut", failure: earlyEnd(endpoint.id, "relay", tracker.finished.size > 0, tracker.error) };
   };
 
-  const outcome = pump()
+  return pump()
     .catch((): End => ({ kind: "left" }))
     .then(async (end) => {
       const counted = countedUsage(tracker.usage, input.body, tracker.relayed);
@@ -387,21 +420,7 @@ export function relay(call: Call, held: Held): Committed {
       }
       // An engine's own error event has gone out already.
       else if (end.kind === "cut") client.close(tracker.error ? "" : sseErrorEvent(end.failure.error.body()));
-      return outcomeOf(where(call), end, counted);
+      else client.close("");
+      return { ...outcomeOf(where(call), end, counted), firstByteAt };
     });
-
-  return {
-    response: new Response(client.pair.readable, {
-      status: 200,
-      headers: {
-        "content-type": "text/event-stream; charset=utf-8",
-        "cache-control": "no-cache",
-        // Cloudflare does not compress event streams by default; say so
-        // explicitly so nothing in between buffers for a compressor.
-        "content-encoding": "identity",
-        ...call.headers,
-      },
-    }),
-    outcome,
-  };
 }

@@ -157,6 +157,11 @@ export interface Outcome {
   disconnected: boolean;
   /** The error code of a failure the edge answered with or ended the stream with. */
   errorCode: string | null;
+  /**
+   * When a stream's first token went to the client; unset for an answer
+   * whose first byte went out with its response.
+   */
+  firstByteAt?: number;
 }
 
 /** An outcome and what the endpoint's breaker hears of it: the verdict, and for a failure why. */

@@ -12,10 +12,11 @@ import type { UpstreamFetch } from "./upstream.ts";
  * before the first byte, the verdict every attempt reports to its lease,
  * usage on both paths, failures mid-stream. No workerd, no pool.
  */
-const settings = routerSchema.parse({
+const settingsInput = {
   retries: 2,
   timeouts: { response_header: "200ms", first_token: "200ms", idle: "200ms", total: "5s" },
-});
+};
+const settings = routerSchema.parse(settingsInput);
 
 const ep = (id: string): EndpointSpec => ({
   id,
@@ -228,23 +229,108 @@ describe("proxy", () => {
     expect(verdicts).toEqual([["a", "ok"]]);
   });
 
-  it("a stream that closes before its first token is retried elsewhere", async () => {
-    const { result, verdicts } = run(
-      {
-        a: () => sse([], { endEarly: true }),
-        b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]),
-      },
-      ["a", "b"],
-      { stream: true },
-    );
-    const r = await result;
-    expect(r.response.headers.get("x-llmgw-endpoint")).toBe("b");
-    await r.response.text();
-    await r.outcome;
-    expect(verdicts).toEqual([
-      ["a", "fail"],
-      ["b", "ok"],
-    ]);
+  /** Settings with the client's response committed at the engine's headers or at the first token. */
+  const committedAt = (stream_commit: "headers" | "first_token", over: Record<string, unknown> = {}) =>
+    routerSchema.parse({ ...settingsInput, ...over, stream_commit });
+
+  describe.each(["headers", "first_token"] as const)("a stream committed at %s", (commit) => {
+    it("that closes before its first token is retried elsewhere, the client none the wiser", async () => {
+      const { result, verdicts } = run(
+        {
+          a: () => sse([], { endEarly: true }),
+          b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]),
+        },
+        ["a", "b"],
+        { stream: true, settings: committedAt(commit) },
+      );
+      const r = await result;
+      expect(r.response.status).toBe(200);
+      // The headers are the attempt's the client's response began with.
+      expect(r.response.headers.get("x-llmgw-endpoint")).toBe(commit === "headers" ? "a" : "b");
+      const text = await r.response.text();
+      expect(text).toContain('"content":"ok"');
+      expect(text).toContain("data: [DONE]");
+      expect(await r.outcome).toMatchObject({
+        endpointId: "b",
+        attempts: 2,
+        completed: true,
+        errorCode: null,
+      });
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "ok"],
+      ]);
+    });
+
+    it("reports when its first token went out, which the access log's ttft_ms is", async () => {
+      // Headers at once, the first token 60 ms later.
+      const slow = () =>
+        new Response(
+          new ReadableStream<Uint8Array>({
+            async start(c) {
+              await new Promise((r) => setTimeout(r, 60));
+              c.enqueue(encoder.encode(chunk("ok", 1)));
+              c.enqueue(encoder.encode("data: [DONE]\n\n"));
+              c.close();
+            },
+          }),
+          { status: 200, headers: { "content-type": "text/event-stream" } },
+        );
+      const { result } = run({ a: slow }, ["a"], { stream: true, settings: committedAt(commit) });
+      const r = await result;
+      const responded = Date.now();
+      await r.response.text();
+      const o = await r.outcome;
+      // Committed at the headers, the response came before the token; at the first token, with it.
+      if (commit === "headers") expect(o.firstByteAt! - responded).toBeGreaterThanOrEqual(40);
+      else expect(o.firstByteAt!).toBeLessThanOrEqual(responded);
+    });
+
+    it("that fails before its first token everywhere tells the client the last failure", async () => {
+      const { result, verdicts } = run(
+        { a: () => sse([], { endEarly: true }), b: () => sse([], { endEarly: true }) },
+        ["a", "b"],
+        { stream: true, settings: committedAt(commit) },
+      );
+      const r = await result;
+      const o = await r.outcome;
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "fail"],
+      ]);
+      expect(o).toMatchObject({ attempts: 2, completed: false, errorCode: "upstream_error" });
+      if (commit === "first_token") {
+        expect([r.response.status, o.status]).toEqual([503, 503]);
+        expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("upstream_error");
+        return;
+      }
+      // Committed: one error event, in OpenAI's shape, and the stream's end.
+      expect([r.response.status, o.status]).toEqual([200, 200]);
+      const events = (await r.response.text()).split("\n\n").filter(Boolean);
+      expect(events).toHaveLength(1);
+      const error = JSON.parse(events[0]!.slice("data: ".length)).error;
+      expect(error).toMatchObject({ code: "upstream_error", type: "service_unavailable_error" });
+      expect(error.message).toMatch(/^The engine \(b\) failed before the first token/);
+    });
+
+    it("stops at an engine's 4xx on the way: the engine is alive, the caller asked wrong", async () => {
+      const bad = () =>
+        Response.json({ error: { message: "prompt too long", type: "BadRequestError" } }, { status: 400 });
+      const { result, verdicts, calls } = run(
+        { a: () => sse([], { endEarly: true }), b: bad, c: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]) },
+        ["a", "b", "c"],
+        { stream: true, settings: committedAt(commit) },
+      );
+      const r = await result;
+      const text = await r.response.text();
+      expect(text).toContain("prompt too long");
+      expect(calls).toHaveLength(2);
+      expect(await r.outcome).toMatchObject({ status: commit === "headers" ? 200 : 400, completed: false });
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "ok"],
+      ]);
+    });
   });
 
   it("a stream that breaks after its first token ends with an SSE error event and reports a failure", async () => {
@@ -285,36 +371,50 @@ describe("proxy", () => {
       ...extra,
     });
 
-  it("a client gone before the first token aborts the engine's request at once, tries no other, and blames none", async () => {
-    const client = new AbortController();
-    // Headers, then nothing: the engine holds its first token back.
-    const silent = (init: RequestInit) => sse([], { stallAfter: 0, signal: init.signal });
-    let aborted = false;
-    const { result, verdicts, calls } = run(
-      {
-        a: (init) => {
-          init.signal?.addEventListener("abort", () => {
-            aborted = true;
-          });
-          queueMicrotask(() => client.abort());
-          return silent(init);
+  it.each(["headers", "first_token"] as const)(
+    "a client gone before the first token aborts the engine's request at once, tries no other, and blames none (committed at %s)",
+    async (commit) => {
+      const client = new AbortController();
+      // Headers, then nothing: the engine holds its first token back.
+      const silent = (init: RequestInit) => sse([], { stallAfter: 0, signal: init.signal });
+      let aborted = false;
+      const { result, verdicts, calls } = run(
+        {
+          a: (init) => {
+            init.signal?.addEventListener("abort", () => {
+              aborted = true;
+            });
+            queueMicrotask(() => client.abort());
+            return silent(init);
+          },
+          b: silent,
         },
-        b: silent,
-      },
-      ["a", "b"],
-      {
-        stream: true,
-        clientSignal: client.signal,
-        settings: routerSchema.parse({ retries: 2, timeouts: { first_token: "60s", total: "5m" } }),
-      },
-    );
-    const r = await result;
-    expect(aborted).toBe(true);
-    expect(calls).toHaveLength(1);
-    expect(r.response.status).toBe(499);
-    expect(await r.outcome).toMatchObject({ status: 499, errorCode: "client_closed", disconnected: true });
-    expect(verdicts).toEqual([["a", "abandon"]]);
-  });
+        ["a", "b"],
+        {
+          stream: true,
+          clientSignal: client.signal,
+          settings: routerSchema.parse({
+            retries: 2,
+            stream_commit: commit,
+            timeouts: { first_token: "60s", total: "5m" },
+          }),
+        },
+      );
+      const r = await result;
+      expect(aborted).toBe(true);
+      expect(calls).toHaveLength(1);
+      // Committed at the headers, the client had its 200 before it left.
+      const status = commit === "headers" ? 200 : 499;
+      expect(r.response.status).toBe(status);
+      expect(await r.outcome).toMatchObject({
+        status,
+        errorCode: "client_closed",
+        disconnected: true,
+        usage: undefined,
+      });
+      expect(verdicts).toEqual([["a", "abandon"]]);
+    },
+  );
 
   it("leaves an engine that sends no headers within first_token when response_header is longer", async () => {
     const t0 = Date.now();
@@ -350,24 +450,30 @@ describe("proxy", () => {
     ]);
   });
 
-  it("counts first_token from the attempt's start: headers late within it leave only the rest", async () => {
-    const late = (init: RequestInit) =>
-      new Promise<Response>((resolve) =>
-        setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
-      );
-    const t0 = Date.now();
-    const { result } = run({ a: late }, ["a"], {
-      stream: true,
-      settings: routerSchema.parse({
-        timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
-      }),
-    });
-    const r = await result;
-    const took = Date.now() - t0;
-    expect(r.response.status).toBe(504);
-    expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
-    expect(took).toBeLessThan(400);
-  });
+  it.each(["headers", "first_token"] as const)(
+    "counts first_token from the attempt's start: headers late within it leave only the rest (committed at %s)",
+    async (commit) => {
+      const late = (init: RequestInit) =>
+        new Promise<Response>((resolve) =>
+          setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
+        );
+      const t0 = Date.now();
+      const { result } = run({ a: late }, ["a"], {
+        stream: true,
+        settings: routerSchema.parse({
+          stream_commit: commit,
+          timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
+        }),
+      });
+      const r = await result;
+      const text = await r.response.text();
+      const took = Date.now() - t0;
+      expect(r.response.status).toBe(commit === "headers" ? 200 : 504);
+      expect(text).toContain('"code":"first_token_timeout"');
+      expect((await r.outcome).errorCode).toBe("first_token_timeout");
+      expect(took).toBeLessThan(400);
+    },
+  );
 
   describe("streams as engines other than vLLM send them", () => {
     const plain = (content: string, finish: string | null = null, index = 0, usage = "") =>

@@ -18,7 +18,8 @@ import {
 /**
  * Engines that fail on purpose (sim engine fault flags) behind the real
  * edge: refused connections, a crash after the first token, hangs before
- * the first token and mid-stream, an engine that accepts the connection and
+ * the first token (committed at the engine's headers, and at the first
+ * token) and mid-stream, an engine that accepts the connection and
  * never answers, a frozen (SIGSTOP) engine, and the breaker's
  * open/half-open/closed cycle. Timeouts are shortened through LLMGW_ROUTER,
  * all but response_header, which keeps its default: the first token is due
@@ -43,6 +44,9 @@ describe("edge under engine faults", () => {
   const held: Socket[] = [];
   let key: TestKey;
   let client: OpenAI;
+  // The same faults behind an edge that commits streams at their first token.
+  let heldEdge: Edge;
+  let heldClient: OpenAI;
 
   beforeAll(async () => {
     [deadPort, breakerPort] = await Promise.all([freePort(), freePort()]);
@@ -50,17 +54,19 @@ describe("edge under engine faults", () => {
     await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
     const silentPort = (silent.address() as { port: number }).port;
     let crash2: Sim;
-    [edge, good, crash, crash2, hangFirst, hangMid, frozen] = await Promise.all([
-      startEdge({
-        retries: 2,
-        failure_threshold: 3,
-        cooldown: `${COOLDOWN_MS}ms`,
-        timeouts: {
-          response_header: `${RESPONSE_HEADER_MS}ms`,
-          first_token: `${FIRST_TOKEN_MS}ms`,
-          idle: `${IDLE_MS}ms`,
-        },
-      }),
+    const router = {
+      retries: 2,
+      failure_threshold: 3,
+      cooldown: `${COOLDOWN_MS}ms`,
+      timeouts: {
+        response_header: `${RESPONSE_HEADER_MS}ms`,
+        first_token: `${FIRST_TOKEN_MS}ms`,
+        idle: `${IDLE_MS}ms`,
+      },
+    };
+    [edge, heldEdge, good, crash, crash2, hangFirst, hangMid, frozen] = await Promise.all([
+      startEdge(router),
+      startEdge({ ...router, stream_commit: "first_token" }),
       startSim("good", ["--served-model-name", "good", "retry"]),
       startSim("crash", ["--sim-crash-after", "0", "--sim-speed", "20"]),
       startSim("crash2", ["--sim-crash-after", "0", "--sim-speed", "20"]),
@@ -82,6 +88,8 @@ describe("edge under engine faults", () => {
     ]);
     key = await createKey(edge);
     client = clientFor(edge, key.secret);
+    await setEndpoints(heldEdge, [{ id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] }]);
+    heldClient = clientFor(heldEdge, (await createKey(heldEdge)).secret);
   }, 90_000);
 
   afterAll(async () => {
@@ -143,16 +151,37 @@ describe("edge under engine faults", () => {
   });
 
   /** A streamed request that fails before its first token: the error the client got, and how long it took. */
-  const failedStream = async (model: string) => {
+  const failedStream = async (model: string, via: OpenAI = client) => {
     const t0 = Date.now();
-    const err = await client.chat.completions
+    const err = await via.chat.completions
       .create({ model, messages: [{ role: "user", content: "hi" }], stream: true })
       .catch((e) => e);
     return { err, took: Date.now() - t0 };
   };
 
-  it("answers 504 when an engine sends no token within first_token", async () => {
-    const { err, took } = await failedStream("hangfirst");
+  it("ends a stream whose engine sends headers and no token within first_token with first_token_timeout", async () => {
+    // Committed at the engine's headers (the default): the client has its 200, then the error event.
+    const t0 = Date.now();
+    const stream = await client.chat.completions.create({
+      model: "hangfirst",
+      messages: [{ role: "user", content: "hi" }],
+      stream: true,
+    });
+    let chunks = 0;
+    const err = await (async () => {
+      for await (const c of stream) chunks += c.choices.length;
+    })().catch((e) => e);
+    const took = Date.now() - t0;
+    expect(chunks).toBe(0);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(err.code).toBe("first_token_timeout");
+    expect(err.message).toMatch(/hangfirst-1.*within 1500 ms/);
+    expect(took).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+    expect(took).toBeLessThan(FIRST_TOKEN_MS + 3000);
+  });
+
+  it("answers that with a 504 of its own when streams are committed at the first token", async () => {
+    const { err, took } = await failedStream("hangfirst", heldClient);
     expect(err).toBeInstanceOf(OpenAI.InternalServerError);
     expect(err.status).toBe(504);
     expect(err.code).toBe("first_token_timeout");

@@ -36,6 +36,13 @@ interface Result {
   /** Time to the first chunk, when there was one. */
   ttfb: number | undefined;
   chunks: number;
+  requestId: string | null;
+  /**
+   * Where the stream was served and after how many attempts: first as its
+   * response's headers say (the attempt the client's 200 came with), then,
+   * once it is over, as the edge's access log says (a stream may move to
+   * another endpoint after its 200, before its first token).
+   */
   endpoint: string | null;
   attempts: number;
   outcome: "served" | "sse-error" | "http-error" | "hang" | "other";
@@ -59,6 +66,7 @@ async function oneStream(client: OpenAI, model: string, r: Result): Promise<void
         { signal: ctrl.signal },
       )
       .withResponse();
+    r.requestId = response.headers.get("x-request-id");
     r.endpoint = response.headers.get("x-llmgw-endpoint");
     r.attempts = Number(response.headers.get("x-llmgw-attempts"));
     try {
@@ -94,6 +102,7 @@ function load(client: OpenAI, model: string) {
         end: 0,
         ttfb: undefined,
         chunks: 0,
+        requestId: null,
         endpoint: null,
         attempts: 0,
         outcome: "other",
@@ -131,7 +140,7 @@ function summary(name: string, results: Result[], event: number) {
   const durations = results.map((r) => r.end - r.start).sort((a, b) => a - b);
   const line = [
     `${name}: ${results.length} streams`,
-    `served ${count("served")} (retried before the first byte: ${results.filter((r) => r.outcome === "served" && r.attempts > 1).length})`,
+    `served ${count("served")} (retried before the first token: ${results.filter((r) => r.outcome === "served" && r.attempts > 1).length})`,
     `SSE error ${count("sse-error")}`,
     `HTTP error ${count("http-error")}`,
     `hung ${count("hang")}`,
@@ -206,6 +215,15 @@ describe("reliability under load", () => {
       60_000,
     );
     const results = await run.stop();
+    // Each stream's access line is written once its last byte is out (in the Worker's waitUntil).
+    const served = (r: Result) => edge.access.find((a) => a.request_id === r.requestId);
+    await waitUntil("an access log line for every stream", () =>
+      results.every((r) => r.requestId === null || served(r) !== undefined),
+    );
+    for (const r of results) {
+      const a = served(r);
+      if (a) [r.endpoint, r.attempts] = [a.endpoint, a.attempts];
+    }
     summary(name, results, faultAt);
     const sseErrors = results.filter((r) => r.outcome === "sse-error");
     const retried = results.filter((r) => r.outcome === "served" && r.attempts > 1);
@@ -220,7 +238,7 @@ describe("reliability under load", () => {
       expect(r.endpoint).toBe(victim);
       expect(r.start).toBeLessThan(faultAt);
     }
-    // Requests sent to it before their first byte were served elsewhere; with its broken
+    // Requests sent to it before their first token were served elsewhere; with its broken
     // streams they are the consecutive failures that opened its breaker.
     for (const r of retried) expect(r.endpoint).not.toBe(victim);
     expect(retried.length + sseErrors.length).toBeGreaterThanOrEqual(FAILURE_THRESHOLD);
