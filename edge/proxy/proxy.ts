@@ -57,7 +57,7 @@ export async function proxy(input: ProxyInput): Promise<ProxyResult> {
       continue;
     }
     if (r instanceof Response) return committedAtHeaders(tries, { target, call, res: r });
-    // A stream is held until its first token: its prompt is computed.
+    // A stream committed at its first token (stream_commit: first_token): its prompt is computed.
     if (input.stream) target.lease.prefilled();
     return { response: r.response, outcome: tries.settled(target, r.outcome) };
   }
