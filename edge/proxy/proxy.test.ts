@@ -1,6 +1,6 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { routerSchema } from "../config/router.ts";
-import type { PoolLease } from "../pool/client.ts";
+import { ClientGone, type PoolLease } from "../pool/client.ts";
 import type { Verdict } from "../routing/pool-core.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import type { Target } from "./attempt-plan.ts";
@@ -331,6 +331,37 @@ describe("proxy", () => {
         ["b", "ok"],
       ]);
     });
+  });
+
+  it.each([
+    ["the client left while a fallback's pool queued it", new ClientGone(), "client_closed"],
+    ["the edge failed asking a fallback's pool", new Error("boom"), "internal_error"],
+  ])("a stream committed at its headers still ends when %s", async (_, thrown, code) => {
+    const verdicts: [string, Verdict][] = [];
+    const lease = fakeLease(verdicts);
+    let taken = 0;
+    const { result } = run({ a: () => sse([], { endEarly: true }) }, [], {
+      stream: true,
+      targets: {
+        take: async () => {
+          if (taken++ === 0) return { model: "m", endpoint: ep("a"), lease };
+          throw thrown;
+        },
+      },
+    });
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    const r = await result;
+    const text = await r.response.text();
+    const o = await r.outcome;
+    const errorsLogged = logged.mock.calls.map((c) => c[2]);
+    logged.mockRestore();
+    expect(o).toMatchObject({ status: 200, errorCode: code, attempts: 1 });
+    if (code === "internal_error") {
+      // The client gets the request id; the Worker's log, the error.
+      expect(text).toContain('"code":"internal_error"');
+      expect(errorsLogged).toEqual([thrown]);
+    } else expect(text).toBe("");
+    expect(verdicts).toEqual([["a", "fail"]]);
   });
 
   it("a stream that breaks after its first token ends with an SSE error event and reports a failure", async () => {

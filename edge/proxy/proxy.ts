@@ -1,4 +1,5 @@
 import { errors, sseErrorEvent } from "../openai-errors.ts";
+import { ClientGone } from "../pool/client.ts";
 import {
   type Call,
   ClientSide,
@@ -127,6 +128,12 @@ interface Accepted {
 function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
   const client = new ClientSide(tries.input);
   const response = client.response(first.call.headers);
+  const ended = (last: Failure): Outcome => {
+    const end =
+      last.verdict === "abandon" ? { kind: "left" as const } : { kind: "cut" as const, failure: last };
+    client.close(end.kind === "cut" ? sseErrorEvent(last.error.body()) : "");
+    return outcomeOf(tries.where(), end);
+  };
   const outcome = (async (): Promise<Outcome> => {
     let at: Accepted | Failure | undefined = first;
     while (at && !isFailure(at)) {
@@ -141,12 +148,18 @@ function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
       tries.failed(target, f);
       at = f.retryable ? await tries.accepted(client) : f;
     }
-    const last = at ?? tries.last!;
-    const end =
-      last.verdict === "abandon" ? { kind: "left" as const } : { kind: "cut" as const, failure: last };
-    client.close(end.kind === "cut" ? sseErrorEvent(last.error.body()) : "");
-    return outcomeOf(tries.where(), end);
-  })();
+    return ended(at ?? tries.last!);
+  })().catch((err: unknown) => {
+    // A fallback's pool, asked on the way, may throw: the client left while
+    // it queued, or the edge itself failed. The stream still ends, and the
+    // request is still charged and its leases released.
+    if (err instanceof ClientGone || client.gone) return ended(clientLeft());
+    console.error("the stream failed before its first token", tries.input.requestId, err);
+    const error = errors.internal(
+      `The gateway failed to handle this request (request id ${tries.input.requestId}).`,
+    );
+    return ended({ error, retryable: false, verdict: "ok" });
+  });
   return { response, outcome };
 }
 
