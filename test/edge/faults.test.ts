@@ -54,6 +54,7 @@ describe("edge under engine faults", () => {
     await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
     const silentPort = (silent.address() as { port: number }).port;
     let crash2: Sim;
+    let moveOn: Sim;
     const router = {
       retries: 2,
       failure_threshold: 3,
@@ -64,20 +65,27 @@ describe("edge under engine faults", () => {
         idle: `${IDLE_MS}ms`,
       },
     };
-    [edge, heldEdge, good, crash, crash2, hangFirst, hangMid, frozen] = await Promise.all([
+    [edge, heldEdge, good, crash, crash2, hangFirst, hangMid, frozen, moveOn] = await Promise.all([
       startEdge(router),
       startEdge({ ...router, stream_commit: "first_token" }),
-      startSim("good", ["--served-model-name", "good", "retry"]),
+      startSim("good", ["--served-model-name", "good", "retry", "moveon"]),
       startSim("crash", ["--sim-crash-after", "0", "--sim-speed", "20"]),
       startSim("crash2", ["--sim-crash-after", "0", "--sim-speed", "20"]),
       startSim("hangfirst", ["--sim-hang-after", "0", "--sim-hang-phase", "first-token"]),
       startSim("hangmid", ["--sim-hang-after", "0", "--sim-hang-phase", "mid-stream"]),
       startSim("frozen"),
+      startSim("moveon", ["--sim-hang-after", "0", "--sim-hang-phase", "first-token"]),
     ]);
+    // Headers and then nothing from the first, an answer from the second.
+    const moveOnEndpoints = [
+      { id: "moveon-hang-1", url: moveOn.url, models: ["moveon"], priority: 0 },
+      { id: "good-1", url: good.url, models: ["moveon"], priority: 1 },
+    ];
     await setEndpoints(edge, [
       // priority 0 is tried first, so the dead endpoint is always attempt 1.
       { id: "dead", url: `http://127.0.0.1:${deadPort}`, models: ["retry"], priority: 0 },
-      { id: "good-1", url: good.url, models: ["retry", "good"], priority: 1 },
+      { id: "good-1", url: good.url, models: ["retry", "good", "moveon"], priority: 1 },
+      moveOnEndpoints[0]!,
       { id: "crash-1", url: crash.url, models: ["crash"] },
       { id: "crash2-1", url: crash2.url, models: ["crash2"] },
       { id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] },
@@ -88,7 +96,10 @@ describe("edge under engine faults", () => {
     ]);
     key = await createKey(edge);
     client = clientFor(edge, key.secret);
-    await setEndpoints(heldEdge, [{ id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] }]);
+    await setEndpoints(heldEdge, [
+      { id: "hangfirst-1", url: hangFirst.url, models: ["hangfirst"] },
+      ...moveOnEndpoints,
+    ]);
     heldClient = clientFor(heldEdge, (await createKey(heldEdge)).secret);
   }, 90_000);
 
@@ -120,6 +131,28 @@ describe("edge under engine faults", () => {
     let n = 0;
     for await (const c of stream.data) n += c.choices.length;
     expect(n).toBeGreaterThan(0);
+  });
+
+  it("moves a stream whose engine sent headers and no token to the next endpoint, inside the 200 it has", async () => {
+    const ask = (via: OpenAI) =>
+      via.chat.completions
+        .create({ model: "moveon", messages: [{ role: "user", content: "hi" }], max_tokens: 3, stream: true })
+        .withResponse();
+    const chunks = async (data: AsyncIterable<{ choices: unknown[] }>) => {
+      let n = 0;
+      for await (const c of data) n += c.choices.length;
+      return n;
+    };
+    // Committed at the headers: they name the engine that sent them; the answer is another's.
+    const committed = await ask(client);
+    expect(committed.response.headers.get("x-llmgw-endpoint")).toBe("moveon-hang-1");
+    expect(committed.response.headers.get("x-llmgw-attempts")).toBe("1");
+    expect(await chunks(committed.data)).toBeGreaterThan(0);
+    // Committed at the first token: the headers come from the engine that answered.
+    const held = await ask(heldClient);
+    expect(held.response.headers.get("x-llmgw-endpoint")).toBe("good-1");
+    expect(held.response.headers.get("x-llmgw-attempts")).toBe("2");
+    expect(await chunks(held.data)).toBeGreaterThan(0);
   });
 
   it("turns a crash after the first token into an SSE error event and a closed stream", async () => {
