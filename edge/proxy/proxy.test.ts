@@ -313,6 +313,30 @@ describe("proxy", () => {
       expect(error.message).toMatch(/^The engine \(b\) failed before the first token/);
     });
 
+    it("retries an engine's own error event before the first token, and passes the last one on", async () => {
+      // As SGLang and others send a failure once their stream has begun: a 200, one error event, the end.
+      const erring = (message: string) => () =>
+        sse([`data: {"error":{"message":"${message}","type":"InternalServerError","code":500}}\n\n`]);
+      const { result, verdicts } = run(
+        { a: erring("a is out of memory"), b: erring("b is out of memory") },
+        ["a", "b"],
+        {
+          stream: true,
+          settings: committedAt(commit),
+        },
+      );
+      const r = await result;
+      const text = await r.response.text();
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "fail"],
+      ]);
+      expect(text).toContain("b is out of memory");
+      expect(text).not.toContain("a is out of memory");
+      expect(r.response.status).toBe(commit === "headers" ? 200 : 500);
+      expect((await r.outcome).completed).toBe(false);
+    });
+
     it("stops at an engine's 4xx on the way: the engine is alive, the caller asked wrong", async () => {
       const bad = () =>
         Response.json({ error: { message: "prompt too long", type: "BadRequestError" } }, { status: 400 });
