@@ -26,7 +26,17 @@ describe("config check", () => {
     expect(text).toContain("replicas 3..6");
     expect(text).toContain("router-only: 2 static endpoint(s) (coder-a, coder-b)");
     expect(text).toContain("desired: 4 replica(s) on 19 GPU(s)");
+    expect(text).toContain("streams committed at the engine's headers");
     expect(r.catalog.get("llama-70b")?.profiles[0]?.gpusPerNode).toBe(8);
+  });
+
+  it("says when streams are committed, and names the key of a value it does not know", () => {
+    const held = checkConfig(EXAMPLE, { LLMGW_ROUTER__STREAM_COMMIT: "first_token" });
+    if (!held.ok) throw new Error(held.issues.join("\n"));
+    expect(held.summary.join("\n")).toContain("streams committed at the first token");
+    const bad = checkConfig(EXAMPLE, { LLMGW_ROUTER__STREAM_COMMIT: "body" });
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) expect(bad.issues.join("\n")).toMatch(/router\.stream_commit/);
   });
 
   it("warns that router.timeouts.dial does nothing, and accepts a served_model_name per endpoint", () => {

@@ -128,7 +128,7 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   );
   const r = c.router;
   lines.push(
-    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts response-header ${d(r.timeouts.response_header)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}`,
+    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts response-header ${d(r.timeouts.response_header)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}, streams committed at ${r.stream_commit === "headers" ? "the engine's headers" : "the first token"}`,
   );
   const a = r.admission;
   lines.push(
