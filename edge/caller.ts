@@ -8,25 +8,33 @@ import { errors } from "./openai-errors.ts";
 /**
  * Who is calling: the key behind the Authorization header, refused if
  * revoked. Revocation is checked against the isolate's view of the
- * RevocationLog, refreshed at most every few seconds; if the log cannot be
- * reached the view is kept (fail open for that interval) rather than
- * failing every request. Synchronous when the key is cached and no refresh
- * is due, as on most requests: under load each await is a resumption
- * queued behind other streams' chunks.
+ * RevocationLog, refreshed every few seconds by the request that finds it
+ * due, in the background: that request goes on with the view it has, as
+ * the ones beside it do, and the log may be far away. Only an isolate that
+ * has no view yet waits for its first. If the log cannot be reached the
+ * view is kept (fail open for that interval) rather than failing every
+ * request. Synchronous when the key is cached and the view loaded, as on
+ * nearly every request: under load each await is a resumption queued
+ * behind other streams' chunks.
  */
 export function caller(c: Context<{ Bindings: Env }>): KeyRecord | Promise<KeyRecord> {
-  const key = authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV);
-  if (key instanceof Promise || revocationWatch.due()) return checkedAfterRefresh(c.env, key);
-  return notRevoked(key);
+  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+  const key = authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV, defer);
+  if (!revocationWatch.loaded) return checkedAfterRefresh(c.env, key);
+  if (revocationWatch.due()) defer(refreshRevocations(c.env));
+  return key instanceof Promise ? key.then(notRevoked) : notRevoked(key);
 }
 
-async function checkedAfterRefresh(env: Env, pending: KeyRecord | Promise<KeyRecord>): Promise<KeyRecord> {
-  const key = await pending;
+async function refreshRevocations(env: Env): Promise<void> {
   try {
     await revocationWatch.refresh((epoch) => revocationLog(env).since(epoch));
   } catch (err) {
     console.error("revocation log unreachable", err);
   }
+}
+
+async function checkedAfterRefresh(env: Env, pending: KeyRecord | Promise<KeyRecord>): Promise<KeyRecord> {
+  const [key] = await Promise.all([pending, refreshRevocations(env)]);
   return notRevoked(key);
 }
 

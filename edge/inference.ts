@@ -161,7 +161,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
     try {
       // What the isolate has cached comes back without an await: under load
       // each resumption queues behind other streams' chunks.
-      const cfg = edgeConfig(c.env);
+      const cfg = edgeConfig(c.env, (p) => c.executionCtx.waitUntil(p));
       const config = cfg instanceof Promise ? await cfg : cfg;
       const k = caller(c);
       const key = k instanceof Promise ? await k : k;

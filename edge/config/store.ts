@@ -26,6 +26,10 @@ export const CATALOG_KEY = "config/catalog";
 export const ENDPOINTS_KEY = "config/endpoints";
 export const ROUTER_KEY = "config/router";
 const CACHE_MS = 3_000;
+// Past CACHE_MS a Worker goes on with its copy while one request re-reads
+// KV in the background, so no request waits on KV for config it has; this
+// long at most, so a KV that keeps failing is not hidden for ever.
+const STALE_MAX_MS = 60_000;
 
 export interface EdgeConfig {
   table: RoutingTable;
@@ -45,6 +49,9 @@ export interface ConfigEnv {
 // driven by one request's I/O must not be awaited by another request.
 let cached: { config: EdgeConfig; override: string | undefined; until: number } | undefined;
 let refreshing = false;
+// Counts invalidations: a read begun before one must not replace the copy
+// a read begun after it has made.
+let generation = 0;
 
 export async function readDoc<T>(
   kv: KVNamespace,
@@ -58,14 +65,31 @@ export async function readDoc<T>(
   return r.success ? r.data : empty;
 }
 
-/** Synchronous while the isolate's copy is fresh (no await on the request path); a promise when KV must be read. */
-export function edgeConfig(env: ConfigEnv): EdgeConfig | Promise<EdgeConfig> {
+/**
+ * Synchronous while the isolate has a copy (no await on the request path);
+ * a promise when KV must be read first. Past CACHE_MS, a caller that can
+ * keep work alive past itself (`defer`: a request's waitUntil) re-reads KV
+ * in the background and goes on with the copy; one that cannot waits.
+ */
+export function edgeConfig(
+  env: ConfigEnv,
+  defer?: (p: Promise<unknown>) => void,
+): EdgeConfig | Promise<EdgeConfig> {
   if (cached && cached.override === env.LLMGW_ROUTER) {
-    if (cached.until > Date.now()) return cached.config;
+    const now = Date.now();
+    if (cached.until > now) return cached.config;
     // Stale while one request revalidates: the others keep the old copy
     // rather than all reading KV at the same moment.
     if (refreshing) return cached.config;
+    if (defer && now - cached.until <= STALE_MAX_MS) {
+      defer(reload(env).catch((err) => console.error("config re-read failed", err)));
+      return cached.config;
+    }
   }
+  return reload(env);
+}
+
+function reload(env: ConfigEnv): Promise<EdgeConfig> {
   refreshing = true;
   return load(env).finally(() => {
     refreshing = false;
@@ -74,6 +98,7 @@ export function edgeConfig(env: ConfigEnv): EdgeConfig | Promise<EdgeConfig> {
 
 async function load(env: ConfigEnv): Promise<EdgeConfig> {
   const kv = env.LLMGW_KV;
+  const begun = generation;
   const [catalog, sets, router] = await Promise.all([
     readDoc<CatalogDoc>(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
     readSiteSets(kv),
@@ -85,7 +110,7 @@ async function load(env: ConfigEnv): Promise<EdgeConfig> {
     settingsVersion: router.version,
     siteVersions: new Map([...sets].map(([site, doc]) => [site, doc.version])),
   };
-  cached = { config, override: env.LLMGW_ROUTER, until: Date.now() + CACHE_MS };
+  if (begun === generation) cached = { config, override: env.LLMGW_ROUTER, until: Date.now() + CACHE_MS };
   return config;
 }
 
@@ -106,6 +131,7 @@ export function endpointsKey(site: string): string {
 /** Whatever this isolate holds is re-read from KV on next use. */
 export function invalidateEdgeConfig(): void {
   cached = undefined;
+  generation++;
 }
 
 /** The copy this isolate holds, fresh or not, without touching KV. */

@@ -13,6 +13,10 @@ import { sha256Hex } from "./sha256.ts";
 
 const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
 const POSITIVE_TTL_MS = 10_000;
+// Past its TTL a known key is still used while one request re-reads it in
+// the background, so no request waits on KV for a key in use; this long at
+// most, so a KV that keeps failing is not hidden for ever.
+const STALE_MAX_MS = 60_000;
 // Short so a key created through another isolate works within seconds,
 // long enough that a flood of bad keys costs one KV read per key per second.
 const NEGATIVE_TTL_MS = 2_000;
@@ -55,24 +59,31 @@ interface Entry {
   refreshing?: boolean;
 }
 
+/** A cached key to use now; `reread`: this caller should re-read it, without waiting. */
+export interface CacheHit {
+  key: KeyRecord | null;
+  reread: boolean;
+}
+
 export class KeyCache {
   private readonly entries = new Map<string, Entry>();
   constructor(private readonly now: () => number = Date.now) {}
 
   /**
-   * The cached record, or undefined when the caller should read KV. An
-   * expired entry is served stale while one caller re-reads it, so a busy
-   * key costs one KV read per TTL, not one per concurrent request.
+   * The cached record, or undefined when the caller must read KV before it
+   * goes on. A known key past its TTL is served while one caller re-reads
+   * it (`reread`), up to STALE_MAX_MS past; an unknown key past its TTL is
+   * read again by one caller while the others are served the old answer,
+   * and that caller waits, so a key created elsewhere works at once.
    */
-  get(hash: string): KeyRecord | null | undefined {
+  get(hash: string): CacheHit | undefined {
     const e = this.entries.get(hash);
     if (!e) return undefined;
-    if (e.until < this.now()) {
-      if (e.refreshing) return e.key;
-      e.refreshing = true;
-      return undefined;
-    }
-    return e.key;
+    const now = this.now();
+    if (e.until >= now || e.refreshing) return { key: e.key, reread: false };
+    e.refreshing = true;
+    if (e.key && now - e.until <= STALE_MAX_MS) return { key: e.key, reread: true };
+    return undefined;
   }
 
   set(hash: string, key: KeyRecord | null): void {
@@ -102,14 +113,21 @@ export function keyKvName(hash: string): string {
 
 /**
  * The key behind an Authorization header. Synchronous when this isolate
- * has the key cached (the common case: no await on the request path); a
- * promise when KV must be read. Throws (or rejects with) a 401 for a
- * malformed, unknown or revoked key.
+ * has the key cached (the common case: no await on the request path), and
+ * when it is due to be re-read: `defer` keeps that read alive past the
+ * request. A promise when KV must be read first. Throws (or rejects with)
+ * a 401 for a malformed, unknown or revoked key.
  */
-export function authenticate(header: string | null, kv: KVNamespace): KeyRecord | Promise<KeyRecord> {
+export function authenticate(
+  header: string | null,
+  kv: KVNamespace,
+  defer: (p: Promise<unknown>) => void,
+): KeyRecord | Promise<KeyRecord> {
   const hash = sha256Hex(bearerSecret(header));
-  const cached = keyCache.get(hash);
-  return cached === undefined ? readKey(kv, hash).then(usable) : usable(cached);
+  const hit = keyCache.get(hash);
+  if (hit === undefined) return readKey(kv, hash).then(usable);
+  if (hit.reread) defer(readKey(kv, hash).catch((err) => console.error("key re-read failed", err)));
+  return usable(hit.key);
 }
 
 function usable(key: KeyRecord | null): KeyRecord {

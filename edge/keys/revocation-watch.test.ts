@@ -5,6 +5,7 @@ describe("RevocationWatch", () => {
   it("polls at most every POLL_MS and accumulates revoked ids by epoch", async () => {
     let now = 0;
     const w = new RevocationWatch(() => now);
+    expect(w.loaded).toBe(false);
     const asked: number[] = [];
     const log = [
       { epoch: 1, id: "k1" },
@@ -16,6 +17,7 @@ describe("RevocationWatch", () => {
       return { epoch: rows.at(-1)?.epoch ?? e, ids: rows.map((r) => r.id) };
     };
     await w.refresh(since);
+    expect(w.loaded).toBe(true);
     expect(w.isRevoked("k2")).toBe(true);
     log.push({ epoch: 3, id: "k3" });
     now = POLL_MS - 1;

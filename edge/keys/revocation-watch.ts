@@ -36,6 +36,11 @@ export class RevocationWatch {
     }
   }
 
+  /** The log has answered this isolate at least once: before that it knows of no revocation. */
+  get loaded(): boolean {
+    return this.checkedAt > Number.NEGATIVE_INFINITY;
+  }
+
   /** Known at once in the isolate that handled the RevokeKey call. */
   add(keyId: string): void {
     this.revoked.add(keyId);

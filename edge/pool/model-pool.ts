@@ -41,7 +41,7 @@ export class ModelPool extends DurableObject<ConfigEnv> {
 
   /** The core for `model`, created from the KV config the first time. */
   private async ready(model: string, endpointsVersion = 0): Promise<PoolCore> {
-    const c = edgeConfig(this.env);
+    const c = edgeConfig(this.env, (p) => this.ctx.waitUntil(p));
     let config = c instanceof Promise ? await c : c;
     const held = Math.max(config.table.endpoints.version, this.core?.version ?? 0);
     if (held < endpointsVersion) {
