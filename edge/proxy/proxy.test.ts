@@ -263,27 +263,40 @@ describe("proxy", () => {
     });
 
     it("reports when its first token went out, which the access log's ttft_ms is", async () => {
-      // Headers at once, the first token 60 ms later.
-      const slow = () =>
-        new Response(
-          new ReadableStream<Uint8Array>({
-            async start(c) {
-              await new Promise((r) => setTimeout(r, 60));
-              c.enqueue(encoder.encode(chunk("ok", 1)));
-              c.enqueue(encoder.encode("data: [DONE]\n\n"));
-              c.close();
-            },
-          }),
-          { status: 200, headers: { "content-type": "text/event-stream" } },
-        );
-      const { result } = run({ a: slow }, ["a"], { stream: true, settings: committedAt(commit) });
-      const r = await result;
-      const responded = Date.now();
-      await r.response.text();
-      const o = await r.outcome;
-      // Committed at the headers, the response came before the token; at the first token, with it.
-      if (commit === "headers") expect(o.firstByteAt! - responded).toBeGreaterThanOrEqual(40);
-      else expect(o.firstByteAt!).toBeLessThanOrEqual(responded);
+      // The clock is the test's: it moves only when told, between the headers and the token.
+      vi.useFakeTimers({ toFake: ["Date"] });
+      try {
+        let release!: () => void;
+        const token = new Promise<void>((r) => {
+          release = r;
+        });
+        // Headers at once, the first token when the test releases it.
+        const gated = () =>
+          new Response(
+            new ReadableStream<Uint8Array>({
+              async start(c) {
+                await token;
+                c.enqueue(encoder.encode(chunk("ok", 1)));
+                c.enqueue(encoder.encode("data: [DONE]\n\n"));
+                c.close();
+              },
+            }),
+            { status: 200, headers: { "content-type": "text/event-stream" } },
+          );
+        // Committed at the first token, there is no response before it.
+        if (commit === "first_token") release();
+        const { result } = run({ a: gated }, ["a"], { stream: true, settings: committedAt(commit) });
+        const r = await result;
+        const responded = Date.now();
+        vi.setSystemTime(responded + 60);
+        release();
+        await r.response.text();
+        const o = await r.outcome;
+        // Committed at the headers, the token went out after the response; at the first token, with it.
+        expect(o.firstByteAt! - responded).toBe(commit === "headers" ? 60 : 0);
+      } finally {
+        vi.useRealTimers();
+      }
     });
 
     it("that fails before its first token everywhere tells the client the last failure", async () => {
