@@ -1,4 +1,4 @@
-import { errors } from "./openai-errors.ts";
+import { type ApiError, errors } from "./openai-errors.ts";
 
 /**
  * A request id: the one name a client, the access log and the error log
@@ -15,7 +15,10 @@ export function newRequestId(): string {
  */
 export function unhandledError(err: unknown, requestId: string): Response {
   console.error("unhandled error", requestId, err);
-  return errors
-    .internal(`The gateway failed to handle this request (request id ${requestId}).`)
-    .toResponse({ "x-request-id": requestId });
+  return gatewayFailure(requestId).toResponse({ "x-request-id": requestId });
+}
+
+/** What the client is told of such an error: nothing but the request id to quote. */
+export function gatewayFailure(requestId: string): ApiError {
+  return errors.internal(`The gateway failed to handle this request (request id ${requestId}).`);
 }

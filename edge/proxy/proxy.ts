@@ -1,5 +1,6 @@
 import { errors, sseErrorEvent } from "../openai-errors.ts";
 import { ClientGone } from "../pool/client.ts";
+import { gatewayFailure } from "../unhandled.ts";
 import {
   type Call,
   ClientSide,
@@ -155,10 +156,7 @@ function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
     // request is still charged and its leases released.
     if (err instanceof ClientGone || client.gone) return ended(clientLeft());
     console.error("the stream failed before its first token", tries.input.requestId, err);
-    const error = errors.internal(
-      `The gateway failed to handle this request (request id ${tries.input.requestId}).`,
-    );
-    return ended({ error, retryable: false, verdict: "ok" });
+    return ended({ error: gatewayFailure(tries.input.requestId), retryable: false, verdict: "ok" });
   });
   return { response, outcome };
 }
