@@ -7,6 +7,8 @@
  * copy at once, others pick the change up within CACHE_MS (plus KV's own
  * propagation when deployed).
  */
+
+import { copyUse } from "../revalidation.ts";
 import {
   type CatalogDoc,
   catalogDocSchema,
@@ -26,10 +28,6 @@ export const CATALOG_KEY = "config/catalog";
 export const ENDPOINTS_KEY = "config/endpoints";
 export const ROUTER_KEY = "config/router";
 const CACHE_MS = 3_000;
-// Past CACHE_MS a Worker goes on with its copy while one request re-reads
-// KV in the background, so no request waits on KV for config it has; this
-// long at most, so a KV that keeps failing is not hidden for ever.
-const STALE_MAX_MS = 60_000;
 
 export interface EdgeConfig {
   table: RoutingTable;
@@ -76,12 +74,11 @@ export function edgeConfig(
   defer?: (p: Promise<unknown>) => void,
 ): EdgeConfig | Promise<EdgeConfig> {
   if (cached && cached.override === env.LLMGW_ROUTER) {
-    const now = Date.now();
-    if (cached.until > now) return cached.config;
     // Stale while one request revalidates: the others keep the old copy
-    // rather than all reading KV at the same moment.
-    if (refreshing) return cached.config;
-    if (defer && now - cached.until <= STALE_MAX_MS) {
+    // rather than all reading KV at the same moment (revalidation.ts).
+    const use = copyUse(cached.until, Date.now(), refreshing, defer !== undefined);
+    if (use === "use") return cached.config;
+    if (use === "use-and-reread" && defer) {
       defer(reload(env).catch((err) => console.error("config re-read failed", err)));
       return cached.config;
     }

@@ -8,15 +8,12 @@
  */
 
 import { errors } from "../openai-errors.ts";
+import { copyUse } from "../revalidation.ts";
 import { type KeyRecord, keyRecordSchema } from "./rules.ts";
 import { sha256Hex } from "./sha256.ts";
 
 const KEY_FORMAT = /^sk-[A-Za-z0-9_-]{16,256}$/;
 const POSITIVE_TTL_MS = 10_000;
-// Past its TTL a known key is still used while one request re-reads it in
-// the background, so no request waits on KV for a key in use; this long at
-// most, so a KV that keeps failing is not hidden for ever.
-const STALE_MAX_MS = 60_000;
 // Short so a key created through another isolate works within seconds,
 // long enough that a flood of bad keys costs one KV read per key per second.
 const NEGATIVE_TTL_MS = 2_000;
@@ -71,19 +68,19 @@ export class KeyCache {
 
   /**
    * The cached record, or undefined when the caller must read KV before it
-   * goes on. A known key past its TTL is served while one caller re-reads
-   * it (`reread`), up to STALE_MAX_MS past; an unknown key past its TTL is
-   * read again by one caller while the others are served the old answer,
-   * and that caller waits, so a key created elsewhere works at once.
+   * goes on (revalidation.ts). A known key past its TTL is served while one
+   * caller re-reads it (`reread`), so no request waits on KV for a key in
+   * use; an unknown key past its TTL is read again by one caller while the
+   * others are served the old answer, and that caller waits, so a key
+   * created elsewhere works at once.
    */
   get(hash: string): CacheHit | undefined {
     const e = this.entries.get(hash);
     if (!e) return undefined;
-    const now = this.now();
-    if (e.until >= now || e.refreshing) return { key: e.key, reread: false };
+    const use = copyUse(e.until, this.now(), e.refreshing === true, e.key !== null);
+    if (use === "use") return { key: e.key, reread: false };
     e.refreshing = true;
-    if (e.key && now - e.until <= STALE_MAX_MS) return { key: e.key, reread: true };
-    return undefined;
+    return use === "use-and-reread" ? { key: e.key, reread: true } : undefined;
   }
 
   set(hash: string, key: KeyRecord | null): void {
