@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
-import { PoolCallLost, PoolChannel, type Timer } from "./pool-channel.ts";
+import { PoolCallLost, PoolChannel, RELEASE_RIDE_MS, type Timer } from "./pool-channel.ts";
 import { PoolCore } from "./pool-core.ts";
 import { PoolExchange } from "./pool-exchange.ts";
 import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
@@ -200,11 +200,102 @@ describe("PoolChannel", () => {
     await r.deliver();
     await first;
     void r.channel.release("r1", okReport);
-    await r.settle();
+    await r.advance(RELEASE_RIDE_MS);
     expect(r.sent).toHaveLength(2); // the release, on its way
     void r.channel.admit(req("r2"), 1);
     expect(r.sent).toHaveLength(3); // the next request's admit did not wait for it
     expect(r.sent[2]!.admits.map((a) => a.id)).toEqual(["r2"]);
+  });
+
+  it("a release the pool is in no hurry for rides with the next request's admit: one call per request", async () => {
+    const r = rig(8);
+    for (const id of ["r1", "r2", "r3"]) {
+      const admitted = r.channel.admit(req(id), 1);
+      await r.deliver();
+      expect((await admitted).ok).toBe(true);
+      void r.channel.release(id, okReport);
+      await r.advance(RELEASE_RIDE_MS - 1);
+    }
+    expect(r.sent.map((e) => [e.admits.map((a) => a.id), e.releases.map((x) => x.id)])).toEqual([
+      [["r1"], []],
+      [["r2"], ["r1"]],
+      [["r3"], ["r2"]],
+    ]);
+    expect(r.core.status(0).leases).toBe(1);
+  });
+
+  it("a release nothing comes to carry goes alone after RELEASE_RIDE_MS, and settles once answered", async () => {
+    const r = rig(8);
+    const admitted = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    await admitted;
+    let settled = false;
+    void r.channel.release("r1", okReport).then(() => {
+      settled = true;
+    });
+    await r.advance(RELEASE_RIDE_MS - 1);
+    expect(r.sent).toHaveLength(1);
+    await r.advance(1);
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
+    expect(settled).toBe(false);
+    await r.deliver();
+    expect(settled).toBe(true);
+    expect(r.core.status(0).leases).toBe(0);
+  });
+
+  it("a release with a failed attempt goes at once: the breakers want it", async () => {
+    const r = rig(8);
+    const admitted = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    await admitted;
+    void r.channel.release("r1", {
+      attempts: [{ endpoint: "e0", verdict: "fail", reason: "connect refused" }],
+    });
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ releases: [{ id: "r1" }] });
+  });
+
+  it("once the pool says it is in a hurry, a riding release goes at once, and so do later ones", async () => {
+    // Four sequences, a ceiling of 1: from two leases on, the pool is at half of it.
+    const r = rig(4);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.deliver(); // 1 of 4
+    expect((await first).ok).toBe(true);
+    void r.channel.release("r1", okReport);
+    await r.settle();
+    expect(r.sent).toHaveLength(1); // riding
+    const second = r.channel.admit(req("r2"), 1);
+    const third = r.channel.admit(req("r3"), 1);
+    // r2's call carried r1's release; r3 waits for it.
+    expect(r.sent[1]).toMatchObject({ admits: [{ id: "r2" }], releases: [{ id: "r1" }] });
+    await r.deliver();
+    expect((await second).ok).toBe(true);
+    await r.deliver();
+    expect((await third).ok).toBe(true); // 2 of 4: the answer says hurry
+    // A first-token note goes at once too, whatever a calmer grant would have said.
+    void r.channel.prefilled("r3", "with-next-call");
+    expect(r.sent).toHaveLength(4);
+    expect(r.sent[3]).toMatchObject({ admits: [], prefilled: ["r3"] });
+    await r.deliver(); // still 2 of 4
+    void r.channel.release("r2", okReport);
+    expect(r.sent).toHaveLength(5);
+    expect(r.sent[4]).toMatchObject({ admits: [], releases: [{ id: "r2" }] });
+  });
+
+  it("a riding release goes at once when an answer to another call says the pool is in a hurry", async () => {
+    const r = rig(4);
+    const first = r.channel.admit(req("r1"), 1);
+    await r.deliver();
+    expect((await first).ok).toBe(true);
+    const second = r.channel.admit(req("r2"), 1);
+    void r.channel.release("r1", okReport); // r2's call left before it: it rides
+    await r.settle();
+    expect(r.sent).toHaveLength(2);
+    await r.deliver(); // 2 of 4 sequences held: the answer says hurry
+    expect((await second).ok).toBe(true);
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
   });
 
   it("learns a queued admit's decision through one poll, made while it waits", async () => {

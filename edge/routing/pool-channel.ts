@@ -3,7 +3,9 @@
  * "Coalesced calls"). A request's admit goes out at once when no other
  * admit's call to the pool is on its way, and rides in the next call while
  * one is; releases, abandons and first-token notes ride with whatever goes next, or go alone
- * when nothing is on its way. A lone request waits for nothing;
+ * when nothing is on its way. A release the pool is in no hurry for (its
+ * last answer said so, and no attempt failed) first waits a little for a
+ * call to ride with: the next request's admit, as a rule. A lone request waits for nothing;
  * under load, the calls an isolate makes stay near one per round trip to
  * the pool however many requests it serves, and the busier the pool, the
  * longer its round trip and the fuller each call.
@@ -51,6 +53,13 @@ const POLL_RETRY_MS = 100;
 export const PIPELINE_FAR_MS = 5;
 /** Admit calls on their way at once, at most, when pipelining. */
 export const MAX_ADMIT_CALLS = 4;
+/**
+ * How long a release the pool is in no hurry for waits for a call to ride
+ * with before it goes alone: the longest the pool counts a finished request
+ * as in flight, at ten calls a second at most from an isolate whose
+ * requests come further apart than this.
+ */
+export const RELEASE_RIDE_MS = 100;
 
 export interface PoolChannelOptions {
   /** Names this channel at the pool: one per isolate and model. */
@@ -115,6 +124,8 @@ interface NoteEntry {
   report?: ReleaseReport;
   state: "unsent" | "sent" | "done" | "lost";
   sentWith?: Call;
+  /** A riding release's wake-up: a call took it, or the pool is now in a hurry. */
+  stopRiding?: () => void;
 }
 
 const ABANDONED: Admission = {
@@ -143,6 +154,10 @@ export class PoolChannel {
   private quickestMs = Number.POSITIVE_INFINITY;
   /** What the pool's last answer said of its own load. */
   private poolBusy = false;
+  /** What the pool's last answer said of releases: wanted at once. */
+  private poolHurry = false;
+  /** Releases waiting for a call to ride with. */
+  private readonly riding = new Set<NoteEntry>();
   private readonly maxBatch: number;
   private readonly now: () => number;
   private readonly timer: (ms: number) => Timer;
@@ -187,20 +202,30 @@ export class PoolChannel {
     return entry.admission;
   }
 
-  /** Frees a lease at the pool; resolves once a call carrying it was answered. */
+  /**
+   * Frees a lease at the pool; resolves once a call carrying it was
+   * answered. It goes like any note (with the call on its way, or alone)
+   * when the pool's last answer said it is in a hurry or an attempt failed
+   * (the breakers want it); otherwise it first waits up to RELEASE_RIDE_MS
+   * for another request's call to ride with, so a steady isolate makes
+   * about one call per request, not two.
+   */
   release(id: string, report: ReleaseReport): Promise<void> {
-    return this.note({ kind: "release", id, report, state: "unsent" });
+    const entry: NoteEntry = { kind: "release", id, report, state: "unsent" };
+    if (this.poolHurry || report.attempts.some((a) => a.verdict === "fail")) return this.note(entry);
+    return this.ride(entry);
   }
 
   /**
    * A stream's first token came: the pool stops counting it as prefilling.
    * `now` sends it like a release, because near a ceiling it is what lets
-   * the next request in; otherwise it only rides with the next call
-   * (the request's own release at the latest).
+   * the next request in, and so does a pool whose last answer said it is in
+   * a hurry, whatever the lease said at its grant; otherwise it only rides
+   * with the next call (the request's own release at the latest).
    */
   prefilled(id: string, when: "now" | "with-next-call" = "now"): Promise<void> {
     const entry: NoteEntry = { kind: "prefilled", id, state: "unsent" };
-    if (when === "now") return this.note(entry);
+    if (when === "now" || this.poolHurry) return this.note(entry);
     this.unsentNotes.push(entry);
     return Promise.resolve();
   }
@@ -225,6 +250,26 @@ export class PoolChannel {
 
   private async note(entry: NoteEntry): Promise<void> {
     this.unsentNotes.push(entry);
+    return this.follow(entry);
+  }
+
+  private async ride(entry: NoteEntry): Promise<void> {
+    this.unsentNotes.push(entry);
+    const stopped = new Promise<void>((r) => {
+      entry.stopRiding = r;
+    });
+    this.riding.add(entry);
+    try {
+      await this.within(RELEASE_RIDE_MS, undefined, stopped);
+    } finally {
+      this.riding.delete(entry);
+      entry.stopRiding = undefined;
+    }
+    return this.follow(entry);
+  }
+
+  /** Waits until a call carrying the note was answered, making one if none takes it. */
+  private async follow(entry: NoteEntry): Promise<void> {
     for (;;) {
       if (entry.state === "done") return;
       if (entry.state === "lost") throw new PoolCallLost(`the pool did not take the ${entry.kind} in time`);
@@ -298,6 +343,7 @@ export class PoolChannel {
     for (const n of notes) {
       n.state = "sent";
       n.sentWith = call;
+      n.stopRiding?.();
     }
     const ex: Exchange = {
       channel: this.opts.id,
@@ -331,6 +377,8 @@ export class PoolChannel {
     call.done = true;
     this.admitCalls.delete(call);
     this.poolBusy = answer.busy;
+    this.poolHurry = answer.hurry;
+    if (answer.hurry) for (const n of this.riding) n.stopRiding?.();
     if (!call.poll) this.quickestMs = Math.min(this.quickestMs, this.now() - call.sentAt);
     for (const d of answer.decided) {
       const e = this.open.get(d.id);

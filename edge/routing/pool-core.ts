@@ -459,6 +459,20 @@ export class PoolCore {
   }
 
   /**
+   * Whether releases and first-token notes should reach the pool at once,
+   * by the same rule as a stream's first token at its grant, but as things
+   * stand now: each answer to an isolate's call carries it (`hurry`), so a
+   * release of a lease granted when the pool was idle does not wait once
+   * a burst has filled it.
+   */
+  notesWantedNow(now: number): boolean {
+    this.clock = now;
+    if (this.flow.size > 0) return true;
+    const cands = this.candidates();
+    return cands.some(isRoutable) && this.noteUrgency(this.saturationOf(cands)) === "now";
+  }
+
+  /**
    * The tokens a request will newly hold on the endpoint: its answer, and its prompt less the leading
    * blocks the endpoint already caches (resident and shared, and the scraped KV use counts them).
    * Past the hashed head (prefix-hash.ts stops at MAX_BLOCKS, ~4k tokens) the index knows

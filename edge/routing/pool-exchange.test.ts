@@ -109,11 +109,11 @@ describe("PoolExchange", () => {
     const { desk: d } = desk(1);
     const first = call(d, ex("a", { poll: true }), 0);
     const second = call(d, ex("a", { poll: true }), 100);
-    expect(first.answer).toEqual({ decided: [], later: [], busy: false });
+    expect(first.answer).toEqual({ decided: [], later: [], busy: false, hurry: false });
     expect(second.answer).toBeUndefined();
     expect(d.nextWakeAt()).toBe(100 + POLL_HOLD_MS);
     d.tick(100 + POLL_HOLD_MS);
-    expect(second.answer).toEqual({ decided: [], later: [], busy: false });
+    expect(second.answer).toEqual({ decided: [], later: [], busy: false, hurry: false });
   });
 
   it("gives back a lease granted to a channel that went quiet before it took it", () => {

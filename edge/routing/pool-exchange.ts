@@ -79,10 +79,10 @@ export class PoolExchange {
     const held = ex.poll && decided.length === 0 && ch.mailbox.length === 0 && ex.admits.length === 0;
     if (held) {
       // A newer poll replaces the old: its caller may be gone.
-      ch.poll?.respond({ decided: [], later: [], busy: this.busy(now) });
+      ch.poll?.respond(this.answer(now));
       ch.poll = { respond, until: now + POLL_HOLD_MS };
       this.polling.add(ch);
-    } else respond({ decided, later: [...ch.mailbox], busy: this.busy(now) });
+    } else respond(this.answer(now, decided, [...ch.mailbox]));
     return opened;
   }
 
@@ -91,7 +91,7 @@ export class PoolExchange {
     this.clock = now;
     for (const ch of this.polling) {
       if (ch.poll && ch.poll.until > now) continue;
-      ch.poll?.respond({ decided: [], later: [], busy: this.busy(now) });
+      ch.poll?.respond(this.answer(now));
       ch.poll = undefined;
       this.polling.delete(ch);
     }
@@ -120,7 +120,7 @@ export class PoolExchange {
     }
     ch.mailbox.push({ seq: ch.nextSeq++, id, admission });
     if (ch.poll) {
-      ch.poll.respond({ decided: [], later: [...ch.mailbox], busy: this.busy(this.clock) });
+      ch.poll.respond(this.answer(this.clock, [], [...ch.mailbox]));
       ch.poll = undefined;
       this.polling.delete(ch);
     }
@@ -135,6 +135,14 @@ export class PoolExchange {
     }
     ch.lastSeen = now;
     return ch;
+  }
+
+  private answer(
+    now: number,
+    decided: ExchangeAnswer["decided"] = [],
+    later: ExchangeAnswer["later"] = [],
+  ): ExchangeAnswer {
+    return { decided, later, busy: this.busy(now), hurry: this.core.notesWantedNow(now) };
   }
 
   /** Calls over the last second, the previous whole second weighed by how much of it is still inside. */

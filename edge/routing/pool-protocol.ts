@@ -101,6 +101,12 @@ export interface ExchangeAnswer {
    * fold them into fewer.
    */
   busy: boolean;
+  /**
+   * Releases and first-token notes change admission now (a band waits, or
+   * saturation is at half the lowest ceiling or above): the channel sends
+   * them at once instead of letting them ride with its next call.
+   */
+  hurry: boolean;
 }
 
 export interface ReleaseReport {

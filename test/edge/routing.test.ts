@@ -142,9 +142,35 @@ describe("one pool for every isolate", () => {
     const after = await poolOf(edge, "slow");
     const admitted = (p: typeof after) => p.bands.reduce((sum, b) => sum + b.admitted, 0n);
     expect(admitted(after) - admitted(before)).toBe(BigInt(n));
-    // One request at a time: each admit is a call of its own, and the release
-    // carries the first-token note with it (no band waits, nothing is near a ceiling).
+    // One request at a time, each after the last one's lease was given back:
+    // each admit is a call of its own, and so is each release, once nothing
+    // came within RELEASE_RIDE_MS to carry it; it carries the first-token
+    // note with it (no band waits, nothing is near a ceiling).
     expect(after.calls - before.calls).toBe(BigInt(2 * n));
+  });
+
+  it("one request after another: a release rides with the next request's admit", async () => {
+    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    const before = await poolOf(edge, "slow");
+    const client = clientFor({ url: edge.urls[0]! }, key.secret);
+    const n = 6;
+    for (let i = 0; i < n; i++) {
+      const stream = await client.chat.completions.create({
+        model: "slow",
+        messages: [short(300 + i)],
+        max_tokens: 1,
+        stream: true,
+      });
+      for await (const _ of stream);
+    }
+    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    const after = await poolOf(edge, "slow");
+    const calls = Number(after.calls - before.calls);
+    // n + 1 when every release rode with the next admit (the last went alone); a
+    // release whose next admit came after RELEASE_RIDE_MS went alone, so only
+    // "fewer than two each" is certain: at least one release rode.
+    expect(calls).toBeGreaterThanOrEqual(n + 1);
+    expect(calls).toBeLessThan(2 * n);
   });
 
   it("takes the router settings the control plane pushes, validated, with LLMGW_ROUTER laid over them", async () => {
