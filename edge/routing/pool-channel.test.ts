@@ -114,6 +114,8 @@ describe("PoolChannel", () => {
     expect(r.sent[2]!.releases.map((x) => x.id)).toEqual(["r1"]);
     await r.deliver();
     expect((await Promise.all(more)).every((a) => a.ok)).toBe(true);
+    // A riding release's request is not woken when a call takes it: it finds it answered after its wait.
+    await r.advance(RELEASE_RIDE_MS);
     await released;
     expect(r.channel.calls).toBe(3);
   });
@@ -207,95 +209,104 @@ describe("PoolChannel", () => {
     expect(r.sent[2]!.admits.map((a) => a.id)).toEqual(["r2"]);
   });
 
-  it("a release the pool is in no hurry for rides with the next request's admit: one call per request", async () => {
-    const r = rig(8);
-    for (const id of ["r1", "r2", "r3"]) {
-      const admitted = r.channel.admit(req(id), 1);
+  /** Admits each id in a call of its own, one after the other, and returns once all are granted. */
+  async function admitted(r: ReturnType<typeof rig>, ...ids: string[]) {
+    for (const id of ids) {
+      const a = r.channel.admit(req(id), 1);
       await r.deliver();
-      expect((await admitted).ok).toBe(true);
-      void r.channel.release(id, okReport);
+      expect((await a).ok).toBe(true);
+    }
+  }
+
+  it("while other requests of the isolate run, a release rides with the next request's admit: one call per request", async () => {
+    const r = rig(8);
+    await admitted(r, "r1", "r2");
+    for (const [done, next] of [
+      ["r1", "r3"],
+      ["r2", "r4"],
+    ] as const) {
+      void r.channel.release(done, okReport);
       await r.advance(RELEASE_RIDE_MS - 1);
+      await admitted(r, next);
     }
     expect(r.sent.map((e) => [e.admits.map((a) => a.id), e.releases.map((x) => x.id)])).toEqual([
       [["r1"], []],
-      [["r2"], ["r1"]],
-      [["r3"], ["r2"]],
+      [["r2"], []],
+      [["r3"], ["r1"]],
+      [["r4"], ["r2"]],
     ]);
-    expect(r.core.status(0).leases).toBe(1);
+    // r3's release rides; r4's is the isolate's last, goes at once, and takes r3's with it.
+    void r.channel.release("r3", okReport);
+    await r.settle();
+    expect(r.sent).toHaveLength(4);
+    void r.channel.release("r4", okReport);
+    expect(r.sent).toHaveLength(5);
+    expect(r.sent[4]!.releases.map((x) => x.id)).toEqual(["r3", "r4"]);
+    await r.deliver();
+    expect(r.core.status(0).leases).toBe(0);
   });
 
-  it("a release nothing comes to carry goes alone after RELEASE_RIDE_MS, and settles once answered", async () => {
+  it("the release of the isolate's only running request goes at once: no call is coming to carry it", async () => {
     const r = rig(8);
-    const admitted = r.channel.admit(req("r1"), 1);
-    await r.deliver();
-    await admitted;
+    await admitted(r, "r1");
+    void r.channel.release("r1", okReport);
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
+  });
+
+  it("a riding release nothing comes to carry goes alone after RELEASE_RIDE_MS, and settles once answered", async () => {
+    const r = rig(8);
+    await admitted(r, "r1", "r2");
     let settled = false;
     void r.channel.release("r1", okReport).then(() => {
       settled = true;
     });
     await r.advance(RELEASE_RIDE_MS - 1);
-    expect(r.sent).toHaveLength(1);
-    await r.advance(1);
     expect(r.sent).toHaveLength(2);
-    expect(r.sent[1]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
+    await r.advance(1);
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
     expect(settled).toBe(false);
     await r.deliver();
     expect(settled).toBe(true);
-    expect(r.core.status(0).leases).toBe(0);
+    expect(r.core.status(0).leases).toBe(1);
   });
 
   it("a release with a failed attempt goes at once: the breakers want it", async () => {
     const r = rig(8);
-    const admitted = r.channel.admit(req("r1"), 1);
-    await r.deliver();
-    await admitted;
+    await admitted(r, "r1", "r2");
     void r.channel.release("r1", {
       attempts: [{ endpoint: "e0", verdict: "fail", reason: "connect refused" }],
     });
-    expect(r.sent).toHaveLength(2);
-    expect(r.sent[1]).toMatchObject({ releases: [{ id: "r1" }] });
-  });
-
-  it("once the pool says it is in a hurry, a riding release goes at once, and so do later ones", async () => {
-    // Four sequences, a ceiling of 1: from two leases on, the pool is at half of it.
-    const r = rig(4);
-    const first = r.channel.admit(req("r1"), 1);
-    await r.deliver(); // 1 of 4
-    expect((await first).ok).toBe(true);
-    void r.channel.release("r1", okReport);
-    await r.settle();
-    expect(r.sent).toHaveLength(1); // riding
-    const second = r.channel.admit(req("r2"), 1);
-    const third = r.channel.admit(req("r3"), 1);
-    // r2's call carried r1's release; r3 waits for it.
-    expect(r.sent[1]).toMatchObject({ admits: [{ id: "r2" }], releases: [{ id: "r1" }] });
-    await r.deliver();
-    expect((await second).ok).toBe(true);
-    await r.deliver();
-    expect((await third).ok).toBe(true); // 2 of 4: the answer says hurry
-    // A first-token note goes at once too, whatever a calmer grant would have said.
-    void r.channel.prefilled("r3", "with-next-call");
-    expect(r.sent).toHaveLength(4);
-    expect(r.sent[3]).toMatchObject({ admits: [], prefilled: ["r3"] });
-    await r.deliver(); // still 2 of 4
-    void r.channel.release("r2", okReport);
-    expect(r.sent).toHaveLength(5);
-    expect(r.sent[4]).toMatchObject({ admits: [], releases: [{ id: "r2" }] });
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]).toMatchObject({ releases: [{ id: "r1" }] });
   });
 
   it("a riding release goes at once when an answer to another call says the pool is in a hurry", async () => {
-    const r = rig(4);
-    const first = r.channel.admit(req("r1"), 1);
-    await r.deliver();
-    expect((await first).ok).toBe(true);
-    const second = r.channel.admit(req("r2"), 1);
-    void r.channel.release("r1", okReport); // r2's call left before it: it rides
+    // Eight sequences, a ceiling of 1: from four leases on, the pool is at half of it.
+    const r = rig(8);
+    await admitted(r, "r1", "r2", "r3");
+    const fourth = r.channel.admit(req("r4"), 1);
+    void r.channel.release("r1", okReport); // r4's call left before it: it rides
     await r.settle();
-    expect(r.sent).toHaveLength(2);
-    await r.deliver(); // 2 of 4 sequences held: the answer says hurry
-    expect((await second).ok).toBe(true);
-    expect(r.sent).toHaveLength(3);
-    expect(r.sent[2]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
+    expect(r.sent).toHaveLength(4);
+    await r.deliver(); // 4 of 8 sequences held: the answer says hurry
+    expect((await fourth).ok).toBe(true);
+    expect(r.sent).toHaveLength(5);
+    expect(r.sent[4]).toMatchObject({ admits: [], releases: [{ id: "r1" }] });
+  });
+
+  it("after an answer that says the pool is in a hurry, releases and first-token notes go at once", async () => {
+    const r = rig(8);
+    await admitted(r, "r1", "r2", "r3", "r4"); // the last answer, at 4 of 8, says hurry
+    // A calmer grant said the note may wait; the pool's last word is that it may not.
+    void r.channel.prefilled("r1", "with-next-call");
+    expect(r.sent).toHaveLength(5);
+    expect(r.sent[4]).toMatchObject({ admits: [], prefilled: ["r1"] });
+    await r.deliver(); // still 4 of 8
+    void r.channel.release("r2", okReport);
+    expect(r.sent).toHaveLength(6);
+    expect(r.sent[5]).toMatchObject({ admits: [], releases: [{ id: "r2" }] });
   });
 
   it("learns a queued admit's decision through one poll, made while it waits", async () => {

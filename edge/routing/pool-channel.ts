@@ -5,7 +5,7 @@
  * one is; releases, abandons and first-token notes ride with whatever goes next, or go alone
  * when nothing is on its way. A release the pool is in no hurry for (its
  * last answer said so, and no attempt failed) first waits a little for a
- * call to ride with: the next request's admit, as a rule. A lone request waits for nothing;
+ * call to ride with while other requests of the isolate are running. A lone request waits for nothing;
  * under load, the calls an isolate makes stay near one per round trip to
  * the pool however many requests it serves, and the busier the pool, the
  * longer its round trip and the fuller each call.
@@ -124,7 +124,7 @@ interface NoteEntry {
   report?: ReleaseReport;
   state: "unsent" | "sent" | "done" | "lost";
   sentWith?: Call;
-  /** A riding release's wake-up: a call took it, or the pool is now in a hurry. */
+  /** A riding release's wake-up: the pool is now in a hurry. */
   stopRiding?: () => void;
 }
 
@@ -158,6 +158,8 @@ export class PoolChannel {
   private poolHurry = false;
   /** Releases waiting for a call to ride with. */
   private readonly riding = new Set<NoteEntry>();
+  /** Leases this channel was granted whose release has not come yet: the isolate's requests still running. */
+  private running = 0;
   private readonly maxBatch: number;
   private readonly now: () => number;
   private readonly timer: (ms: number) => Timer;
@@ -204,15 +206,22 @@ export class PoolChannel {
 
   /**
    * Frees a lease at the pool; resolves once a call carrying it was
-   * answered. It goes like any note (with the call on its way, or alone)
-   * when the pool's last answer said it is in a hurry or an attempt failed
-   * (the breakers want it); otherwise it first waits up to RELEASE_RIDE_MS
-   * for another request's call to ride with, so a steady isolate makes
-   * about one call per request, not two.
+   * answered. While other requests of this isolate run or wait, it first
+   * waits up to RELEASE_RIDE_MS for one of their calls to ride with, so a
+   * busy isolate makes about one call per request, not two. It goes at
+   * once, like any note (with the call on its way, or alone), when the
+   * pool's last answer said it is in a hurry, when an attempt failed (the
+   * breakers want it), or when nothing else of this isolate is running:
+   * then no call is coming soon, and a request kept alive only for its
+   * release made the isolate's next request wait behind it (bench:edge at
+   * concurrency 1, docs/edge.md).
    */
   release(id: string, report: ReleaseReport): Promise<void> {
+    this.running = Math.max(0, this.running - 1);
     const entry: NoteEntry = { kind: "release", id, report, state: "unsent" };
-    if (this.poolHurry || report.attempts.some((a) => a.verdict === "fail")) return this.note(entry);
+    const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
+    if (!others || this.poolHurry || report.attempts.some((a) => a.verdict === "fail"))
+      return this.note(entry);
     return this.ride(entry);
   }
 
@@ -253,14 +262,21 @@ export class PoolChannel {
     return this.follow(entry);
   }
 
+  /**
+   * Not woken when a call takes the release: the request that made that
+   * call keeps it alive until it is answered, and waking this one would put
+   * a resumption of another request between that request's admit and its
+   * upstream call. So the releasing request sleeps the whole wait (a timer
+   * of its own) and then finds its release answered, as a rule.
+   */
   private async ride(entry: NoteEntry): Promise<void> {
     this.unsentNotes.push(entry);
-    const stopped = new Promise<void>((r) => {
+    const hurried = new Promise<void>((r) => {
       entry.stopRiding = r;
     });
     this.riding.add(entry);
     try {
-      await this.within(RELEASE_RIDE_MS, undefined, stopped);
+      await this.within(RELEASE_RIDE_MS, undefined, hurried);
     } finally {
       this.riding.delete(entry);
       entry.stopRiding = undefined;
@@ -343,7 +359,6 @@ export class PoolChannel {
     for (const n of notes) {
       n.state = "sent";
       n.sentWith = call;
-      n.stopRiding?.();
     }
     const ex: Exchange = {
       channel: this.opts.id,
@@ -446,6 +461,7 @@ export class PoolChannel {
     if (e.state === "done") return;
     e.state = "done";
     e.admission = admission;
+    if (admission?.ok) this.running++;
     this.open.delete(e.req.id);
     e.decided();
   }
