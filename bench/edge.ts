@@ -75,15 +75,21 @@
  * status of its own for a failure before the first token costs in TTFT
  * (docs/edge.md, "When a stream is committed"). HOLD=0 leaves it out.
  *
+ * BESIDE runs more edges beside the others, `name=entry` pairs separated by
+ * commas, each entry a Worker module bundled with this repo's wrangler.toml:
+ * another checkout's edge/worker.ts measures a change against the design
+ * before it in the same run, on the same machine minute by minute (docs/edge.md).
+ *
  * Env: SCENARIOS ("1x16,1x16:lockstep,1000x16,1x1": sim-speed x concurrency,
  * optionally :lockstep), REQUESTS per target per round at concurrency 16
  * (150; scaled down with concurrency, at least 40), ROUNDS (6), OUTPUT_LEN
- * (16: the mean answer length; the exact one in lockstep), PIN (1), POOL_RTT_MS (40), HOLD (1).
+ * (16: the mean answer length; the exact one in lockstep), PIN (1), POOL_RTT_MS (40), HOLD (1),
+ * BESIDE (none).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 // Miniflare at the version wrangler brings (package.json pins it so): the same workerd build.
 import { Miniflare } from "miniflare";
 import { freePort } from "../common/free-ports.ts";
@@ -126,6 +132,21 @@ function scenarios(spec: string): Scenario[] {
 }
 
 const SCENARIOS = scenarios(process.env.SCENARIOS ?? "1x16,1x16:lockstep,1000x16,1x1");
+
+function besides(spec: string): { name: string; entry: string }[] {
+  return spec
+    .split(",")
+    .filter((part) => part.trim() !== "")
+    .map((part) => {
+      const m = /^\s*([^=]*[^=\s])\s*=\s*(\S+)\s*$/.exec(part);
+      if (!m) throw new Error(`BESIDE: "${part}" is not name=entry, e.g. before=../before/edge/worker.ts`);
+      const entry = resolve(m[2]!);
+      if (!existsSync(entry)) throw new Error(`BESIDE: ${m[1]}: no file ${entry}`);
+      return { name: m[1]!, entry };
+    });
+}
+
+const BESIDE = besides(process.env.BESIDE ?? "");
 
 function describeScenario(sc: Scenario): string {
   return `sim-speed ${sc.speed}, concurrency ${sc.concurrency}${sc.lockstep ? ", lockstep" : ""}`;
@@ -488,6 +509,10 @@ async function main(): Promise<void> {
     if (HOLD) {
       const held = await startEdgeMiniflare({ stream_commit: "first_token" });
       edges.push({ name: HELD, edge: held, key: (await createKey(held)).secret });
+    }
+    for (const b of BESIDE) {
+      const beside = await startEdgeMiniflare({}, {}, b.entry);
+      edges.push({ name: b.name, edge: beside, key: (await createKey(beside)).secret });
     }
     if (POOL_RTT_MS > 0) {
       const far = await startEdgeMiniflare(
