@@ -124,21 +124,28 @@ describe("one pool for every isolate", () => {
     expect(Number(routes.prefix)).toBeGreaterThanOrEqual(1);
   });
 
-  it("counts the calls Workers make to it: one request at a time, an admit and a release each", async () => {
-    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
-    const before = await poolOf(edge, "slow");
+  /** `n` one-token streams through the first isolate, each read to its end before the next; `between` runs after each. */
+  async function oneAfterAnother(n: number, first: number, between?: () => Promise<unknown>) {
     const client = clientFor({ url: edge.urls[0]! }, key.secret);
-    const n = 6;
     for (let i = 0; i < n; i++) {
       const stream = await client.chat.completions.create({
         model: "slow",
-        messages: [short(200 + i)],
+        messages: [short(first + i)],
         max_tokens: 1,
         stream: true,
       });
       for await (const _ of stream);
-      await waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+      await between?.();
     }
+  }
+
+  it("counts the calls Workers make to it: one request at a time, an admit and a release each", async () => {
+    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    const before = await poolOf(edge, "slow");
+    const n = 6;
+    await oneAfterAnother(n, 200, () =>
+      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000),
+    );
     const after = await poolOf(edge, "slow");
     const admitted = (p: typeof after) => p.bands.reduce((sum, b) => sum + b.admitted, 0n);
     expect(admitted(after) - admitted(before)).toBe(BigInt(n));
@@ -153,17 +160,8 @@ describe("one pool for every isolate", () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const background = await openStream(edge.urls[0]!, key, "slow", 400);
-    const client = clientFor({ url: edge.urls[0]! }, key.secret);
     const n = 6;
-    for (let i = 0; i < n; i++) {
-      const stream = await client.chat.completions.create({
-        model: "slow",
-        messages: [short(300 + i)],
-        max_tokens: 1,
-        stream: true,
-      });
-      for await (const _ of stream);
-    }
+    await oneAfterAnother(n, 300);
     await background.finish();
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const after = await poolOf(edge, "slow");
