@@ -124,8 +124,6 @@ interface NoteEntry {
   report?: ReleaseReport;
   state: "unsent" | "sent" | "done" | "lost";
   sentWith?: Call;
-  /** A riding release's wake-up: the pool is now in a hurry. */
-  stopRiding?: () => void;
 }
 
 const ABANDONED: Admission = {
@@ -156,8 +154,8 @@ export class PoolChannel {
   private poolBusy = false;
   /** What the pool's last answer said of releases: wanted at once. */
   private poolHurry = false;
-  /** Releases waiting for a call to ride with. */
-  private readonly riding = new Set<NoteEntry>();
+  /** Wake-ups of the releases waiting for a call to ride with, for when the pool is in a hurry. */
+  private readonly riding = new Set<() => void>();
   /** Leases this channel was granted whose release has not come yet: the isolate's requests still running. */
   private running = 0;
   private readonly maxBatch: number;
@@ -272,15 +270,15 @@ export class PoolChannel {
    */
   private async ride(entry: NoteEntry): Promise<void> {
     this.unsentNotes.push(entry);
+    let hurry!: () => void;
     const hurried = new Promise<void>((r) => {
-      entry.stopRiding = r;
+      hurry = r;
     });
-    this.riding.add(entry);
+    this.riding.add(hurry);
     try {
       await this.within(RELEASE_RIDE_MS, undefined, hurried);
     } finally {
-      this.riding.delete(entry);
-      entry.stopRiding = undefined;
+      this.riding.delete(hurry);
     }
     return this.follow(entry);
   }
@@ -394,7 +392,7 @@ export class PoolChannel {
     this.admitCalls.delete(call);
     this.poolBusy = answer.busy;
     this.poolHurry = answer.hurry;
-    if (answer.hurry) for (const n of this.riding) n.stopRiding?.();
+    if (answer.hurry) for (const hurry of this.riding) hurry();
     if (!call.poll) this.quickestMs = Math.min(this.quickestMs, this.now() - call.sentAt);
     for (const d of answer.decided) {
       const e = this.open.get(d.id);
