@@ -15,10 +15,13 @@
  *   average (the Worker then sends a note), and it holds the lease for a
  *   stream's length before releasing it.
  *
- * Two designs, side by side at each offered rate: every admit, note and release a
- * call of its own (the design before coalescing), and one channel per
- * isolate. A design is over its ceiling when its admit wait grows without
- * bound (the pool busy all the time and the queue of calls growing).
+ * Three designs, side by side at each offered rate: every admit, note and
+ * release a call of its own (the design before coalescing); one channel per
+ * isolate; and the same with grants, where a request like one its isolate
+ * just had admitted (the same prompt group) may be admitted from the slot
+ * the pool set aside for it, without a call. A design is over its ceiling
+ * when its admit wait grows without bound (the pool busy all the time and
+ * the queue of calls growing).
  */
 import { mulberry32 } from "../../common/rng.ts";
 import { renderTable } from "../../common/text-table.ts";
@@ -44,10 +47,13 @@ const WARMUP_MS = 3_000;
 const CUTOFF_MS = 5_000;
 const RATES = [250, 500, 1_000, 2_000, 5_000, 8_000];
 
-type Design = "a call each" | "coalesced";
+const DESIGNS = ["a call each", "coalesced", "coalesced, grants"] as const;
+type Design = (typeof DESIGNS)[number];
 
 interface Outcome {
   admitted: number;
+  /** Of those, admitted from a grant. */
+  granted: number;
   calls: number;
   busyMs: number;
   waits: number[];
@@ -60,13 +66,16 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
   const tl = new Timeline();
   const random = mulberry32(seed);
   // Engines far above the offered load: this measures the pool, not them.
-  const settings = routerSchema.parse({ scoring: { target_prefilling: 1_000_000 } });
+  const settings = routerSchema.parse({
+    scoring: { target_prefilling: 1_000_000 },
+    admission: { grants: design === "coalesced, grants" },
+  });
   const core = new PoolCore("m", settings, random);
   // Capacity far above the offered load: this measures the pool, not the engines.
   const endpoints = benchEndpoints(64).map((e) => ({ ...e, capacity: { maxSeqs: 1_000_000 } }));
   core.setEndpoints(1, endpoints, 0);
   const desk = new PoolExchange(core);
-  const out: Outcome = { admitted: 0, calls: 0, busyMs: 0, waits: [], pending: new Set() };
+  const out: Outcome = { admitted: 0, granted: 0, calls: 0, busyMs: 0, waits: [], pending: new Set() };
   const measuring = () => tl.now >= WARMUP_MS && tl.now < WARMUP_MS + MEASURE_MS;
 
   // The pool: one call at a time, in arrival order.
@@ -75,8 +84,10 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
     new Promise((resolve) => {
       const arrives = tl.now + ONE_WAY_MS;
       const start = Math.max(arrives, freeAt);
-      const notes = ex.releases.length + (ex.prefilled?.length ?? 0);
-      const cost = CALL_MS + ADMIT_MS * ex.admits.length + RELEASE_MS * notes;
+      const notes = ex.releases.length + (ex.prefilled?.length ?? 0) + (ex.returned?.length ?? 0);
+      // A grant's use is recorded as an admit is; the pool's grants for the call's admits and uses are picked as admits are.
+      const picks = ex.admits.length + 2 * (ex.used?.length ?? 0);
+      const cost = CALL_MS + ADMIT_MS * picks + RELEASE_MS * notes;
       freeAt = start + cost;
       tl.at(freeAt, () => {
         if (measuring()) {
@@ -102,7 +113,7 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
 
   const request = async (n: number) => {
     const isolate = n % ISOLATES;
-    const ch = design === "coalesced" ? channels[isolate]! : channel(`isolate-${isolate}`);
+    const ch = design !== "a call each" ? channels[isolate]! : channel(`isolate-${isolate}`);
     const arrived = tl.now;
     const counted = measuring();
     if (counted) out.pending.add(n);
@@ -120,14 +131,15 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
     if (!a.ok) throw new Error(`pool refused ${n}: ${a.message}`);
     if (counted) {
       out.admitted++;
+      if (a.lease.granted) out.granted++;
       out.waits.push(tl.now - arrived);
       out.pending.delete(n);
     }
     const ttft = -Math.log(1 - random()) * TTFT_MEAN_MS;
     const hold = ttft - Math.log(1 - random()) * HOLD_MEAN_MS;
-    const noter = design === "coalesced" ? ch : channel(`isolate-${isolate}`);
+    const noter = design !== "a call each" ? ch : channel(`isolate-${isolate}`);
     tl.at(tl.now + ttft, () => void noter.prefilled(a.lease.id, a.lease.firstTokenNote));
-    const releaser = design === "coalesced" ? ch : channel(`isolate-${isolate}`);
+    const releaser = design !== "a call each" ? ch : channel(`isolate-${isolate}`);
     tl.at(tl.now + hold, () => {
       void releaser.release(a.lease.id, { attempts: [{ endpoint: a.lease.endpoint.id, verdict: "ok" }] });
     });
@@ -159,7 +171,7 @@ export async function poolIsolates(): Promise<void> {
   );
   const rows: string[][] = [];
   for (const rate of RATES) {
-    for (const design of ["a call each", "coalesced"] as const) {
+    for (const design of DESIGNS) {
       const o = await run(design, rate, 7);
       const waits = o.waits.sort((a, b) => a - b);
       const secs = MEASURE_MS / 1000;
@@ -170,6 +182,7 @@ export async function poolIsolates(): Promise<void> {
         String(Math.round(o.admitted / secs)),
         String(Math.round(o.calls / secs)),
         o.admitted > 0 ? (o.calls / o.admitted).toFixed(2) : "-",
+        o.admitted > 0 ? `${Math.round((100 * o.granted) / o.admitted)} %` : "-",
         `${Math.round(Math.min(1, busy) * 100)} %`,
         fmt(percentile(waits, 0.5)),
         fmt(percentile(waits, 0.99)),
@@ -184,6 +197,7 @@ export async function poolIsolates(): Promise<void> {
         "admitted/s",
         "pool calls/s",
         "calls per admission",
+        "from grants",
         "pool busy",
         "admit wait p50",
         "p99",

@@ -141,6 +141,17 @@ function poolCalls(p: PoolStatus): string {
   return `, ${p.calls} pool calls${per}`;
 }
 
+/**
+ * What became of the pool's grants (docs/routing.md, "Grants"): requests
+ * admitted in their isolates without a call. Nothing while none was issued.
+ */
+function grantsLine(p: PoolStatus): string {
+  const g = p.grants;
+  if (!g || g.issued === 0n) return "";
+  const late = g.late > 0n ? ` (${g.late} told late)` : "";
+  return `  grants: ${g.outstanding} set aside now; ${g.issued} issued, ${g.used + g.late} used${late}, ${g.returned} given back, ${g.expired} expired\n`;
+}
+
 /** A pool's sites and each one's requests routed; nothing for a single-site edge, which prints as it did before sites. */
 function siteLines(p: PoolStatus): string {
   if (!p.sites.some((s) => s.site !== "default")) return "";
@@ -164,6 +175,15 @@ function setAsideLine(p: PoolStatus): string {
   return `  last decision set aside: ${[...aside].map(([why, eps]) => `${eps.join(", ")} (${why})`).join("; ")}\n`;
 }
 
+/** Requests in flight, and of those the streams still prefilling, and the grants' slots set aside beside them. */
+function inflightCell(e: PoolStatus["endpoints"][number]): string {
+  const notes = [
+    ...(e.prefilling > 0 ? [`${e.prefilling} prefilling`] : []),
+    ...(e.reserved > 0 ? [`+${e.reserved} granted`] : []),
+  ];
+  return notes.length > 0 ? `${e.inflight} (${notes.join(", ")})` : String(e.inflight);
+}
+
 /** One block per model: its pool's state, its bands, its endpoints. */
 export function formatPools(pools: readonly PoolStatus[]): string {
   const out: string[] = [];
@@ -180,7 +200,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
       `${p.model}: saturation ${num(p.saturation)}, load feed ${p.loadFeed}, ${p.leases} in flight, ${p.sessions} sessions, endpoint set v${p.endpointsVersion}` +
         `${p.failOpens > 0n ? `, ${p.failOpens} fail-open` : ""}${poolCalls(p)}\n  decided by: ${routes || "-"}\n`,
     );
-    out.push(siteLines(p), setAsideLine(p));
+    out.push(grantsLine(p), siteLines(p), setAsideLine(p));
     out.push(
       renderTable(
         [
@@ -231,7 +251,7 @@ export function formatPools(pools: readonly PoolStatus[]): string {
           e.pool,
           String(e.priority),
           e.state,
-          e.prefilling > 0 ? `${e.inflight} (${e.prefilling} prefilling)` : String(e.inflight),
+          inflightCell(e),
           num(e.saturation),
           e.breakerReason ? `${e.breaker} (${e.breakerReason.slice(0, 80)})` : e.breaker,
           e.loadAgeMs < 0n ? "-" : String(e.waiting),

@@ -92,6 +92,11 @@ const admissionSchema = z
     band_header: z.string().default("x-llmgw-band"),
     queue_ttl: duration.prefault("30s"),
     queue_capacity_per_band: z.number().int().positive().default(2000),
+    // Slots a pool sets aside, while it is far below every ceiling, for an
+    // isolate's next request like one it just admitted, so that request
+    // starts without a round trip to the pool; off, every request asks
+    // (docs/routing.md, "Grants").
+    grants: z.boolean().default(true),
   })
   .superRefine((a, ctx) => {
     const names = new Set<string>();

@@ -1,7 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
-import { PoolCallLost, PoolChannel, RELEASE_RIDE_MS, type Timer } from "./pool-channel.ts";
+import {
+  GRANT_NOTE_MS,
+  GRANT_USE_MS,
+  PoolCallLost,
+  PoolChannel,
+  RELEASE_RIDE_MS,
+  type Timer,
+} from "./pool-channel.ts";
 import { PoolCore } from "./pool-core.ts";
 import { PoolExchange } from "./pool-exchange.ts";
 import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
@@ -9,13 +16,18 @@ import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts"
 /**
  * A channel against a real PoolExchange and PoolCore, with the wire in the
  * test's hands: each call waits in `wire` until the test delivers it, and
- * the clock moves only when the test says.
+ * the clock moves only when the test says. Without grants unless asked:
+ * with them, a request after another may need no call at all.
  */
-function rig(seqs = 1) {
+function rig(seqs = 1, grants = false) {
   const core = new PoolCore(
     "m",
     routerSchema.parse({
-      admission: { bands: [{ name: "gold", priority: 1, saturation_ceiling: 1 }], default_band: "gold" },
+      admission: {
+        bands: [{ name: "gold", priority: 1, saturation_ceiling: 1 }],
+        default_band: "gold",
+        grants,
+      },
       scoring: { seq_ceiling: 1 },
     }),
     mulberry32(1),
@@ -90,7 +102,15 @@ function rig(seqs = 1) {
   };
 }
 
-const req = (id: string): AdmitRequest => ({ id, band: "gold", key: "k", policy: "chat", prefix: [] });
+const req = (id: string, session?: string): AdmitRequest => ({
+  id,
+  band: "gold",
+  key: "k",
+  policy: "chat",
+  prefix: [],
+  ...(session ? { session } : {}),
+});
+const withPrefix = (r: AdmitRequest, ...prefix: number[]): AdmitRequest => ({ ...r, prefix });
 const okReport = { attempts: [{ endpoint: "e0", verdict: "ok" as const }] };
 
 describe("PoolChannel", () => {
@@ -394,5 +414,125 @@ describe("PoolChannel", () => {
     await expect(channel.admit(req("r1"), 1)).rejects.toBeInstanceOf(PoolCallLost);
     fail = false;
     expect((await channel.admit(req("r2"), 1)).ok).toBe(true);
+  });
+});
+
+describe("PoolChannel with grants", () => {
+  /** Admits through a call of its own, delivered, and returns the lease. */
+  async function viaPool(r: ReturnType<typeof rig>, request: AdmitRequest) {
+    const calls = r.sent.length;
+    const a = r.channel.admit(request, 1);
+    expect(r.sent).toHaveLength(calls + 1);
+    await r.deliver();
+    const got = await a;
+    if (!got.ok) throw new Error(`refused: ${got.message}`);
+    expect(got.lease.granted).toBeUndefined();
+    return got.lease;
+  }
+
+  /** Admits from a grant: no call made. */
+  async function fromGrant(r: ReturnType<typeof rig>, request: AdmitRequest) {
+    const calls = r.sent.length;
+    const got = await r.channel.admit(request, 1);
+    if (!got.ok) throw new Error(`refused: ${got.message}`);
+    expect(got.lease.granted).toBe(true);
+    expect(r.sent).toHaveLength(calls);
+    return got.lease;
+  }
+
+  it("one request after another: each is admitted from the last one's grant without a call, and its use rides with its own release", async () => {
+    const r = rig(64, true);
+    const first = await viaPool(r, req("r1"));
+    void r.channel.release(first.id, okReport);
+    await r.deliver();
+    for (const id of ["r2", "r3", "r4"]) {
+      const lease = await fromGrant(r, req(id));
+      // The pool has not heard of it yet: its slot is set aside.
+      expect(r.core.status(0).endpoints[0]).toMatchObject({ inflight: 0, reserved: 1 });
+      const calls = r.sent.length;
+      void r.channel.release(lease.id, okReport);
+      expect(r.sent).toHaveLength(calls + 1);
+      expect(r.sent.at(-1)).toMatchObject({ admits: [], used: [{ grant: lease.id, req: { id } }] });
+      expect(r.sent.at(-1)!.releases.map((x) => x.id)).toEqual([lease.id]);
+      await r.deliver(); // its answer sets the next slot aside
+    }
+    // Four requests, four calls: one admit and four releases, three carrying a use.
+    expect(r.channel.calls).toBe(5);
+    expect(r.core.status(0).grants).toMatchObject({ issued: 4, used: 3, outstanding: 1 });
+    expect(r.core.status(0).bands.find((b) => b.name === "gold")?.admitted).toBe(4);
+  });
+
+  it("a request unlike the grant's own asks the pool: another prompt, another place, or a session's turn", async () => {
+    const r = rig(64, true);
+    await viaPool(r, req("r1"));
+    // The pool holds the session's pin; and a session's turn is granted nothing.
+    await viaPool(r, req("r2", "s1"));
+    await viaPool(r, withPrefix(req("r3"), 7, 8));
+    await fromGrant(r, withPrefix(req("r4"), 7, 8, 9));
+    await fromGrant(r, req("r5"));
+    // From another place: its site preference may differ.
+    const eu = (id: string): AdmitRequest => ({ ...req(id), location: { continent: "EU", colo: "FRA" } });
+    await viaPool(r, eu("r6"));
+    await fromGrant(r, eu("r7"));
+    await fromGrant(r, req("r8"));
+    await viaPool(r, req("r9"));
+  });
+
+  it("keeps the request that used a grant alive until its use was carried, not for the whole GRANT_NOTE_MS", async () => {
+    const r = rig(64, true);
+    const first = await viaPool(r, req("r1"));
+    void r.channel.release(first.id, okReport);
+    await r.deliver();
+    let told = false;
+    const got = await r.channel.admit(req("r2"), 1, (p) => void p.then(() => (told = true)));
+    if (!got.ok) throw new Error("refused");
+    void r.channel.release(got.lease.id, okReport);
+    await r.deliver();
+    expect(told).toBe(true);
+  });
+
+  it("a use no release carries goes alone after GRANT_NOTE_MS", async () => {
+    const r = rig(64, true);
+    await viaPool(r, req("r1"));
+    const lease = await fromGrant(r, req("r2"));
+    await r.advance(GRANT_NOTE_MS - 1);
+    expect(r.sent).toHaveLength(1);
+    await r.advance(1);
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ admits: [], releases: [], used: [{ grant: lease.id }] });
+    await r.deliver();
+    expect(r.core.status(0)).toMatchObject({ leases: 2, grants: { used: 1 } });
+  });
+
+  it("gives its grants back, and asks, once an answer says the pool is in a hurry", async () => {
+    // Eight sequences, a ceiling of 1: from four held on, the pool is at half of it.
+    const r = rig(8, true);
+    await viaPool(r, withPrefix(req("r1"), 1)); // and a slot for the next like it: 2 of 8
+    await viaPool(r, withPrefix(req("r2"), 2)); // 3 of 8: a fourth would reach half, no slot
+    await viaPool(r, withPrefix(req("r3"), 3)); // 4 of 8: the answer says hurry
+    const a = r.channel.admit(withPrefix(req("r4"), 1), 1);
+    expect(r.sent).toHaveLength(4);
+    expect(r.sent[3]!.returned).toHaveLength(1);
+    await r.deliver();
+    expect((await a).ok).toBe(true);
+    expect(r.core.status(0).grants).toMatchObject({ issued: 1, returned: 1, used: 0 });
+  });
+
+  it("a grant not used within GRANT_USE_MS is given back with the next call, and that request asks", async () => {
+    const r = rig(64, true);
+    await viaPool(r, req("r1"));
+    await r.advance(GRANT_USE_MS);
+    await viaPool(r, req("r2"));
+    expect(r.sent[1]!.returned).toHaveLength(1);
+  });
+
+  it("a failed attempt gives back the grants on its endpoint", async () => {
+    const r = rig(64, true);
+    const first = await viaPool(r, req("r1"));
+    await viaPool(r, withPrefix(req("r2"), 5)); // another request running, so the release would ride
+    void r.channel.release(first.id, { attempts: [{ endpoint: "e0", verdict: "fail", reason: "reset" }] });
+    expect(r.sent.at(-1)!.returned).toHaveLength(2);
+    await r.deliver();
+    await viaPool(r, req("r3"));
   });
 });

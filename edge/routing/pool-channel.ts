@@ -41,7 +41,17 @@
  * itself alive until the call is answered (`keepAlive`), because a poll can
  * outlive the admit that opened it (its decision came with another call).
  */
-import type { Admission, AdmitRequest, Exchange, ExchangeAnswer, ReleaseReport } from "./pool-protocol.ts";
+import { MIN_PREFIX_SHARE } from "./picker.ts";
+import type {
+  Admission,
+  AdmitRequest,
+  Exchange,
+  ExchangeAnswer,
+  Grant,
+  GrantUse,
+  ReleaseReport,
+} from "./pool-protocol.ts";
+import type { Location } from "./types.ts";
 
 export class PoolCallLost extends Error {}
 
@@ -60,6 +70,18 @@ export const MAX_ADMIT_CALLS = 4;
  * requests come further apart than this.
  */
 export const RELEASE_RIDE_MS = 100;
+/**
+ * How long after its arrival a grant may be used: the pool holds its slot
+ * for GRANT_HOLD_MS (pool-core.ts), which leaves room for this, the note's
+ * ride and both calls' way.
+ */
+export const GRANT_USE_MS = 500;
+/**
+ * How long a grant's use waits for a call to ride with before it goes
+ * alone: the pool does not count its request's prompt or session until it
+ * hears of it.
+ */
+export const GRANT_NOTE_MS = 250;
 
 export interface PoolChannelOptions {
   /** Names this channel at the pool: one per isolate and model. */
@@ -119,9 +141,12 @@ interface AdmitEntry {
 }
 
 interface NoteEntry {
-  kind: "release" | "abandon" | "prefilled";
+  kind: "release" | "abandon" | "prefilled" | "use" | "return";
   id: string;
   report?: ReleaseReport;
+  use?: GrantUse;
+  /** Wakes the request riding with this note once a call settled it (a grant's use only). */
+  settled?: () => void;
   state: "unsent" | "sent" | "done" | "lost";
   sentWith?: Call;
 }
@@ -158,6 +183,8 @@ export class PoolChannel {
   private readonly riding = new Set<() => void>();
   /** Leases this channel was granted whose release has not come yet: the isolate's requests still running. */
   private running = 0;
+  /** Slots the pool set aside for this isolate's next requests, and until when each may be used. */
+  private grants: { grant: Grant; until: number }[] = [];
   private readonly maxBatch: number;
   private readonly now: () => number;
   private readonly timer: (ms: number) => Timer;
@@ -176,13 +203,15 @@ export class PoolChannel {
    * alive until a call it makes is answered (the runtime's waitUntil).
    */
   async admit(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Promise<Admission> {
+    this.version = Math.max(this.version, endpointsVersion);
+    const granted = this.fromGrant(req, keepAlive);
+    if (granted) return granted;
     let decided!: () => void;
     const decision = new Promise<void>((r) => {
       decided = r;
     });
     const entry: AdmitEntry = { req, state: "unsent", admission: undefined, decided, decision };
     this.unsentAdmits.push(entry);
-    this.version = Math.max(this.version, endpointsVersion);
     while (entry.state !== "done") {
       const call =
         entry.state === "queued"
@@ -219,9 +248,10 @@ export class PoolChannel {
     this.running = Math.max(0, this.running - 1);
     const entry: NoteEntry = { kind: "release", id, report, state: "unsent" };
     const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
-    if (!others || this.poolHurry || report.attempts.some((a) => a.verdict === "fail"))
-      return this.note(entry);
-    return this.ride(entry);
+    const failed = new Set(report.attempts.flatMap((a) => (a.verdict === "fail" ? [a.endpoint] : [])));
+    if (failed.size > 0) this.giveBack((g) => failed.has(g.endpoint.id));
+    if (!others || this.poolHurry || failed.size > 0) return this.note(entry);
+    return this.ride(entry, RELEASE_RIDE_MS);
   }
 
   /**
@@ -251,6 +281,55 @@ export class PoolChannel {
     return this.note({ kind: "abandon", id, state: "unsent" });
   }
 
+  /**
+   * Admits a request from a grant that fits it, at once and without a call,
+   * and queues the use for the pool (riding up to GRANT_NOTE_MS with the
+   * isolate's next call). Not while the pool's last answer said it is in a
+   * hurry: then every request asks.
+   */
+  private fromGrant(req: AdmitRequest, keepAlive?: KeepAlive): Admission | undefined {
+    if (this.grants.length === 0) return undefined;
+    const now = this.now();
+    this.giveBack((g, until) => until <= now || g.endpointsVersion < this.version);
+    if (this.poolHurry) return undefined;
+    const i = this.grants.findIndex((h) => fits(h.grant, req));
+    if (i < 0) return undefined;
+    const grant = this.grants.splice(i, 1)[0]!.grant;
+    this.running++;
+    const entry: NoteEntry = {
+      kind: "use",
+      id: grant.id,
+      use: { grant: grant.id, endpoint: grant.endpoint.id, req },
+      state: "unsent",
+    };
+    const told = this.ride(entry, GRANT_NOTE_MS).catch(() => {});
+    keepAlive?.(told);
+    return {
+      ok: true,
+      lease: {
+        id: grant.id,
+        endpoint: grant.endpoint,
+        alternates: grant.alternates,
+        route: grant.route,
+        band: req.band,
+        queuedMs: 0,
+        saturation: grant.saturation,
+        ...(req.demand?.reportsFirstToken ? { firstTokenNote: "with-next-call" as const } : {}),
+        granted: true,
+      },
+    };
+  }
+
+  /** Gives the grants `which` picks back to the pool, with the next call. */
+  private giveBack(which: (g: Grant, until: number) => boolean): void {
+    const kept: typeof this.grants = [];
+    for (const h of this.grants) {
+      if (which(h.grant, h.until)) this.unsentNotes.push({ kind: "return", id: h.grant.id, state: "unsent" });
+      else kept.push(h);
+    }
+    this.grants = kept;
+  }
+
   /** A request this isolate routed without the pool, for the pool's counter. */
   countFailOpen(): void {
     this.failOpens++;
@@ -268,15 +347,17 @@ export class PoolChannel {
    * upstream call. So the releasing request sleeps the whole wait (a timer
    * of its own) and then finds its release answered, as a rule.
    */
-  private async ride(entry: NoteEntry): Promise<void> {
+  private async ride(entry: NoteEntry, ms: number): Promise<void> {
     this.unsentNotes.push(entry);
     let hurry!: () => void;
     const hurried = new Promise<void>((r) => {
       hurry = r;
     });
+    // A grant's use is carried, as a rule, by its own request's release: nothing to keep it up for after.
+    if (entry.kind === "use") entry.settled = hurry;
     this.riding.add(hurry);
     try {
-      await this.within(RELEASE_RIDE_MS, undefined, hurried);
+      await this.within(ms, undefined, hurried);
     } finally {
       this.riding.delete(hurry);
     }
@@ -359,6 +440,8 @@ export class PoolChannel {
       n.state = "sent";
       n.sentWith = call;
     }
+    const used = notes.flatMap((n) => (n.kind === "use" ? [n.use!] : []));
+    const returned = notes.flatMap((n) => (n.kind === "return" ? [n.id] : []));
     const ex: Exchange = {
       channel: this.opts.id,
       endpointsVersion: this.version,
@@ -370,6 +453,8 @@ export class PoolChannel {
       poll,
       failOpens,
     };
+    if (used.length > 0) ex.used = used;
+    if (returned.length > 0) ex.returned = returned;
     this.calls++;
     if (admits.length > 0) this.admitCalls.add(call);
     let sent: Promise<ExchangeAnswer>;
@@ -392,7 +477,12 @@ export class PoolChannel {
     this.admitCalls.delete(call);
     this.poolBusy = answer.busy;
     this.poolHurry = answer.hurry;
-    if (answer.hurry) for (const hurry of this.riding) hurry();
+    if (answer.hurry) {
+      for (const hurry of this.riding) hurry();
+      this.giveBack(() => true);
+    }
+    const until = this.now() + GRANT_USE_MS;
+    for (const grant of answer.grants ?? []) this.grants.push({ grant, until });
     if (!call.poll) this.quickestMs = Math.min(this.quickestMs, this.now() - call.sentAt);
     for (const d of answer.decided) {
       const e = this.open.get(d.id);
@@ -407,7 +497,10 @@ export class PoolChannel {
       if (e) this.finish(e, l.admission);
     }
     for (const a of call.admits) if (a.state === "sent") a.state = "queued";
-    for (const n of call.notes) n.state = "done";
+    for (const n of call.notes) {
+      n.state = "done";
+      n.settled?.();
+    }
     this.wake(call);
   }
 
@@ -452,7 +545,10 @@ export class PoolChannel {
       // The pool may have granted it before the answer was lost.
       this.unsentNotes.push({ kind: "abandon", id: a.req.id, state: "unsent" });
     }
-    for (const n of call.notes) n.state = "lost";
+    for (const n of call.notes) {
+      n.state = "lost";
+      n.settled?.();
+    }
     this.wake(call);
   }
 
@@ -464,4 +560,25 @@ export class PoolChannel {
     this.open.delete(e.req.id);
     e.decided();
   }
+}
+
+/**
+ * Whether a request is like the one a grant was made for, so the pool would
+ * most likely send it to the same endpoint: no session (a session's turn
+ * asks the pool, which holds its pin), and a prompt that starts with enough
+ * of the grant's blocks for the prefix tier to decide (picker.ts), or no
+ * blocks on either side; from the same place, since that orders the sites.
+ */
+export function fits(g: Grant, req: AdmitRequest): boolean {
+  if (req.policy !== "chat" || req.session !== undefined || !samePlace(g.location, req.location))
+    return false;
+  if (req.prefix.length === 0) return g.prefix.length === 0;
+  const need = Math.ceil(req.prefix.length * MIN_PREFIX_SHARE);
+  if (g.prefix.length < need) return false;
+  for (let i = 0; i < need; i++) if (g.prefix[i] !== req.prefix[i]) return false;
+  return true;
+}
+
+function samePlace(a: Location | undefined, b: Location | undefined): boolean {
+  return a?.continent === b?.continent && a?.country === b?.country && a?.colo === b?.colo;
 }

@@ -27,6 +27,9 @@ import type {
   AdmitRequest,
   BandCounters,
   BreakerOpened,
+  Grant,
+  GrantCounters,
+  GrantUse,
   LoadUpdate,
   PoolStatus,
   RefusalCode,
@@ -45,7 +48,15 @@ export type * from "./pool-protocol.ts";
 
 interface EndpointState {
   spec: EndpointSpec;
+  /** Requests in flight here, and the grants' slots set aside (`reserved` of them). */
   inflight: number;
+  /**
+   * Slots set aside for grants not yet used, counted as requests in flight
+   * here in every decision: for saturation, so no ceiling is passed when
+   * they are used; in picking too, since a slot is used, as a rule, before
+   * the pool hears of it.
+   */
+  reserved: number;
   /** Predicted tokens of the requests in flight here: what admits charged and releases have not freed. */
   tokens: number;
   /** Streams admitted here whose first token has not come yet. */
@@ -71,6 +82,15 @@ interface Held {
 
 type Pending = { req: AdmitRequest; respond: (a: Admission) => void };
 
+/** A grant not yet used: a request's slot with no request in it yet. */
+interface Reserved {
+  endpoint: string;
+  route: RouteTier;
+  channel: string;
+  tokens: number;
+  expiresAt: number;
+}
+
 /**
  * An endpoint as a decision sees it: picking compares the engine's own
  * state (`saturation`), admission also its queue of prompts still to
@@ -85,6 +105,14 @@ type Scored = Candidate & {
 };
 
 const TICK_WHILE_QUEUED_MS = 1_000;
+/**
+ * How long the pool keeps a grant's slot for its isolate: the isolate uses
+ * a grant only within GRANT_USE_MS of receiving it and tells the pool within
+ * GRANT_NOTE_MS after (pool-channel.ts); the rest is for the calls' way.
+ */
+export const GRANT_HOLD_MS = 2_000;
+/** Grants one isolate's channel holds at once, at most: about the requests it runs at once. */
+export const GRANTS_PER_CHANNEL = 16;
 const LEASE_GRACE_MS = 60_000;
 const TOMBSTONE_MS = 60_000;
 /** A prefix block's tokens, at the rate the Worker's prompt estimate assumes. */
@@ -109,6 +137,13 @@ export class PoolCore {
   private readonly endpoints = new Map<string, EndpointState>();
   private endpointsVersion = -1;
   private readonly held = new Map<string, Held>();
+  /** Grants not yet used, in the order granted (all held for the same span). */
+  private readonly reserved = new Map<string, Reserved>();
+  private readonly grantsByChannel = new Map<string, number>();
+  private grantSeq = 0;
+  /** Tells this pool's grants from an earlier instance's, whose ids an isolate may still hold. */
+  private readonly grantPrefix: string;
+  private readonly grantCounters: GrantCounters = { issued: 0, used: 0, late: 0, returned: 0, expired: 0 };
   private readonly tombstones = new Map<string, number>();
   private readonly sessions = new SessionTable();
   private readonly prefix: PrefixIndex;
@@ -144,6 +179,7 @@ export class PoolCore {
     this.prefix = new PrefixIndex(settings.scoring.prefix_cache_blocks);
     this.breakers = new Breakers(settings.failure_threshold, settings.cooldown, () => this.clock);
     this.flow = new FlowController(bandSpecs(settings), flowOptions(settings));
+    this.grantPrefix = `g${Math.floor(random() * 2 ** 32).toString(36)}.`;
   }
 
   configure(settings: RouterConfig, now: number): void {
@@ -177,6 +213,7 @@ export class PoolCore {
         this.endpoints.set(spec.id, {
           spec,
           inflight: 0,
+          reserved: 0,
           tokens: 0,
           prefilling: 0,
           prefillLoad: 0,
@@ -206,6 +243,11 @@ export class PoolCore {
     this.drain();
   }
 
+  /** Usage the caller estimated since its last admit, which rides with the next one however it is admitted. */
+  private countEstimated(req: AdmitRequest): void {
+    if (req.estimated) for (const k of ["requests", "tokens"] as const) this.estimated[k] += req.estimated[k];
+  }
+
   /** Fail-open decisions an isolate made while it could not reach the pool, for the counter. */
   countFailOpens(n: number): void {
     this.failOpens += n;
@@ -213,7 +255,7 @@ export class PoolCore {
 
   admit(req: AdmitRequest, now: number, respond: (a: Admission) => void): void {
     this.clock = now;
-    if (req.estimated) for (const k of ["requests", "tokens"] as const) this.estimated[k] += req.estimated[k];
+    this.countEstimated(req);
     if (this.tombstones.delete(req.id)) {
       respond(refusal(503, "abandoned", "The client left before the request was admitted.", 0));
       return;
@@ -316,6 +358,130 @@ export class PoolCore {
     this.drain();
   }
 
+  /**
+   * Sets a slot aside for the channel's next request like `basis`, on the
+   * endpoint the pool would pick for it now, if the pool stays in no hurry
+   * with the slot counted (below half the lowest ceiling, no band waiting:
+   * noteUrgency). The slot counts as a request in flight until it is used,
+   * given back or expired, so no band's ceiling is passed by a grant's use.
+   */
+  offerGrant(channel: string, basis: AdmitRequest, now: number): Grant | undefined {
+    this.clock = now;
+    // A session's next turn comes when its user has read the answer, long after a grant's use window.
+    if (!this.settings.admission.grants || basis.policy !== "chat" || basis.session) return undefined;
+    if (this.flow.size > 0) return undefined;
+    if ((this.grantsByChannel.get(channel) ?? 0) >= GRANTS_PER_CHANNEL) return undefined;
+    const cands = this.candidates();
+    if (!cands.some(isRoutable)) return undefined;
+    const p = this.pickFor(basis, cands, []);
+    if (!p) return undefined;
+    const e = this.endpoints.get(p.chosen.spec.id)!;
+    const { tokens } = this.charge(basis, e.spec.id);
+    e.inflight++;
+    e.reserved++;
+    e.tokens += tokens;
+    const saturation = this.saturationOf(this.candidates());
+    if (this.noteUrgency(saturation) === "now") {
+      e.inflight--;
+      e.reserved--;
+      e.tokens -= tokens;
+      return undefined;
+    }
+    const id = `${this.grantPrefix}${++this.grantSeq}`;
+    this.reserved.set(id, {
+      endpoint: e.spec.id,
+      route: p.tier,
+      channel,
+      tokens,
+      expiresAt: now + GRANT_HOLD_MS,
+    });
+    this.grantsByChannel.set(channel, (this.grantsByChannel.get(channel) ?? 0) + 1);
+    this.grantCounters.issued++;
+    return {
+      id,
+      endpoint: e.spec,
+      alternates: p.alternates.map((c) => c.spec),
+      route: p.tier,
+      prefix: basis.prefix,
+      location: basis.location,
+      endpointsVersion: this.endpointsVersion,
+      saturation,
+    };
+  }
+
+  /**
+   * A request an isolate admitted from a grant: its slot becomes the
+   * request's lease, charged, pinned and recorded as a decision of the
+   * pool's would be. A grant the pool no longer holds (told late, or this
+   * pool started since) is charged anew on its endpoint: the request runs
+   * there either way.
+   */
+  useGrant(use: GrantUse, now: number): void {
+    this.clock = now;
+    this.countEstimated(use.req);
+    const slot = this.unreserve(use.grant);
+    const e = this.endpoints.get(slot?.endpoint ?? use.endpoint);
+    if (!e) return;
+    if (slot) {
+      this.grantCounters.used++;
+      e.reserved = Math.max(0, e.reserved - 1);
+    } else {
+      this.grantCounters.late++;
+      e.inflight++;
+    }
+    const req = use.req;
+    const { tokens, prompt } = this.charge(req, e.spec.id);
+    const prefilling = req.demand?.reportsFirstToken === true;
+    const prefillWeight = prefilling ? prefillWeightOf(prompt) : 0;
+    e.tokens += tokens - (slot?.tokens ?? 0);
+    if (prefilling) e.prefilling++;
+    e.prefillLoad += prefillWeight;
+    const band = this.bandOf(req.band);
+    this.held.set(use.grant, {
+      endpoint: e.spec.id,
+      band,
+      tokens,
+      prefilling,
+      prefillWeight,
+      expiresAt: now + this.settings.timeouts.total + LEASE_GRACE_MS,
+    });
+    if (req.session) this.sessions.pin(req.session, e.spec.id, now);
+    this.prefix.record(e.spec.id, req.prefix);
+    // A decision that landed here, as the pool's own do: the load tier's turn moves on.
+    e.lastPick = ++this.turn;
+    this.routes[slot?.route ?? "load"]++;
+    this.recordRouted(e.spec.site, band);
+    this.drain();
+  }
+
+  /** A grant given back unused: its slot is free. */
+  returnGrant(id: string, now: number): void {
+    this.clock = now;
+    const slot = this.unreserve(id);
+    if (!slot) return;
+    this.grantCounters.returned++;
+    this.freeSlot(slot);
+    this.drain();
+  }
+
+  private unreserve(id: string): Reserved | undefined {
+    const slot = this.reserved.get(id);
+    if (!slot) return undefined;
+    this.reserved.delete(id);
+    const n = (this.grantsByChannel.get(slot.channel) ?? 1) - 1;
+    if (n > 0) this.grantsByChannel.set(slot.channel, n);
+    else this.grantsByChannel.delete(slot.channel);
+    return slot;
+  }
+
+  private freeSlot(slot: Reserved): void {
+    const e = this.endpoints.get(slot.endpoint);
+    if (!e) return;
+    e.inflight = Math.max(0, e.inflight - 1);
+    e.reserved = Math.max(0, e.reserved - 1);
+    e.tokens = Math.max(0, e.tokens - slot.tokens);
+  }
+
   private free(lease: Held): void {
     const e = this.endpoints.get(lease.endpoint);
     if (!e) return;
@@ -348,6 +514,12 @@ export class PoolCore {
       // No verdict will come: a breaker's probe must not stay out forever.
       this.breakers.onAbandon(lease.endpoint);
     }
+    for (const [id, slot] of this.reserved) {
+      if (slot.expiresAt > now) break;
+      this.unreserve(id);
+      this.grantCounters.expired++;
+      this.freeSlot(slot);
+    }
     for (const [id, until] of this.tombstones) if (until <= now) this.tombstones.delete(id);
     this.drain();
   }
@@ -358,6 +530,8 @@ export class PoolCore {
     if (this.flow.size > 0) at = Math.min(this.flow.nextDeadline() ?? at, this.clock + TICK_WHILE_QUEUED_MS);
     const oldest = this.held.values().next().value;
     if (oldest) at = Math.min(at, oldest.expiresAt);
+    const grant = this.reserved.values().next().value;
+    if (grant) at = Math.min(at, grant.expiresAt);
     if (this.tombstones.size > 0) at = Math.min(at, this.clock + TOMBSTONE_MS);
     return Number.isFinite(at) ? at : undefined;
   }
@@ -376,26 +550,8 @@ export class PoolCore {
   private dispatch(w: Waiter<Pending>, cands: Scored[]): void {
     const { req, respond } = w.item;
     const rejections: Rejection[] = [];
-    const session = req.session ? this.sessions.get(req.session, this.clock) : undefined;
-    const p: Pick | undefined = pick(
-      cands,
-      {
-        policy: req.policy,
-        sessionEndpoint: session,
-        prefixBlocks: req.prefix.length,
-        prefixMatch: (eligible) => this.prefix.match(req.prefix, eligible),
-        sessionLoadFactor: this.settings.scoring.session_load_factor,
-        alternates: this.settings.retries,
-        random: this.random,
-        turn: this.turn++,
-        sites: {
-          order: preferredSites(this.settings.sites, req.location),
-          warmShare: (site) => this.warmup.share(site, this.clock, this.settings.sites.warmup),
-          healthy: (site) => this.warmup.isHealthy(site),
-        },
-      },
-      rejections,
-    );
+    const p = this.pickFor(req, cands, rejections);
+    this.turn++;
     this.lastRejections = rejections;
     if (!p) {
       this.count(w.band).noCapacity++;
@@ -425,10 +581,7 @@ export class PoolCore {
     if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
     this.prefix.record(chosen.spec.id, req.prefix);
     this.routes[p.tier]++;
-    const site = chosen.spec.site ?? "default";
-    this.routedBySite.set(site, (this.routedBySite.get(site) ?? 0) + 1);
-    this.routedRecently.add(site, this.clock);
-    this.count(w.band).admitted++;
+    this.recordRouted(chosen.spec.site, w.band);
     const saturation = this.saturationOf(cands);
     respond({
       ok: true,
@@ -443,6 +596,36 @@ export class PoolCore {
         ...(prefilling ? { firstTokenNote: this.noteUrgency(saturation) } : {}),
       },
     });
+  }
+
+  private pickFor(req: AdmitRequest, cands: Scored[], rejections: Rejection[]): Pick | undefined {
+    const session = req.session ? this.sessions.get(req.session, this.clock) : undefined;
+    return pick(
+      cands,
+      {
+        policy: req.policy,
+        sessionEndpoint: session,
+        prefixBlocks: req.prefix.length,
+        prefixMatch: (eligible) => this.prefix.match(req.prefix, eligible),
+        sessionLoadFactor: this.settings.scoring.session_load_factor,
+        alternates: this.settings.retries,
+        random: this.random,
+        turn: this.turn,
+        sites: {
+          order: preferredSites(this.settings.sites, req.location),
+          warmShare: (site) => this.warmup.share(site, this.clock, this.settings.sites.warmup),
+          healthy: (site) => this.warmup.isHealthy(site),
+        },
+      },
+      rejections,
+    );
+  }
+
+  private recordRouted(site: string | undefined, band: string): void {
+    const name = site ?? "default";
+    this.routedBySite.set(name, (this.routedBySite.get(name) ?? 0) + 1);
+    this.routedRecently.add(name, this.clock);
+    this.count(band).admitted++;
   }
 
   /**
@@ -570,6 +753,7 @@ export class PoolCore {
       leases: this.held.size,
       sessions: this.sessions.size,
       failOpens: this.failOpens,
+      grants: { ...this.grantCounters, outstanding: this.reserved.size },
       calls: 0,
       estimated: { ...this.estimated },
       bands: [...s.admission.bands]
@@ -593,7 +777,8 @@ export class PoolCore {
           priority: c.spec.priority,
           weight: c.spec.weight,
           state: c.state ?? "unscraped",
-          inflight: e.inflight,
+          inflight: e.inflight - e.reserved,
+          reserved: e.reserved,
           prefilling: e.prefilling,
           tokens: e.tokens,
           maxSeqs: c.spec.capacity?.maxSeqs ?? null,

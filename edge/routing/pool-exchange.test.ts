@@ -135,4 +135,27 @@ describe("PoolExchange", () => {
     expect(core.status(0).failOpens).toBe(3);
     expect(d.counters).toEqual({ calls: 2, polls: 0, admits: 1, releases: 0 });
   });
+
+  it("answers each admit it decided, and each grant's use, with a grant for the channel's next like request", () => {
+    const { core, desk: d } = desk(64);
+    const a = call(d, ex("iso", { admits: [req("r1"), req("r2")] })).answer!;
+    expect(a.decided.map((x) => x.admission.ok)).toEqual([true, true]);
+    expect(a.grants).toHaveLength(2);
+    const g = a.grants![0]!;
+    // A use and its request's release in one call: the use first.
+    const b = call(
+      d,
+      ex("iso", { used: [{ grant: g.id, endpoint: "e0", req: req("r3") }], releases: [ok(g.id)] }),
+    ).answer!;
+    expect(b.grants).toHaveLength(1);
+    expect(core.status(0)).toMatchObject({ leases: 2, grants: { issued: 3, used: 1, outstanding: 2 } });
+    // A poll that reports a use is answered at once, with its grant, not held.
+    const next = b.grants![0]!;
+    const c = call(d, ex("iso", { poll: true, used: [{ grant: next.id, endpoint: "e0", req: req("r4") }] }));
+    expect(c.answer?.grants).toHaveLength(1);
+    // Given back, a slot is free at once.
+    call(d, ex("iso", { returned: [c.answer!.grants![0]!.id, a.grants![1]!.id] }));
+    expect(core.status(0)).toMatchObject({ leases: 3, grants: { returned: 2, outstanding: 0 } });
+    expect(core.status(0).endpoints[0]).toMatchObject({ inflight: 3, reserved: 0 });
+  });
 });

@@ -16,7 +16,7 @@
  * Pure and clock-free like PoolCore: every entry point takes `now`.
  */
 import type { PoolCore } from "./pool-core.ts";
-import type { Admission, BreakerOpened, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
+import type { Admission, BreakerOpened, Exchange, ExchangeAnswer, Grant } from "./pool-protocol.ts";
 
 /** How long a poll with nothing to say is held: short enough that a lost poller is replaced soon. */
 export const POLL_HOLD_MS = 1_000;
@@ -63,6 +63,9 @@ export class PoolExchange {
     ch.mailbox = ch.mailbox.filter((m) => m.seq > ex.ack);
     this.count(ex, now);
     this.core.countFailOpens(ex.failOpens);
+    // Before the releases: a request admitted from a grant may have ended by this call.
+    for (const u of ex.used ?? []) this.core.useGrant(u, now);
+    for (const id of ex.returned ?? []) this.core.returnGrant(id, now);
     const opened: BreakerOpened[] = [];
     for (const r of ex.releases) opened.push(...this.core.release(r.id, r.report, now));
     for (const id of ex.abandons) this.core.abandon(id, now);
@@ -76,14 +79,34 @@ export class PoolExchange {
       });
     }
     answering = false;
-    const held = ex.poll && decided.length === 0 && ch.mailbox.length === 0 && ex.admits.length === 0;
+    const grants = this.grants(ex, decided, now);
+    const held =
+      ex.poll && decided.length === 0 && ch.mailbox.length === 0 && ex.admits.length === 0 && !grants;
     if (held) {
       // A newer poll replaces the old: its caller may be gone.
       ch.poll?.respond(this.answer(now));
       ch.poll = { respond, until: now + POLL_HOLD_MS };
       this.polling.add(ch);
-    } else respond(this.answer(now, decided, [...ch.mailbox]));
+    } else respond(this.answer(now, decided, [...ch.mailbox], grants));
     return opened;
+  }
+
+  /**
+   * A grant for each request the call admitted or reports admitted from a
+   * grant, for the isolate's next request like it, as far as the pool stays
+   * in no hurry (PoolCore.offerGrant): a chain, so one request after another
+   * keeps finding its slot set aside.
+   */
+  private grants(ex: Exchange, decided: ExchangeAnswer["decided"], now: number): Grant[] | undefined {
+    const out: Grant[] = [];
+    const admitted = new Set(decided.flatMap((d) => (d.admission.ok ? [d.id] : [])));
+    const bases = [...(ex.used ?? []).map((u) => u.req), ...ex.admits.filter((r) => admitted.has(r.id))];
+    for (const basis of bases) {
+      const g = this.core.offerGrant(ex.channel, basis, now);
+      if (!g) break;
+      out.push(g);
+    }
+    return out.length > 0 ? out : undefined;
   }
 
   /** Answers polls held long enough, and forgets channels whose isolate is gone. */
@@ -141,8 +164,11 @@ export class PoolExchange {
     now: number,
     decided: ExchangeAnswer["decided"] = [],
     later: ExchangeAnswer["later"] = [],
+    grants?: Grant[],
   ): ExchangeAnswer {
-    return { decided, later, busy: this.busy(now), hurry: this.core.notesWantedNow(now) };
+    const a: ExchangeAnswer = { decided, later, busy: this.busy(now), hurry: this.core.notesWantedNow(now) };
+    if (grants) a.grants = grants;
+    return a;
   }
 
   /** Calls over the last second, the previous whole second weighed by how much of it is still inside. */

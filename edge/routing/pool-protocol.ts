@@ -52,6 +52,39 @@ export interface Lease {
   saturation: number;
   /** For a stream: how soon the pool wants to hear of its first token (PoolCore.prefilled). */
   firstTokenNote?: "now" | "with-next-call";
+  /** Admitted by the isolate from a grant of the pool's, without a call (Grant). */
+  granted?: boolean;
+}
+
+/**
+ * A slot the pool set aside for an isolate's next request like the one it
+ * was granted for (docs/routing.md, "Grants"): while the pool is far below
+ * every ceiling, the isolate may admit such a request to `endpoint` at
+ * once, without a call, and tell the pool afterwards. The slot counts as a
+ * request in flight from the moment it is granted, so every band's ceiling
+ * holds as if the request had been admitted then.
+ */
+export interface Grant {
+  /** Becomes the lease id of the request that uses it. */
+  id: string;
+  endpoint: EndpointSpec;
+  alternates: EndpointSpec[];
+  /** The tier that chose the endpoint for a request like the basis. */
+  route: RouteTier;
+  /** What a request must share with the one it was granted for to use it: its prompt's leading blocks, and where it entered Cloudflare (its site preference). */
+  prefix: readonly number[];
+  location?: Location | undefined;
+  /** The endpoint set it was chosen from. */
+  endpointsVersion: number;
+  saturation: number;
+}
+
+/** A request an isolate admitted from a grant: the pool charges and records it as if it had decided it. */
+export interface GrantUse {
+  grant: string;
+  /** The grant's endpoint, for a pool that no longer holds the grant (it expired, the pool restarted). */
+  endpoint: string;
+  req: AdmitRequest;
 }
 
 export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
@@ -78,6 +111,10 @@ export interface Exchange {
   abandons: string[];
   /** Streams whose first token came: their prompts are computed (PoolCore.prefilled). */
   prefilled?: string[];
+  /** Requests admitted from grants since the last call. */
+  used?: GrantUse[];
+  /** Grants given back unused (expired at the isolate, or the pool said it is in a hurry). */
+  returned?: string[];
   /** Mailbox entries up to this number arrived; the pool forgets them. */
   ack: number;
   /**
@@ -104,9 +141,12 @@ export interface ExchangeAnswer {
   /**
    * Releases and first-token notes change admission now (a band waits, or
    * saturation is at half the lowest ceiling or above): the channel sends
-   * them at once instead of letting them ride with its next call.
+   * them at once instead of letting them ride with its next call. It also
+   * ends the use of the channel's grants.
    */
   hurry: boolean;
+  /** Slots set aside for the channel's next requests (Grant); absent when none. */
+  grants?: Grant[];
 }
 
 export interface ReleaseReport {
@@ -138,6 +178,15 @@ export interface BandCounters {
   noCapacity: number;
 }
 
+export interface GrantCounters {
+  issued: number;
+  used: number;
+  /** Used after the pool had let the slot go (the isolate told it late): charged anew. */
+  late: number;
+  returned: number;
+  expired: number;
+}
+
 export interface EndpointStatus {
   id: string;
   /** The site that published it ("default" for a single site). */
@@ -148,6 +197,8 @@ export interface EndpointStatus {
   weight: number;
   state: string;
   inflight: number;
+  /** Grants' slots set aside here, not in `inflight`; decisions count them as in flight. */
+  reserved: number;
   /** Streams of those still waiting for their first token. */
   prefilling: number;
   /** Predicted tokens of the requests in flight (the pool's charges). */
@@ -173,6 +224,8 @@ export interface PoolStatus {
   leases: number;
   sessions: number;
   failOpens: number;
+  /** Grants set aside and not yet used or given back, and what became of those since the pool started. */
+  grants: GrantCounters & { outstanding: number };
   /**
    * Calls Workers made to the pool since it started, each carrying any number
    * of admits, releases and notes (pool-channel.ts). Over the admissions, what

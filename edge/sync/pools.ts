@@ -97,6 +97,14 @@ function toMessage(s: PoolStatus): PoolStatusInit {
     sessions: s.sessions,
     failOpens: BigInt(s.failOpens),
     calls: BigInt(s.calls),
+    grants: {
+      outstanding: s.grants.outstanding,
+      issued: BigInt(s.grants.issued),
+      used: BigInt(s.grants.used),
+      late: BigInt(s.grants.late),
+      returned: BigInt(s.grants.returned),
+      expired: BigInt(s.grants.expired),
+    },
     estimatedRequests: BigInt(s.estimated.requests),
     estimatedTokens: BigInt(s.estimated.tokens),
     bands: s.bands.map((b) => ({
@@ -121,6 +129,7 @@ function toMessage(s: PoolStatus): PoolStatusInit {
       weight: e.weight,
       state: e.state,
       inflight: e.inflight,
+      reserved: e.reserved,
       saturation: e.saturation,
       breaker: e.breaker,
       breakerReason: e.breakerReason ?? "",

@@ -26,11 +26,17 @@ const short = (n: number) => ({ role: "user" as const, content: `Hi ${n}.` });
  * Opens a stream and reads its headers; the body stays unread until `finish`,
  * which hangs up. 64 tokens at 100 ms each keep it open for seconds, so a
  * loaded machine's slow step between two looks cannot see it end on its own.
+ * Each in a session of its own, so it asks the pool (a session's turn is
+ * admitted from no grant): the pool counts it by the time its headers come.
  */
 async function openStream(url: string, key: TestKey, model: string, n: number) {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
-    headers: { authorization: `Bearer ${key.secret}`, "content-type": "application/json" },
+    headers: {
+      authorization: `Bearer ${key.secret}`,
+      "content-type": "application/json",
+      "x-session-id": `stream-${n}`,
+    },
     body: JSON.stringify({ model, messages: [short(n)], max_tokens: 64, stream: true }),
   });
   expect(res.status).toBe(200);
@@ -119,40 +125,70 @@ describe("one pool for every isolate", () => {
     const p2 = await ask({ messages: [system, short(4)] }, {});
     expect(p2.response.headers.get("x-llmgw-route")).toBe("prefix");
     expect(p2.response.headers.get("x-llmgw-endpoint")).toBe(p1.response.headers.get("x-llmgw-endpoint"));
-    const routes = (await poolOf(edge, "slow")).routes;
-    expect(Number(routes.session)).toBeGreaterThanOrEqual(1);
-    expect(Number(routes.prefix)).toBeGreaterThanOrEqual(1);
+    // p2 may have been admitted from the grant p1's answer brought: the pool counts it once told.
+    await waitUntil(
+      "routes counted",
+      async () => {
+        const { routes } = await poolOf(edge, "slow");
+        return Number(routes.session) >= 1 && Number(routes.prefix) >= 1;
+      },
+      10_000,
+    );
   });
 
-  /** `n` one-token streams through the first isolate, each read to its end before the next; `between` runs after each. */
-  async function oneAfterAnother(n: number, first: number, between?: () => Promise<unknown>) {
+  /**
+   * `n` one-token streams through the first isolate, each read to its end
+   * before the next; `between` runs after each. `sessions`: each in a session
+   * of its own, so none is admitted from a grant.
+   */
+  async function oneAfterAnother(
+    n: number,
+    first: number,
+    opts: { between?: () => Promise<unknown>; sessions?: boolean } = {},
+  ) {
     const client = clientFor({ url: edge.urls[0]! }, key.secret);
     for (let i = 0; i < n; i++) {
-      const stream = await client.chat.completions.create({
-        model: "slow",
-        messages: [short(first + i)],
-        max_tokens: 1,
-        stream: true,
-      });
+      const headers = opts.sessions ? { "x-session-id": `one-${first + i}` } : {};
+      const stream = await client.chat.completions.create(
+        { model: "slow", messages: [short(first + i)], max_tokens: 1, stream: true },
+        { headers },
+      );
       for await (const _ of stream);
-      await between?.();
+      await opts.between?.();
     }
   }
 
-  it("counts the calls Workers make to it: one request at a time, an admit and a release each", async () => {
+  const admitted = (p: Awaited<ReturnType<typeof poolOf>>) =>
+    p.bands.reduce((sum, b) => sum + b.admitted, 0n);
+  const fromGrants = (p: Awaited<ReturnType<typeof poolOf>>) => Number(p.grants!.used + p.grants!.late);
+
+  it("counts the calls Workers make to it: one request at a time, a release each, and an admit for each not admitted from a grant", async () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const n = 6;
-    await oneAfterAnother(n, 200, () =>
-      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000),
-    );
+    const released = () =>
+      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    await oneAfterAnother(n, 200, { between: released });
     const after = await poolOf(edge, "slow");
-    const admitted = (p: typeof after) => p.bands.reduce((sum, b) => sum + b.admitted, 0n);
     expect(admitted(after) - admitted(before)).toBe(BigInt(n));
-    // One request at a time: each admit is a call of its own, and so is each
-    // release, since nothing else of the isolate is running to carry it; it
-    // carries the first-token note with it (no band waits, nothing is near a
-    // ceiling).
+    // One request at a time: each release is a call of its own, since nothing
+    // else of the isolate is running to carry it; it carries the first-token
+    // note and, for a request admitted from the grant its predecessor's call
+    // brought, that grant's use. Every other request's admit is a call too.
+    const granted = fromGrants(after) - fromGrants(before);
+    expect(granted).toBeGreaterThanOrEqual(1);
+    expect(Number(after.calls - before.calls)).toBe(n + (n - granted));
+  });
+
+  it("one request at a time in sessions of their own: an admit and a release each", async () => {
+    await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    const before = await poolOf(edge, "slow");
+    const n = 4;
+    const released = () =>
+      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
+    await oneAfterAnother(n, 250, { between: released, sessions: true });
+    const after = await poolOf(edge, "slow");
+    expect(fromGrants(after) - fromGrants(before)).toBe(0);
     expect(after.calls - before.calls).toBe(BigInt(2 * n));
   });
 
@@ -161,7 +197,7 @@ describe("one pool for every isolate", () => {
     const before = await poolOf(edge, "slow");
     const background = await openStream(edge.urls[0]!, key, "slow", 400);
     const n = 6;
-    await oneAfterAnother(n, 300);
+    await oneAfterAnother(n, 300, { sessions: true });
     await background.finish();
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const after = await poolOf(edge, "slow");
@@ -234,8 +270,15 @@ describe("fail-open", () => {
 
   it("routes from the KV endpoint set when the pool cannot be reached, says so, and the pool counts it once back", async () => {
     const client = clientFor({ url: edge.urls[0]! }, key.secret);
+    // Each in a session of its own: no grant the isolate holds admits it, every one asks the pool.
+    let n = 0;
     const ask = () =>
-      client.chat.completions.create({ model: "m", messages: [short(0)], max_tokens: 2 }).withResponse();
+      client.chat.completions
+        .create(
+          { model: "m", messages: [short(0)], max_tokens: 2 },
+          { headers: { "x-session-id": `fail-open-${n++}` } },
+        )
+        .withResponse();
     expect((await ask()).response.headers.get("x-llmgw-route")).toBe("load");
     expect(await (await fetch(`${edge.extra["unreachable-pool"]}/down`, { method: "POST" })).text()).toBe(
       "down",
