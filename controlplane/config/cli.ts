@@ -132,7 +132,7 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   );
   const a = r.admission;
   lines.push(
-    `admission: ${a.enabled ? "on" : "off"}, bands ${a.bands.map((b) => `${b.name} ${b.saturation_ceiling}`).join(", ")}, default ${a.default_band}, queue ${a.queue_capacity_per_band}/band ttl ${d(a.queue_ttl)}`,
+    `admission: ${a.enabled ? "on" : "off"}, bands ${a.bands.map((b) => `${b.name} ${b.saturation_ceiling}`).join(", ")}, default ${a.default_band}, queue ${a.queue_capacity_per_band}/band ttl ${d(a.queue_ttl)}, grants ${a.grants ? "on" : "off"}`,
   );
   lines.push(`listen: admin ${c.admin_listen}, agents ${c.agent_listen}; data dir ${c.data_dir}`);
   lines.push(`models (${catalog.models.length}):`);

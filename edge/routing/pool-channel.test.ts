@@ -418,25 +418,30 @@ describe("PoolChannel", () => {
 });
 
 describe("PoolChannel with grants", () => {
-  /** Admits through a call of its own, delivered, and returns the lease. */
+  const drain = async (r: ReturnType<typeof rig>) => {
+    while (r.wire.length > 0) await r.deliver();
+  };
+  const asked = (r: ReturnType<typeof rig>, id: string) =>
+    r.sent.some((e) => e.admits.some((a) => a.id === id));
+
+  /** Admits through a call to the pool, every call on the wire delivered, and returns the lease. */
   async function viaPool(r: ReturnType<typeof rig>, request: AdmitRequest) {
-    const calls = r.sent.length;
     const a = r.channel.admit(request, 1);
-    expect(r.sent).toHaveLength(calls + 1);
-    await r.deliver();
+    expect(asked(r, request.id)).toBe(true);
+    await drain(r);
     const got = await a;
     if (!got.ok) throw new Error(`refused: ${got.message}`);
     expect(got.lease.granted).toBeUndefined();
     return got.lease;
   }
 
-  /** Admits from a grant: no call made. */
+  /** Admits from a grant, no admit sent; then delivers what is on the wire (a use going at once). */
   async function fromGrant(r: ReturnType<typeof rig>, request: AdmitRequest) {
-    const calls = r.sent.length;
     const got = await r.channel.admit(request, 1);
     if (!got.ok) throw new Error(`refused: ${got.message}`);
     expect(got.lease.granted).toBe(true);
-    expect(r.sent).toHaveLength(calls);
+    expect(asked(r, request.id)).toBe(false);
+    await drain(r);
     return got.lease;
   }
 
@@ -447,8 +452,8 @@ describe("PoolChannel with grants", () => {
     await r.deliver();
     for (const id of ["r2", "r3", "r4"]) {
       const lease = await fromGrant(r, req(id));
-      // The pool has not heard of it yet: its slot is set aside.
-      expect(r.core.status(0).endpoints[0]).toMatchObject({ inflight: 0, reserved: 1 });
+      // The pool has not heard of it yet: its slot is one of the two set aside (GRANT_STOCK).
+      expect(r.core.status(0).endpoints[0]).toMatchObject({ inflight: 0, reserved: 2 });
       const calls = r.sent.length;
       void r.channel.release(lease.id, okReport);
       expect(r.sent).toHaveLength(calls + 1);
@@ -456,9 +461,9 @@ describe("PoolChannel with grants", () => {
       expect(r.sent.at(-1)!.releases.map((x) => x.id)).toEqual([lease.id]);
       await r.deliver(); // its answer sets the next slot aside
     }
-    // Four requests, four calls: one admit and four releases, three carrying a use.
+    // Four requests, five calls: one admit and four releases, three carrying a use.
     expect(r.channel.calls).toBe(5);
-    expect(r.core.status(0).grants).toMatchObject({ issued: 4, used: 3, outstanding: 1 });
+    expect(r.core.status(0).grants).toMatchObject({ issued: 5, used: 3, outstanding: 2 });
     expect(r.core.status(0).bands.find((b) => b.name === "gold")?.admitted).toBe(4);
   });
 
@@ -475,7 +480,8 @@ describe("PoolChannel with grants", () => {
     await viaPool(r, eu("r6"));
     await fromGrant(r, eu("r7"));
     await fromGrant(r, req("r8"));
-    await viaPool(r, req("r9"));
+    // Each use earned a slot for the next like it.
+    expect(r.core.status(0).grants).toMatchObject({ issued: 8, used: 4, outstanding: 4 });
   });
 
   it("keeps the request that used a grant alive until its use was carried, not for the whole GRANT_NOTE_MS", async () => {
@@ -491,31 +497,44 @@ describe("PoolChannel with grants", () => {
     expect(told).toBe(true);
   });
 
-  it("a use no release carries goes alone after GRANT_NOTE_MS", async () => {
+  it("the use by the isolate's only running request, no release carrying it, goes alone after GRANT_NOTE_MS", async () => {
     const r = rig(64, true);
-    await viaPool(r, req("r1"));
+    const first = await viaPool(r, req("r1"));
+    void r.channel.release(first.id, okReport);
+    await r.deliver();
     const lease = await fromGrant(r, req("r2"));
     await r.advance(GRANT_NOTE_MS - 1);
-    expect(r.sent).toHaveLength(1);
-    await r.advance(1);
     expect(r.sent).toHaveLength(2);
-    expect(r.sent[1]).toMatchObject({ admits: [], releases: [], used: [{ grant: lease.id }] });
+    await r.advance(1);
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]).toMatchObject({ admits: [], releases: [], used: [{ grant: lease.id }] });
     await r.deliver();
-    expect(r.core.status(0)).toMatchObject({ leases: 2, grants: { used: 1 } });
+    expect(r.core.status(0)).toMatchObject({ leases: 1, grants: { used: 1 } });
+  });
+
+  it("beside other running requests, a use goes with the next call or alone at once: its answer brings the next slot", async () => {
+    const r = rig(64, true);
+    await viaPool(r, req("r1"));
+    const got = await r.channel.admit(req("r2"), 1);
+    if (!got.ok) throw new Error("refused");
+    expect(r.sent).toHaveLength(2);
+    expect(r.sent[1]).toMatchObject({ admits: [], used: [{ grant: got.lease.id }] });
+    await r.deliver();
+    // Two slots were set aside with r1's lease; r2's use earned the one that tops the stock up again.
+    expect(r.core.status(0).grants).toMatchObject({ issued: 3, used: 1, outstanding: 2 });
   });
 
   it("gives its grants back, and asks, once an answer says the pool is in a hurry", async () => {
     // Eight sequences, a ceiling of 1: from four held on, the pool is at half of it.
     const r = rig(8, true);
-    await viaPool(r, withPrefix(req("r1"), 1)); // and a slot for the next like it: 2 of 8
-    await viaPool(r, withPrefix(req("r2"), 2)); // 3 of 8: a fourth would reach half, no slot
-    await viaPool(r, withPrefix(req("r3"), 3)); // 4 of 8: the answer says hurry
-    const a = r.channel.admit(withPrefix(req("r4"), 1), 1);
-    expect(r.sent).toHaveLength(4);
-    expect(r.sent[3]!.returned).toHaveLength(1);
+    await viaPool(r, withPrefix(req("r1"), 1)); // and two slots for the next like it: 3 of 8
+    await viaPool(r, withPrefix(req("r2"), 2)); // 4 of 8: the answer says hurry
+    const a = r.channel.admit(withPrefix(req("r3"), 1), 1);
+    expect(r.sent).toHaveLength(3);
+    expect(r.sent[2]!.returned).toHaveLength(2);
     await r.deliver();
     expect((await a).ok).toBe(true);
-    expect(r.core.status(0).grants).toMatchObject({ issued: 1, returned: 1, used: 0 });
+    expect(r.core.status(0).grants).toMatchObject({ issued: 2, returned: 2, used: 0 });
   });
 
   it("a grant not used within GRANT_USE_MS is given back with the next call, and that request asks", async () => {
@@ -523,7 +542,7 @@ describe("PoolChannel with grants", () => {
     await viaPool(r, req("r1"));
     await r.advance(GRANT_USE_MS);
     await viaPool(r, req("r2"));
-    expect(r.sent[1]!.returned).toHaveLength(1);
+    expect(r.sent[1]!.returned).toHaveLength(2);
   });
 
   it("a failed attempt gives back the grants on its endpoint", async () => {
@@ -531,7 +550,7 @@ describe("PoolChannel with grants", () => {
     const first = await viaPool(r, req("r1"));
     await viaPool(r, withPrefix(req("r2"), 5)); // another request running, so the release would ride
     void r.channel.release(first.id, { attempts: [{ endpoint: "e0", verdict: "fail", reason: "reset" }] });
-    expect(r.sent.at(-1)!.returned).toHaveLength(2);
+    expect(r.sent.at(-1)!.returned).toHaveLength(3);
     await r.deliver();
     await viaPool(r, req("r3"));
   });

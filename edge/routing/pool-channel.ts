@@ -77,9 +77,9 @@ export const RELEASE_RIDE_MS = 100;
  */
 export const GRANT_USE_MS = 500;
 /**
- * How long a grant's use waits for a call to ride with before it goes
- * alone: the pool does not count its request's prompt or session until it
- * hears of it.
+ * How long the use of a grant by the isolate's only running request waits
+ * for a call to ride with (its own release, as a rule) before it goes
+ * alone: the pool does not record the request's prompt until it hears of it.
  */
 export const GRANT_NOTE_MS = 250;
 
@@ -283,9 +283,11 @@ export class PoolChannel {
 
   /**
    * Admits a request from a grant that fits it, at once and without a call,
-   * and queues the use for the pool (riding up to GRANT_NOTE_MS with the
-   * isolate's next call). Not while the pool's last answer said it is in a
-   * hurry: then every request asks.
+   * and queues the use for the pool: like a release the pool is in a hurry
+   * for while other requests of the isolate run, since its answer brings
+   * the grant the next of them will want; else riding up to GRANT_NOTE_MS
+   * with the isolate's next call. Not while the pool's last answer said it is
+   * in a hurry: then every request asks.
    */
   private fromGrant(req: AdmitRequest, keepAlive?: KeepAlive): Admission | undefined {
     if (this.grants.length === 0) return undefined;
@@ -295,6 +297,7 @@ export class PoolChannel {
     const i = this.grants.findIndex((h) => fits(h.grant, req));
     if (i < 0) return undefined;
     const grant = this.grants.splice(i, 1)[0]!.grant;
+    const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
     this.running++;
     const entry: NoteEntry = {
       kind: "use",
@@ -302,7 +305,9 @@ export class PoolChannel {
       use: { grant: grant.id, endpoint: grant.endpoint.id, req },
       state: "unsent",
     };
-    const told = this.ride(entry, GRANT_NOTE_MS).catch(() => {});
+    // Beside others, the use earns the slot the next request will want soon: it goes with the
+    // next call, or alone if none is on its way. Alone, its own release is the next call, as a rule.
+    const told = (others ? this.note(entry) : this.ride(entry, GRANT_NOTE_MS)).catch(() => {});
     keepAlive?.(told);
     return {
       ok: true,

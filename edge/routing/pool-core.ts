@@ -454,6 +454,11 @@ export class PoolCore {
     this.drain();
   }
 
+  /** Grants set aside for the channel and not yet used, given back or expired. */
+  grantsHeldBy(channel: string): number {
+    return this.grantsByChannel.get(channel) ?? 0;
+  }
+
   /** A grant given back unused: its slot is free. */
   returnGrant(id: string, now: number): void {
     this.clock = now;

@@ -26,6 +26,14 @@ export const POLL_HOLD_MS = 1_000;
  * before the pool is full (pool-channel.ts).
  */
 export const BUSY_CALLS_PER_S = 500;
+/**
+ * Grants a channel is kept stocked with, as far as its calls' admits and
+ * uses are like one another: one request after another, the next starts
+ * as the last ends, before the answer to the call that reports the last
+ * one's use is back with a grant; the second slot covers that answer's way,
+ * which from a far pool is the distance to it.
+ */
+export const GRANT_STOCK = 2;
 /** A channel silent this long belongs to an isolate that is gone. */
 const CHANNEL_IDLE_MS = 60_000;
 
@@ -103,6 +111,12 @@ export class PoolExchange {
     const bases = [...(ex.used ?? []).map((u) => u.req), ...ex.admits.filter((r) => admitted.has(r.id))];
     for (const basis of bases) {
       const g = this.core.offerGrant(ex.channel, basis, now);
+      if (!g) break;
+      out.push(g);
+    }
+    const last = bases.at(-1);
+    while (last && out.length > 0 && this.core.grantsHeldBy(ex.channel) < GRANT_STOCK) {
+      const g = this.core.offerGrant(ex.channel, last, now);
       if (!g) break;
       out.push(g);
     }
