@@ -185,4 +185,17 @@ describe("PoolCore grants", () => {
     }
     expect(seen).toEqual(["e0", "e1", "e0", "e1", "e0", "e1", "e0"]);
   });
+
+  it("sets nothing aside on an endpoint whose breaker is not closed: its probe is the pool's own decision", () => {
+    const p = pool(1, 256, { failure_threshold: 1, cooldown: "1s" });
+    const first = req();
+    const lease = admitted(p, first);
+    p.release(lease.id, { attempts: [{ endpoint: "e0", verdict: "fail", reason: "reset" }] }, 0);
+    expect(p.offerGrant("iso", first, 0)).toBeUndefined();
+    // Half-open after the cooldown, no probe on its way yet: still none until a probe closes it.
+    expect(p.offerGrant("iso", first, 1_000)).toBeUndefined();
+    const probe = admitted(p, req(), 1_000);
+    p.release(probe.id, { attempts: [{ endpoint: "e0", verdict: "ok" }] }, 1_001);
+    expect(p.offerGrant("iso", first, 1_001)).toBeDefined();
+  });
 });

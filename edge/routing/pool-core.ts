@@ -376,6 +376,8 @@ export class PoolCore {
     const p = this.pickFor(basis, cands, []);
     if (!p) return undefined;
     const e = this.endpoints.get(p.chosen.spec.id)!;
+    // A half-open breaker's next request is its probe, which only the pool's own decision makes.
+    if (this.breakers.state(e.spec.id) !== "closed") return undefined;
     const { tokens } = this.charge(basis, e.spec.id);
     e.inflight++;
     e.reserved++;
@@ -411,8 +413,8 @@ export class PoolCore {
 
   /**
    * A request an isolate admitted from a grant: its slot becomes the
-   * request's lease, charged, pinned and recorded as a decision of the
-   * pool's would be. A grant the pool no longer holds (told late, or this
+   * request's lease, charged and recorded as a decision of the pool's
+   * would be. A grant the pool no longer holds (told late, or this
    * pool started since) is charged anew on its endpoint: the request runs
    * there either way.
    */
@@ -445,7 +447,6 @@ export class PoolCore {
       prefillWeight,
       expiresAt: now + this.settings.timeouts.total + LEASE_GRACE_MS,
     });
-    if (req.session) this.sessions.pin(req.session, e.spec.id, now);
     this.prefix.record(e.spec.id, req.prefix);
     // A decision that landed here, as the pool's own do: the load tier's turn moves on.
     e.lastPick = ++this.turn;
