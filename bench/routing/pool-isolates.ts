@@ -184,8 +184,8 @@ export async function poolIsolates(): Promise<void> {
         o.admitted > 0 ? (o.calls / o.admitted).toFixed(2) : "-",
         o.admitted > 0 ? `${Math.round((100 * o.granted) / o.admitted)} %` : "-",
         `${Math.round(Math.min(1, busy) * 100)} %`,
-        fmt(percentile(waits, 0.5)),
-        fmt(percentile(waits, 0.99)),
+        fmt(percentile(waits, 50)),
+        fmt(percentile(waits, 99)),
       ]);
     }
   }

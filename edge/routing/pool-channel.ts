@@ -42,14 +42,15 @@
  * outlive the admit that opened it (its decision came with another call).
  */
 import { MIN_PREFIX_SHARE } from "./picker.ts";
-import type {
-  Admission,
-  AdmitRequest,
-  Exchange,
-  ExchangeAnswer,
-  Grant,
-  GrantUse,
-  ReleaseReport,
+import {
+  type Admission,
+  type AdmitRequest,
+  type Exchange,
+  type ExchangeAnswer,
+  GRANT_STOCK,
+  type Grant,
+  type GrantUse,
+  type ReleaseReport,
 } from "./pool-protocol.ts";
 import type { Location } from "./types.ts";
 
@@ -284,9 +285,9 @@ export class PoolChannel {
   /**
    * Admits a request from a grant that fits it, at once and without a call,
    * and queues the use for the pool: like a release the pool is in a hurry
-   * for while other requests of the isolate run, since its answer brings
-   * the grant the next of them will want; else riding up to GRANT_NOTE_MS
-   * with the isolate's next call. Not while the pool's last answer said it is
+   * for while other requests of the isolate run and fewer than GRANT_STOCK
+   * grants are left, since its answer brings the grant the next of them
+   * will want; else riding up to GRANT_NOTE_MS with the isolate's next call. Not while the pool's last answer said it is
    * in a hurry: then every request asks.
    */
   private fromGrant(req: AdmitRequest, keepAlive?: KeepAlive): Admission | undefined {
@@ -298,6 +299,7 @@ export class PoolChannel {
     if (i < 0) return undefined;
     const grant = this.grants.splice(i, 1)[0]!.grant;
     const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
+    const low = this.grants.length < GRANT_STOCK;
     this.running++;
     const entry: NoteEntry = {
       kind: "use",
@@ -305,9 +307,10 @@ export class PoolChannel {
       use: { grant: grant.id, endpoint: grant.endpoint.id, req },
       state: "unsent",
     };
-    // Beside others, the use earns the slot the next request will want soon: it goes with the
-    // next call, or alone if none is on its way. Alone, its own release is the next call, as a rule.
-    const told = (others ? this.note(entry) : this.ride(entry, GRANT_NOTE_MS)).catch(() => {});
+    // Beside others, with the stock run low, the use earns the slot the next request will want
+    // soon: it goes with the next call, or alone if none is on its way. Alone, its own release is
+    // the next call, as a rule.
+    const told = (others && low ? this.note(entry) : this.ride(entry, GRANT_NOTE_MS)).catch(() => {});
     keepAlive?.(told);
     return {
       ok: true,

@@ -16,7 +16,14 @@
  * Pure and clock-free like PoolCore: every entry point takes `now`.
  */
 import type { PoolCore } from "./pool-core.ts";
-import type { Admission, BreakerOpened, Exchange, ExchangeAnswer, Grant } from "./pool-protocol.ts";
+import {
+  type Admission,
+  type BreakerOpened,
+  type Exchange,
+  type ExchangeAnswer,
+  GRANT_STOCK,
+  type Grant,
+} from "./pool-protocol.ts";
 
 /** How long a poll with nothing to say is held: short enough that a lost poller is replaced soon. */
 export const POLL_HOLD_MS = 1_000;
@@ -26,14 +33,6 @@ export const POLL_HOLD_MS = 1_000;
  * before the pool is full (pool-channel.ts).
  */
 export const BUSY_CALLS_PER_S = 500;
-/**
- * Grants a channel is kept stocked with, as far as its calls' admits and
- * uses are like one another: one request after another, the next starts
- * as the last ends, before the answer to the call that reports the last
- * one's use is back with a grant; the second slot covers that answer's way,
- * which from a far pool is the distance to it.
- */
-export const GRANT_STOCK = 2;
 /** A channel silent this long belongs to an isolate that is gone. */
 const CHANNEL_IDLE_MS = 60_000;
 

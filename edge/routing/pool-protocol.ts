@@ -79,6 +79,15 @@ export interface Grant {
   saturation: number;
 }
 
+/**
+ * Grants a channel is kept stocked with, as far as its calls' admits and
+ * uses are like one another: one request after another, the next starts
+ * as the last ends, before the answer to the call that reports the last
+ * one's use is back with a grant; the second slot covers that answer's way,
+ * which from a far pool is the distance to it.
+ */
+export const GRANT_STOCK = 2;
+
 /** A request an isolate admitted from a grant: the pool charges and records it as if it had decided it. */
 export interface GrantUse {
   grant: string;
