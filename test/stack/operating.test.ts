@@ -109,7 +109,10 @@ describe("operating the stack", () => {
     // The edge's pool: its bands and its endpoint with the breaker.
     expect(out).toMatch(new RegExp(`${MODEL}: saturation [0-9.]+, load feed live`));
     expect(out).toMatch(/gold\s+\S+\s+\d+\s+\d+/);
-    expect(out).toMatch(new RegExp(`${MODEL}/1gpu/0\\s+default\\s+0\\s+ready\\s+\\d+\\s+\\S+\\s+closed`));
+    // In flight, with what it notes beside (prefilling streams, grants' slots set aside: "0 (+1 granted)").
+    expect(out).toMatch(
+      new RegExp(`${MODEL}/1gpu/0\\s+default\\s+0\\s+ready\\s+\\d+(?: \\([^)]*\\))?\\s+\\S+\\s+closed`),
+    );
 
     const j = await cp.ctl("status", "--json");
     expect(j.code).toBe(0);
