@@ -527,13 +527,13 @@ describe("PoolChannel with grants", () => {
   });
 
   it("gives its grants back, and asks, once an answer says the pool is in a hurry", async () => {
-    // Eight sequences, a ceiling of 1: from four held on, the pool is at half of it.
-    const r = rig(8, true);
-    await viaPool(r, withPrefix(req("r1"), 1)); // and two slots for the next like it: 3 of 8
-    await viaPool(r, withPrefix(req("r2"), 2)); // 4 of 8: the answer says hurry
-    const a = r.channel.admit(withPrefix(req("r3"), 1), 1);
-    expect(r.sent).toHaveLength(3);
-    expect(r.sent[2]!.returned).toHaveLength(2);
+    // Sixteen sequences, a ceiling of 1: slots while under 4 held, a hurry from 8 on.
+    const r = rig(16, true);
+    await viaPool(r, withPrefix(req("r1"), 1)); // and two slots for the next like it: 3 of 16
+    for (let i = 2; i <= 6; i++) await viaPool(r, withPrefix(req(`r${i}`), i)); // 8 of 16: hurry
+    const a = r.channel.admit(withPrefix(req("r7"), 1), 1);
+    expect(r.sent).toHaveLength(7);
+    expect(r.sent[6]!.returned).toHaveLength(2);
     await r.deliver();
     expect((await a).ok).toBe(true);
     expect(r.core.status(0).grants).toMatchObject({ issued: 2, returned: 2, used: 0 });

@@ -23,6 +23,14 @@
  * requests; the pool answers it when a decision lands in the channel's
  * mailbox (edge/routing/pool-exchange.ts).
  *
+ * Far below every ceiling, an answer may carry grants (docs/routing.md,
+ * "Grants"): slots the pool set aside for the isolate's next requests like
+ * the ones the call admitted or reported. A request that fits one is
+ * admitted here at once, without a call, and its use goes to the pool
+ * afterwards, as a note. Grants go back to the pool with the next call
+ * once they expire, an answer says the pool is in a hurry, an attempt on
+ * their endpoint fails, or a newer endpoint set is seen.
+ *
  * A pool far away (its quickest answer over PIPELINE_FAR_MS) changes one
  * thing: an admit does not wait a whole round trip for the call on its way
  * when that call left more than a quarter of a round trip ago. It goes in a
@@ -287,8 +295,9 @@ export class PoolChannel {
    * and queues the use for the pool: like a release the pool is in a hurry
    * for while other requests of the isolate run and fewer than GRANT_STOCK
    * grants are left, since its answer brings the grant the next of them
-   * will want; else riding up to GRANT_NOTE_MS with the isolate's next call. Not while the pool's last answer said it is
-   * in a hurry: then every request asks.
+   * will want; else riding up to GRANT_NOTE_MS with the isolate's next
+   * call. Not while the pool's last answer said it is in a hurry: then
+   * every request asks.
    */
   private fromGrant(req: AdmitRequest, keepAlive?: KeepAlive): Admission | undefined {
     if (this.grants.length === 0) return undefined;

@@ -85,8 +85,8 @@ describe("PoolCore grants", () => {
     ]);
   });
 
-  it("grants nothing that would bring the pool to half the lowest ceiling, nor while a band waits", () => {
-    // 2 × 4 slots, bronze's ceiling 0.30: half of it is 1.2 of the 8 slots.
+  it("grants nothing that would bring the pool to a quarter of the lowest ceiling, nor while a band waits", () => {
+    // 2 × 4 slots, bronze's ceiling 0.30: a quarter of it is 0.6 of the 8 slots.
     const p = pool(2, 4);
     const first = req();
     admitted(p, first);
@@ -95,7 +95,7 @@ describe("PoolCore grants", () => {
       [1, 0],
       [0, 0],
     ]);
-    // A larger engine leaves room for slots while the pool, slot counted, stays under half of bronze's 0.30.
+    // A larger engine leaves room for slots while the pool, slot counted, stays under a quarter of bronze's 0.30.
     const roomy = pool(1, 64);
     const given: boolean[] = [];
     for (let i = 0; i < 40 && given.at(-1) !== false; i++) {
@@ -103,12 +103,12 @@ describe("PoolCore grants", () => {
       admitted(roomy, r);
       const g = roomy.offerGrant("iso", r, 0);
       given.push(g !== undefined);
-      if (g) expect(roomy.status(0).saturation).toBeLessThan(0.15);
+      if (g) expect(roomy.status(0).saturation).toBeLessThan(0.075);
       if (g) roomy.returnGrant(g.id, 0);
     }
     expect(given[0]).toBe(true);
     expect(given.at(-1)).toBe(false);
-    expect(roomy.status(0).saturation).toBeLessThan(0.15);
+    expect(roomy.status(0).saturation).toBeLessThan(0.075);
     expect(roomy.offerGrant("iso", req(), 0)).toBeUndefined();
     // Bronze, over its ceiling, waits: no grant for anyone while it does.
     const bronze = Array.from({ length: 20 }, () => req({ band: "bronze" }));

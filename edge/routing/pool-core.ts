@@ -11,6 +11,10 @@
  * - `release` comes once when the request ends, with every attempt's verdict: it frees
  *   the in-flight slot and feeds the breakers. A lease never released (its isolate died)
  *   expires after the longest a request may run.
+ * - far below every ceiling, `offerGrant` sets a slot aside, counted in
+ *   flight, for an isolate's next request like one it just saw, and
+ *   `useGrant` turns it into that request's lease once the isolate says it
+ *   admitted one from it (docs/routing.md, "Grants").
  *
  * Pure and clock-free: every entry point takes `now`, and answers through a
  * callback, synchronously or when a later call (a release, a tick, a load
@@ -111,6 +115,15 @@ const TICK_WHILE_QUEUED_MS = 1_000;
  * GRANT_NOTE_MS after (pool-channel.ts); the rest is for the calls' way.
  */
 export const GRANT_HOLD_MS = 2_000;
+/**
+ * The share of the lowest ceiling under which, slot counted, the pool sets
+ * slots aside: half of where notes start to hurry (noteUrgency), so the
+ * slots never make the pool hurry by themselves. At the hurry line itself,
+ * 16 streams on one engine with their releases riding crossed it back and
+ * forth, and each crossing sent every note and release at once (bench:edge,
+ * docs/edge.md).
+ */
+export const GRANT_BELOW = 0.25;
 /** Grants one isolate's channel holds at once, at most: about the requests it runs at once. */
 export const GRANTS_PER_CHANNEL = 16;
 const LEASE_GRACE_MS = 60_000;
@@ -360,9 +373,8 @@ export class PoolCore {
 
   /**
    * Sets a slot aside for the channel's next request like `basis`, on the
-   * endpoint the pool would pick for it now, if the pool stays in no hurry
-   * with the slot counted (below half the lowest ceiling, no band waiting:
-   * noteUrgency). The slot counts as a request in flight until it is used,
+   * endpoint the pool would pick for it now, if no band waits and, with the
+   * slot counted, saturation stays under GRANT_BELOW of the lowest ceiling. The slot counts as a request in flight until it is used,
    * given back or expired, so no band's ceiling is passed by a grant's use.
    */
   offerGrant(channel: string, basis: AdmitRequest, now: number): Grant | undefined {
@@ -383,7 +395,7 @@ export class PoolCore {
     e.reserved++;
     e.tokens += tokens;
     const saturation = this.saturationOf(this.candidates());
-    if (this.noteUrgency(saturation) === "now") {
+    if (saturation >= this.lowestCeiling() * GRANT_BELOW) {
       e.inflight--;
       e.reserved--;
       e.tokens -= tokens;
@@ -643,8 +655,11 @@ export class PoolCore {
    * each of this isolate's own carries the note).
    */
   private noteUrgency(saturation: number): "now" | "with-next-call" {
-    const lowest = Math.min(...this.settings.admission.bands.map((b) => b.saturation_ceiling));
-    return this.flow.size > 0 || saturation >= lowest / 2 ? "now" : "with-next-call";
+    return this.flow.size > 0 || saturation >= this.lowestCeiling() / 2 ? "now" : "with-next-call";
+  }
+
+  private lowestCeiling(): number {
+    return Math.min(...this.settings.admission.bands.map((b) => b.saturation_ceiling));
   }
 
   /**

@@ -2,7 +2,10 @@
  * The pool's side of coalesced calls (docs/routing.md, "Coalesced calls"):
  * applies an isolate's Exchange to the model's PoolCore — releases first, so
  * the capacity they free serves the queue and then this call's admits in
- * the same turn — and answers with what was decided at once.
+ * the same turn — and answers with what was decided at once, and with
+ * grants for the isolate's next requests like the ones this call admitted
+ * or reports admitted from grants, while the pool is far below every
+ * ceiling (PoolCore.offerGrant; docs/routing.md, "Grants").
  *
  * An admit that queues is answered later, through its channel's mailbox:
  * the decision waits there, numbered, until the channel acknowledges it.
