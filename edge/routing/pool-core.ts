@@ -384,7 +384,9 @@ export class PoolCore {
     if (this.flow.size > 0) return undefined;
     if ((this.grantsByChannel.get(channel) ?? 0) >= GRANTS_PER_CHANNEL) return undefined;
     const cands = this.candidates();
-    if (!cands.some(isRoutable)) return undefined;
+    const limit = this.lowestCeiling() * GRANT_BELOW;
+    // Checked before the pick: a loaded pool, the usual refusal, pays for no pick.
+    if (!cands.some(isRoutable) || this.saturationOf(cands) >= limit) return undefined;
     const p = this.pickFor(basis, cands, []);
     if (!p) return undefined;
     const e = this.endpoints.get(p.chosen.spec.id)!;
@@ -395,7 +397,7 @@ export class PoolCore {
     e.reserved++;
     e.tokens += tokens;
     const saturation = this.saturationOf(this.candidates());
-    if (saturation >= this.lowestCeiling() * GRANT_BELOW) {
+    if (saturation >= limit) {
       e.inflight--;
       e.reserved--;
       e.tokens -= tokens;
