@@ -144,7 +144,7 @@ describe("one pool for every isolate", () => {
   async function oneAfterAnother(
     n: number,
     first: number,
-    opts: { between?: () => Promise<unknown>; sessions?: boolean } = {},
+    opts: { between?: (done: number) => Promise<unknown>; sessions?: boolean } = {},
   ) {
     const client = clientFor({ url: edge.urls[0]! }, key.secret);
     for (let i = 0; i < n; i++) {
@@ -154,21 +154,33 @@ describe("one pool for every isolate", () => {
         { headers },
       );
       for await (const _ of stream);
-      await opts.between?.();
+      await opts.between?.(i + 1);
     }
   }
 
   const admitted = (p: Awaited<ReturnType<typeof poolOf>>) =>
     p.bands.reduce((sum, b) => sum + b.admitted, 0n);
   const fromGrants = (p: Awaited<ReturnType<typeof poolOf>>) => Number(p.grants!.used + p.grants!.late);
+  /**
+   * Until the pool has counted `done` admissions since `before` and holds no
+   * lease: every release has arrived. (No lease alone is not enough: a request
+   * admitted from a grant holds none until its use arrives, with its release.)
+   */
+  const allReleased = (before: Awaited<ReturnType<typeof poolOf>>) => (done: number) =>
+    waitUntil(
+      "releases arrived",
+      async () => {
+        const p = await poolOf(edge, "slow");
+        return admitted(p) - admitted(before) === BigInt(done) && p.leases === 0;
+      },
+      10_000,
+    );
 
   it("counts the calls Workers make to it: one request at a time, a release each, and an admit for each not admitted from a grant", async () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const n = 6;
-    const released = () =>
-      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
-    await oneAfterAnother(n, 200, { between: released });
+    await oneAfterAnother(n, 200, { between: allReleased(before) });
     const after = await poolOf(edge, "slow");
     expect(admitted(after) - admitted(before)).toBe(BigInt(n));
     // One request at a time: each release is a call of its own, since nothing
@@ -184,9 +196,7 @@ describe("one pool for every isolate", () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const n = 4;
-    const released = () =>
-      waitUntil("lease released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
-    await oneAfterAnother(n, 250, { between: released, sessions: true });
+    await oneAfterAnother(n, 250, { between: allReleased(before), sessions: true });
     const after = await poolOf(edge, "slow");
     expect(fromGrants(after) - fromGrants(before)).toBe(0);
     expect(after.calls - before.calls).toBe(BigInt(2 * n));
