@@ -438,34 +438,11 @@ export class PoolCore {
     const slot = this.unreserve(use.grant);
     const e = this.endpoints.get(slot?.endpoint ?? use.endpoint);
     if (!e) return;
-    if (slot) {
-      this.grantCounters.used++;
-      e.reserved = Math.max(0, e.reserved - 1);
-    } else {
-      this.grantCounters.late++;
-      e.inflight++;
-    }
-    const req = use.req;
-    const { tokens, prompt } = this.charge(req, e.spec.id);
-    const prefilling = req.demand?.reportsFirstToken === true;
-    const prefillWeight = prefilling ? prefillWeightOf(prompt) : 0;
-    e.tokens += tokens - (slot?.tokens ?? 0);
-    if (prefilling) e.prefilling++;
-    e.prefillLoad += prefillWeight;
-    const band = this.bandOf(req.band);
-    this.held.set(use.grant, {
-      endpoint: e.spec.id,
-      band,
-      tokens,
-      prefilling,
-      prefillWeight,
-      expiresAt: now + this.settings.timeouts.total + LEASE_GRACE_MS,
-    });
-    this.prefix.record(e.spec.id, req.prefix);
+    if (slot) this.grantCounters.used++;
+    else this.grantCounters.late++;
     // A decision that landed here, as the pool's own do: the load tier's turn moves on.
-    e.lastPick = ++this.turn;
-    this.routes[slot?.route ?? "load"]++;
-    this.recordRouted(e.spec.site, band);
+    this.turn++;
+    this.hold(e, use.grant, use.req, this.bandOf(use.req.band), slot?.route ?? "load", slot);
     this.drain();
   }
 
@@ -581,27 +558,8 @@ export class PoolCore {
       return;
     }
     const chosen = this.endpoints.get(p.chosen.spec.id)!;
-    const { tokens, prompt } = this.charge(req, chosen.spec.id);
-    const prefilling = req.demand?.reportsFirstToken === true;
-    const prefillWeight = prefilling ? prefillWeightOf(prompt) : 0;
-    chosen.inflight++;
-    chosen.tokens += tokens;
-    if (prefilling) chosen.prefilling++;
-    chosen.prefillLoad += prefillWeight;
-    chosen.lastPick = this.turn;
     this.breakers.onAttempt(chosen.spec.id);
-    this.held.set(req.id, {
-      endpoint: chosen.spec.id,
-      band: w.band,
-      tokens,
-      prefilling,
-      prefillWeight,
-      expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
-    });
-    if (req.session) this.sessions.pin(req.session, chosen.spec.id, this.clock);
-    this.prefix.record(chosen.spec.id, req.prefix);
-    this.routes[p.tier]++;
-    this.recordRouted(chosen.spec.site, w.band);
+    const prefilling = this.hold(chosen, req.id, req, w.band, p.tier, undefined);
     const saturation = this.saturationOf(cands);
     respond({
       ok: true,
@@ -616,6 +574,45 @@ export class PoolCore {
         ...(prefilling ? { firstTokenNote: this.noteUrgency(saturation) } : {}),
       },
     });
+  }
+
+  /**
+   * Counts a request in flight on `e` under lease `id`, as the decision of
+   * this turn: its predicted demand charged, its session pinned and its
+   * prompt's blocks recorded there, its band and route counted. A grant's
+   * `slot`, already counted in flight, becomes the request's, re-charged
+   * with its real demand. Returns whether it counts as prefilling.
+   */
+  private hold(
+    e: EndpointState,
+    id: string,
+    req: AdmitRequest,
+    band: string,
+    tier: RouteTier,
+    slot: Reserved | undefined,
+  ): boolean {
+    const { tokens, prompt } = this.charge(req, e.spec.id);
+    const prefilling = req.demand?.reportsFirstToken === true;
+    const prefillWeight = prefilling ? prefillWeightOf(prompt) : 0;
+    if (slot) e.reserved = Math.max(0, e.reserved - 1);
+    else e.inflight++;
+    e.tokens += tokens - (slot?.tokens ?? 0);
+    if (prefilling) e.prefilling++;
+    e.prefillLoad += prefillWeight;
+    e.lastPick = this.turn;
+    this.held.set(id, {
+      endpoint: e.spec.id,
+      band,
+      tokens,
+      prefilling,
+      prefillWeight,
+      expiresAt: this.clock + this.settings.timeouts.total + LEASE_GRACE_MS,
+    });
+    if (req.session) this.sessions.pin(req.session, e.spec.id, this.clock);
+    this.prefix.record(e.spec.id, req.prefix);
+    this.routes[tier]++;
+    this.recordRouted(e.spec.site, band);
+    return prefilling;
   }
 
   private pickFor(req: AdmitRequest, cands: Scored[], rejections: Rejection[]): Pick | undefined {
