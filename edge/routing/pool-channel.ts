@@ -256,7 +256,7 @@ export class PoolChannel {
   release(id: string, report: ReleaseReport): Promise<void> {
     this.running = Math.max(0, this.running - 1);
     const entry: NoteEntry = { kind: "release", id, report, state: "unsent" };
-    const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
+    const others = this.othersRunning();
     const failed = new Set(report.attempts.flatMap((a) => (a.verdict === "fail" ? [a.endpoint] : [])));
     if (failed.size > 0) this.giveBack((g) => failed.has(g.endpoint.id));
     if (!others || this.poolHurry || failed.size > 0) return this.note(entry);
@@ -307,7 +307,7 @@ export class PoolChannel {
     const i = this.grants.findIndex((h) => fits(h.grant, req));
     if (i < 0) return undefined;
     const grant = this.grants.splice(i, 1)[0]!.grant;
-    const others = this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
+    const others = this.othersRunning();
     const low = this.grants.length < GRANT_STOCK;
     this.running++;
     const entry: NoteEntry = {
@@ -337,6 +337,11 @@ export class PoolChannel {
     };
   }
 
+  /** Whether other requests of this isolate run or wait for the pool: a call of theirs is coming soon. */
+  private othersRunning(): boolean {
+    return this.running > 0 || this.open.size > 0 || this.unsentAdmits.length > 0;
+  }
+
   /** Gives the grants `which` picks back to the pool, with the next call. */
   private giveBack(which: (g: Grant, until: number) => boolean): void {
     const kept: typeof this.grants = [];
@@ -358,11 +363,13 @@ export class PoolChannel {
   }
 
   /**
-   * Not woken when a call takes the release: the request that made that
+   * A release is not woken when a call takes it: the request that made that
    * call keeps it alive until it is answered, and waking this one would put
    * a resumption of another request between that request's admit and its
    * upstream call. So the releasing request sleeps the whole wait (a timer
-   * of its own) and then finds its release answered, as a rule.
+   * of its own) and then finds its release answered, as a rule. A grant's
+   * use is woken once settled: the call that carries it is, as a rule, its
+   * own request's release.
    */
   private async ride(entry: NoteEntry, ms: number): Promise<void> {
     this.unsentNotes.push(entry);
@@ -370,7 +377,6 @@ export class PoolChannel {
     const hurried = new Promise<void>((r) => {
       hurry = r;
     });
-    // A grant's use is carried, as a rule, by its own request's release: nothing to keep it up for after.
     if (entry.kind === "use") entry.settled = hurry;
     this.riding.add(hurry);
     try {
