@@ -10,8 +10,8 @@ import {
 } from "./pool-core.ts";
 import type { EndpointSpec } from "./types.ts";
 
-function pool(n: number, maxSeqs: number, router: Record<string, unknown> = {}) {
-  const p = new PoolCore("m", routerSchema.parse(router), mulberry32(1));
+function pool(n: number, maxSeqs: number, router: Record<string, unknown> = {}, seed = 1) {
+  const p = new PoolCore("m", routerSchema.parse(router), mulberry32(seed));
   const spec = (id: string): EndpointSpec => ({
     id,
     url: `http://${id}`,
@@ -157,12 +157,7 @@ describe("PoolCore grants", () => {
 
   it("grants from two pool instances never share an id", () => {
     const a = pool(1, 256);
-    const b = new PoolCore("m", routerSchema.parse({}), mulberry32(2));
-    b.setEndpoints(
-      1,
-      [{ id: "e0", url: "http://e0", spillGroup: "default", priority: 0, weight: 1, via: "direct" }],
-      0,
-    );
+    const b = pool(1, 256, {}, 2);
     const basis = req();
     expect(a.offerGrant("iso", basis, 0)?.id).not.toBe(b.offerGrant("iso", basis, 0)?.id);
   });
