@@ -21,6 +21,8 @@ export interface AccessEntry {
   endpoint: string | null;
   /** Which tier picked the endpoint: session, prefix, load, … or fail-open. */
   route: string | null;
+  /** How the request was admitted: pool, grant or fail-open. */
+  admitted: string | null;
   attempts: number;
   status: number;
   /** The OpenAI error code of a refusal or failure (queue_full, invalid_api_key, …). */
@@ -62,6 +64,7 @@ export class AccessLog {
       stream: false,
       endpoint: null,
       route: null,
+      admitted: null,
       attempts: 0,
       status: 0,
       error_code: null,

@@ -223,7 +223,8 @@ export function inference(apiPath: ApiPath, schema: Schema) {
         run.then(
           (r) => {
             const responded = Date.now();
-            access.set({ route: r.response.headers.get("x-llmgw-route") });
+            const h = r.response.headers;
+            access.set({ route: h.get("x-llmgw-route"), admitted: h.get("x-llmgw-admitted") });
             // A stream's 200 may go out before its first token (stream_commit: headers).
             return r.outcome.then((o) => {
               access.firstByte(o.firstByteAt ?? responded);

@@ -130,6 +130,7 @@ describe("proxy", () => {
       "x-llmgw-endpoint": "a",
       "x-llmgw-attempts": "1",
       "x-llmgw-route": "prefix",
+      "x-llmgw-admitted": "pool",
       "x-llmgw-queued-ms": "12",
       "x-llmgw-band": "gold",
     });

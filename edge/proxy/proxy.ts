@@ -161,6 +161,16 @@ function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
   return { response, outcome };
 }
 
+/**
+ * How the lease came: the pool's answer to a call, a slot it had set aside
+ * for the isolate (a grant, used without a call), or the isolate's own pick
+ * while the pool could not be reached.
+ */
+function admittedBy(lease: Target["lease"]): "pool" | "grant" | "fail-open" {
+  if (lease.failOpen) return "fail-open";
+  return lease.lease.granted ? "grant" : "pool";
+}
+
 /** One request's attempts: their numbering, their headers, and what each told its lease. */
 class Tries {
   attempts = 0;
@@ -187,6 +197,7 @@ class Tries {
       ...this.baseHeaders(),
       "x-llmgw-endpoint": target.endpoint.id,
       "x-llmgw-route": lease.failOpen ? "fail-open" : lease.lease.route,
+      "x-llmgw-admitted": admittedBy(lease),
       "x-llmgw-queued-ms": String(Math.round(lease.lease.queuedMs)),
     };
     const call = newCall(this.input, target.endpoint, target.model, this.attempts, headers, this.started);

@@ -31,6 +31,7 @@ const line = z.strictObject({
   stream: z.boolean(),
   endpoint: z.string().nullable(),
   route: z.string().nullable(),
+  admitted: z.enum(["pool", "grant", "fail-open"]).nullable(),
   attempts: z.number().int().min(0),
   status: z.number().int(),
   error_code: z.string().nullable(),
@@ -84,6 +85,7 @@ describe("the edge's access log", () => {
       stream: false,
       endpoint: "al-1",
       route: r1.headers.get("x-llmgw-route"),
+      admitted: r1.headers.get("x-llmgw-admitted"),
       attempts: 1,
       status: 200,
       error_code: null,
@@ -142,6 +144,8 @@ describe("the edge's access log", () => {
       error_code: bad.code,
       key_id: null,
       model: null,
+      route: null,
+      admitted: null,
       attempts: 0,
     });
 

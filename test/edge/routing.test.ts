@@ -139,7 +139,8 @@ describe("one pool for every isolate", () => {
   /**
    * `n` one-token streams through the first isolate, each read to its end
    * before the next; `between` runs after each. `sessions`: each in a session
-   * of its own, so none is admitted from a grant.
+   * of its own, so none is admitted from a grant. Returns how each was
+   * admitted (`x-llmgw-admitted`).
    */
   async function oneAfterAnother(
     n: number,
@@ -147,15 +148,17 @@ describe("one pool for every isolate", () => {
     opts: { between?: (done: number) => Promise<unknown>; sessions?: boolean } = {},
   ) {
     const client = clientFor({ url: edge.urls[0]! }, key.secret);
+    const admittedBy: (string | null)[] = [];
     for (let i = 0; i < n; i++) {
       const headers = opts.sessions ? { "x-session-id": `one-${first + i}` } : {};
-      const stream = await client.chat.completions.create(
-        { model: "slow", messages: [short(first + i)], max_tokens: 1, stream: true },
-        { headers },
-      );
+      const { data: stream, response } = await client.chat.completions
+        .create({ model: "slow", messages: [short(first + i)], max_tokens: 1, stream: true }, { headers })
+        .withResponse();
+      admittedBy.push(response.headers.get("x-llmgw-admitted"));
       for await (const _ of stream);
       await opts.between?.(i + 1);
     }
+    return admittedBy;
   }
 
   const admitted = (p: Awaited<ReturnType<typeof poolOf>>) =>
@@ -180,7 +183,7 @@ describe("one pool for every isolate", () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const n = 6;
-    await oneAfterAnother(n, 200, { between: allReleased(before) });
+    const admittedBy = await oneAfterAnother(n, 200, { between: allReleased(before) });
     const after = await poolOf(edge, "slow");
     expect(admitted(after) - admitted(before)).toBe(BigInt(n));
     // One request at a time: each release is a call of its own, since nothing
@@ -190,15 +193,19 @@ describe("one pool for every isolate", () => {
     const granted = fromGrants(after) - fromGrants(before);
     expect(granted).toBeGreaterThanOrEqual(1);
     expect(Number(after.calls - before.calls)).toBe(n + (n - granted));
+    // Each response says which it was.
+    expect(admittedBy.filter((a) => a === "grant")).toHaveLength(granted);
+    expect(admittedBy.filter((a) => a === "pool")).toHaveLength(n - granted);
   });
 
   it("one request at a time in sessions of their own: an admit and a release each", async () => {
     await waitUntil("leases released", async () => (await poolOf(edge, "slow")).leases === 0, 10_000);
     const before = await poolOf(edge, "slow");
     const n = 4;
-    await oneAfterAnother(n, 250, { between: allReleased(before), sessions: true });
+    const admittedBy = await oneAfterAnother(n, 250, { between: allReleased(before), sessions: true });
     const after = await poolOf(edge, "slow");
     expect(fromGrants(after) - fromGrants(before)).toBe(0);
+    expect(admittedBy).toEqual(Array(n).fill("pool"));
     expect(after.calls - before.calls).toBe(BigInt(2 * n));
   });
 
@@ -289,17 +296,19 @@ describe("fail-open", () => {
           { headers: { "x-session-id": `fail-open-${n++}` } },
         )
         .withResponse();
-    expect((await ask()).response.headers.get("x-llmgw-route")).toBe("load");
+    const asked = (await ask()).response.headers;
+    expect([asked.get("x-llmgw-route"), asked.get("x-llmgw-admitted")]).toEqual(["load", "pool"]);
     expect(await (await fetch(`${edge.extra["unreachable-pool"]}/down`, { method: "POST" })).text()).toBe(
       "down",
     );
     for (let i = 0; i < 3; i++) {
       const { data, response } = await ask();
       expect(data.usage?.completion_tokens).toBe(2);
-      expect([response.headers.get("x-llmgw-route"), response.headers.get("x-llmgw-endpoint")]).toEqual([
-        "fail-open",
-        "m-1",
-      ]);
+      expect([
+        response.headers.get("x-llmgw-route"),
+        response.headers.get("x-llmgw-admitted"),
+        response.headers.get("x-llmgw-endpoint"),
+      ]).toEqual(["fail-open", "fail-open", "m-1"]);
     }
     await fetch(`${edge.extra["unreachable-pool"]}/up`, { method: "POST" });
     expect((await ask()).response.headers.get("x-llmgw-route")).toBe("load");
