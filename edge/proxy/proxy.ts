@@ -145,8 +145,7 @@ function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
         target.lease.prefilled();
         return tries.settled(target, relay(call, held, client));
       }
-      const f = client.gone ? clientLeft() : held;
-      tries.failed(target, f);
+      const f = tries.failedCommitted(client, target, held);
       at = f.retryable ? await tries.accepted(client) : f;
     }
     return ended(at ?? tries.last!);
@@ -215,8 +214,7 @@ class Tries {
       client.whenGone(call.abort);
       const res = await connect(call);
       if (!isFailure(res)) return { target, call, res };
-      const f = client.gone ? clientLeft() : res;
-      this.failed(target, f);
+      const f = this.failedCommitted(client, target, res);
       if (!f.retryable) return f;
     }
     return undefined;
@@ -226,6 +224,18 @@ class Tries {
     target.lease.record(target.endpoint.id, f.verdict, reasonOf(f));
     this.last = f;
     this.lastTarget = target;
+  }
+
+  /**
+   * A failed attempt of a stream whose client has its 200: once the client
+   * has gone, its going is what ended the attempt, whatever the engine did
+   * on the way out, so the endpoint's breaker hears neither a success nor a
+   * failure.
+   */
+  failedCommitted(client: ClientSide, target: Target, f: Failure): Failure {
+    const recorded = client.gone ? clientLeft() : f;
+    this.failed(target, recorded);
+    return recorded;
   }
 
   /** Where the request ended: the endpoint tried last, after every attempt. */
