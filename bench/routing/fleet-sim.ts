@@ -17,6 +17,7 @@
 import { mulberry32 } from "../../common/rng.ts";
 import type { RouterConfig } from "../../edge/config/router.ts";
 import { predictDemand } from "../../edge/routing/demand.ts";
+import { plainEndpoint } from "../../edge/routing/plain-endpoint.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { requestPrefixHashes } from "../../edge/routing/prefix-hash.ts";
 import type { RouteTier, RoutingPolicy } from "../../edge/routing/types.ts";
@@ -209,22 +210,19 @@ class FleetSimulation {
     this.firstTokens = this.known && (opts.firstTokens ?? true);
     this.pool.setEndpoints(
       1,
-      this.engines.map((e) => ({
-        id: e.id,
-        url: `http://${e.id}`,
-        spillGroup: "default",
-        priority: 0,
-        weight: 1,
-        via: "direct",
-        ...(this.known
-          ? {
-              capacity: {
-                maxSeqs: opts.core.maxNumSeqs,
-                kvTokens: opts.core.numBlocks * opts.core.blockSize,
-              },
-            }
-          : {}),
-      })),
+      this.engines.map((e) =>
+        plainEndpoint(
+          e.id,
+          this.known
+            ? {
+                capacity: {
+                  maxSeqs: opts.core.maxNumSeqs,
+                  kvTokens: opts.core.numBlocks * opts.core.blockSize,
+                },
+              }
+            : {},
+        ),
+      ),
       0,
     );
     this.lastArrival = requests.reduce((m, r) => Math.max(m, r.at), 0);

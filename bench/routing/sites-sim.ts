@@ -20,6 +20,7 @@
 import { mulberry32 } from "../../common/rng.ts";
 import type { RouterConfig } from "../../edge/config/router.ts";
 import { predictDemand } from "../../edge/routing/demand.ts";
+import { plainEndpoint } from "../../edge/routing/plain-endpoint.ts";
 import { type Admission, PoolCore, type Verdict } from "../../edge/routing/pool-core.ts";
 import type { EndpointSpec, Location } from "../../edge/routing/types.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
@@ -108,16 +109,11 @@ class SitesSimulation {
     this.alarm = new PoolAlarm(this.tl, this.pool);
     for (const site of opts.sites) {
       for (let i = 0; i < opts.enginesPerSite; i++) {
-        const spec: EndpointSpec = {
-          id: `e${i}@${site}`,
+        const spec = plainEndpoint(`e${i}@${site}`, {
           site,
           url: `http://${site}-${i}`,
-          spillGroup: "default",
-          priority: 0,
-          weight: 1,
-          via: "direct",
           capacity: { maxSeqs: opts.core.maxNumSeqs, kvTokens: opts.core.numBlocks * opts.core.blockSize },
-        };
+        });
         const e = { spec, site, core: new EngineCore(opts.core), busy: false, alive: true, epoch: 0 };
         this.engines.push(e);
         this.byId.set(spec.id, e);

@@ -20,6 +20,7 @@ import { plan, planSettings } from "../../controlplane/reconcile/plan.ts";
 import { ReplicaTable } from "../../controlplane/reconcile/table.ts";
 import type { Action } from "../../controlplane/reconcile/types.ts";
 import { type PolledPool, Scaler } from "../../controlplane/scaler.ts";
+import { plainEndpoint } from "../../edge/routing/plain-endpoint.ts";
 import { type Admission, PoolCore } from "../../edge/routing/pool-core.ts";
 import { EngineCore, type EngineCoreConfig } from "../../sim-engine/engine-core.ts";
 import { promptTokenizer } from "../routing/fleet-sim.ts";
@@ -186,17 +187,13 @@ class DaySimulation {
     const o = this.o;
     this.pools.get(model)!.setEndpoints(
       v,
-      ready.map((r) => ({
-        id: r.id,
-        url: `http://${r.id}`,
-        spillGroup: "default",
-        priority: 0,
-        weight: 1,
-        via: "direct",
-        // As the control plane publishes an engine's capacity: its batch from
-        // its arguments, its KV tokens from its /metrics (cache_config_info).
-        capacity: { maxSeqs: o.core.maxNumSeqs, kvTokens: o.core.numBlocks * o.core.blockSize },
-      })),
+      ready.map((r) =>
+        plainEndpoint(r.id, {
+          // As the control plane publishes an engine's capacity: its batch from
+          // its arguments, its KV tokens from its /metrics (cache_config_info).
+          capacity: { maxSeqs: o.core.maxNumSeqs, kvTokens: o.core.numBlocks * o.core.blockSize },
+        }),
+      ),
       this.tl.now,
     );
     this.wakePool(model);

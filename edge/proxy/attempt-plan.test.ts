@@ -1,17 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { errors } from "../openai-errors.ts";
 import { ClientGone, type PoolLease } from "../pool/client.ts";
+import { plainEndpoint } from "../routing/plain-endpoint.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import { AttemptPlan } from "./attempt-plan.ts";
 
-const ep = (id: string): EndpointSpec => ({
-  id,
-  url: `http://${id}`,
-  spillGroup: "default",
-  priority: 0,
-  weight: 1,
-  via: "direct",
-});
+const ep = (id: string): EndpointSpec => plainEndpoint(id);
 
 function lease(model: string, ids: string[], settled: string[]): PoolLease {
   const [first, ...rest] = ids.map(ep);

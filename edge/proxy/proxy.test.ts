@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { routerSchema } from "../config/router.ts";
 import { ClientGone, type PoolLease } from "../pool/client.ts";
+import { plainEndpoint } from "../routing/plain-endpoint.ts";
 import type { Verdict } from "../routing/pool-core.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import type { Target } from "./attempt-plan.ts";
@@ -18,14 +19,7 @@ const settingsInput = {
 };
 const settings = routerSchema.parse(settingsInput);
 
-const ep = (id: string): EndpointSpec => ({
-  id,
-  url: `http://${id}.test`,
-  spillGroup: "default",
-  priority: 0,
-  weight: 1,
-  via: "direct",
-});
+const ep = (id: string): EndpointSpec => plainEndpoint(id, { url: `http://${id}.test` });
 
 function fakeLease(verdicts: [string, Verdict][]): PoolLease {
   return {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
+import { plainEndpoint } from "./plain-endpoint.ts";
 import {
   GRANT_NOTE_MS,
   GRANT_USE_MS,
@@ -32,21 +33,7 @@ function rig(seqs = 1, grants = false) {
     }),
     mulberry32(1),
   );
-  core.setEndpoints(
-    1,
-    [
-      {
-        id: "e0",
-        url: "http://e0",
-        spillGroup: "default",
-        priority: 0,
-        weight: 1,
-        via: "direct",
-        capacity: { maxSeqs: seqs },
-      },
-    ],
-    0,
-  );
+  core.setEndpoints(1, [plainEndpoint("e0", { capacity: { maxSeqs: seqs } })], 0);
   const desk = new PoolExchange(core);
   let clock = 0;
   const timers: { at: number; fire: () => void; cancelled: boolean }[] = [];
@@ -396,11 +383,7 @@ describe("PoolChannel", () => {
   it("survives a transport that throws: the admit is lost, the next one goes through", async () => {
     let fail = true;
     const core = new PoolCore("m", routerSchema.parse({}), mulberry32(1));
-    core.setEndpoints(
-      1,
-      [{ id: "e0", url: "http://e0", spillGroup: "default", priority: 0, weight: 1, via: "direct" }],
-      0,
-    );
+    core.setEndpoints(1, [plainEndpoint("e0")], 0);
     const desk = new PoolExchange(core);
     const channel = new PoolChannel({
       id: "iso",

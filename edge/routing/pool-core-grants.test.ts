@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
+import { plainEndpoint } from "./plain-endpoint.ts";
 import {
   type Admission,
   type AdmitRequest,
@@ -8,22 +9,12 @@ import {
   GRANTS_PER_CHANNEL,
   PoolCore,
 } from "./pool-core.ts";
-import type { EndpointSpec } from "./types.ts";
 
 function pool(n: number, maxSeqs: number, router: Record<string, unknown> = {}, seed = 1) {
   const p = new PoolCore("m", routerSchema.parse(router), mulberry32(seed));
-  const spec = (id: string): EndpointSpec => ({
-    id,
-    url: `http://${id}`,
-    spillGroup: "default",
-    priority: 0,
-    weight: 1,
-    via: "direct",
-    capacity: { maxSeqs },
-  });
   p.setEndpoints(
     1,
-    Array.from({ length: n }, (_, i) => spec(`e${i}`)),
+    Array.from({ length: n }, (_, i) => plainEndpoint(`e${i}`, { capacity: { maxSeqs } })),
     0,
   );
   return p;

@@ -1,11 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
+import { plainEndpoint } from "./plain-endpoint.ts";
 import { type Admission, PoolCore } from "./pool-core.ts";
 import type { EndpointSpec } from "./types.ts";
 
 function ep(id: string, site: string | undefined): EndpointSpec {
-  return { id, url: `http://${id}`, spillGroup: "default", priority: 0, weight: 1, via: "direct", site };
+  return plainEndpoint(id, { site });
 }
 
 /** The pool counts each site's admissions: `ctl status` and the dashboard print them as its share. */

@@ -1,13 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
+import { plainEndpoint as ep } from "./plain-endpoint.ts";
 import { type Admission, type AdmitRequest, type Lease, PoolCore } from "./pool-core.ts";
 import { blockHashes } from "./prefix-hash.ts";
 import type { EndpointSpec, LoadSample, RoutingPolicy } from "./types.ts";
-
-function ep(id: string, extra: Partial<EndpointSpec> = {}): EndpointSpec {
-  return { id, url: `http://${id}`, spillGroup: "default", priority: 0, weight: 1, via: "direct", ...extra };
-}
 
 function sample(at: number, extra: Partial<LoadSample> = {}): LoadSample {
   return { waiting: 0, running: 0, kvUsage: 0, prefixCacheHitRate: 0, at, state: "ready", ...extra };

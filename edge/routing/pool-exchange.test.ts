@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSchema } from "../config/router.ts";
+import { plainEndpoint } from "./plain-endpoint.ts";
 import { PoolCore } from "./pool-core.ts";
 import { BUSY_CALLS_PER_S, POLL_HOLD_MS, PoolExchange } from "./pool-exchange.ts";
 import type { AdmitRequest, Exchange, ExchangeAnswer } from "./pool-protocol.ts";
-import type { EndpointSpec } from "./types.ts";
 
 /** One endpoint of `seqs` sequences, admitting gold up to all of them. */
 function desk(seqs = 2) {
@@ -16,16 +16,7 @@ function desk(seqs = 2) {
     }),
     mulberry32(1),
   );
-  const spec: EndpointSpec = {
-    id: "e0",
-    url: "http://e0",
-    spillGroup: "default",
-    priority: 0,
-    weight: 1,
-    via: "direct",
-    capacity: { maxSeqs: seqs },
-  };
-  core.setEndpoints(1, [spec], 0);
+  core.setEndpoints(1, [plainEndpoint("e0", { capacity: { maxSeqs: seqs } })], 0);
   return { core, desk: new PoolExchange(core) };
 }
 

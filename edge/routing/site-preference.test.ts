@@ -2,11 +2,12 @@ import { describe, expect, it } from "vitest";
 import { mulberry32 } from "../../common/rng.ts";
 import { routerSitesSchema } from "../config/router-sites.ts";
 import type { Candidate } from "./picker.ts";
+import { plainEndpoint } from "./plain-endpoint.ts";
 import { interleaveBySite, NO_ORDER, preferredSites, sitePreference } from "./site-preference.ts";
 
 function cand(id: string, site: string, saturation = 0): Candidate {
   return {
-    spec: { id, url: `http://${id}`, spillGroup: "default", priority: 0, weight: 1, via: "direct", site },
+    spec: plainEndpoint(id, { site }),
     state: "ready",
     breaker: "closed",
     probing: false,
