@@ -37,7 +37,7 @@ function rig(seqs = 1, grants = false) {
   const desk = new PoolExchange(core);
   let clock = 0;
   const timers: { at: number; fire: () => void; cancelled: boolean }[] = [];
-  const wire: { ex: Exchange; resolve: (a: ExchangeAnswer) => void }[] = [];
+  const wire: { ex: Exchange; resolve: (a: ExchangeAnswer) => void; reject: (err: Error) => void }[] = [];
   const sent: Exchange[] = [];
   const channel = new PoolChannel({
     id: "iso",
@@ -59,7 +59,7 @@ function rig(seqs = 1, grants = false) {
     },
     send: (ex) => {
       sent.push(ex);
-      return new Promise((resolve) => wire.push({ ex, resolve }));
+      return new Promise((resolve, reject) => wire.push({ ex, resolve, reject }));
     },
   });
   // A macrotask: every promise continuation the last step let run has run.
@@ -77,6 +77,13 @@ function rig(seqs = 1, grants = false) {
       const next = wire.shift();
       if (!next) throw new Error("nothing on the wire");
       desk.exchange(next.ex, clock, (a) => next.resolve(busy === undefined ? a : { ...a, busy }));
+      await settle();
+    },
+    /** The oldest call on the wire fails at once, as a call to an overloaded pool does. */
+    async fail() {
+      const next = wire.shift();
+      if (!next) throw new Error("nothing on the wire");
+      next.reject(new Error("the pool is overloaded"));
       await settle();
     },
     async advance(ms: number) {
@@ -495,6 +502,47 @@ describe("PoolChannel with grants", () => {
     expect(r.sent[2]).toMatchObject({ admits: [], releases: [], used: [{ grant: lease.id }] });
     await r.deliver();
     expect(r.core.status(0)).toMatchObject({ leases: 1, grants: { used: 1 } });
+  });
+
+  it("a use lost with a call that failed goes again with the next call, and its request is counted once", async () => {
+    const r = rig(64, true);
+    const first = await viaPool(r, req("r1"));
+    void r.channel.release(first.id, okReport);
+    await r.deliver();
+    const lease = await fromGrant(r, req("r2"));
+    await r.advance(GRANT_NOTE_MS);
+    expect(r.sent.at(-1)).toMatchObject({ used: [{ grant: lease.id }] });
+    await r.fail();
+    const third = r.channel.admit(req("r3", "s3"), 1);
+    await r.settle();
+    expect(r.sent.at(-1)).toMatchObject({
+      admits: [{ id: "r3" }],
+      used: [{ grant: lease.id, resent: true }],
+    });
+    await r.deliver();
+    expect((await third).ok).toBe(true);
+    expect(r.core.status(0).endpoints[0]!.inflight).toBe(2);
+    expect(r.core.status(0)).toMatchObject({ leases: 2, grants: { used: 1, late: 0 } });
+  });
+
+  it("a use the pool took before its call's answer was lost, sent again, is not counted twice", async () => {
+    const r = rig(64, true);
+    const first = await viaPool(r, req("r1"));
+    void r.channel.release(first.id, okReport);
+    await r.deliver();
+    const lease = await fromGrant(r, req("r2"));
+    await r.advance(GRANT_NOTE_MS);
+    const dropped = r.wire.shift()!;
+    new PoolExchange(r.core).exchange(dropped.ex, 0, () => {});
+    dropped.reject(new Error("the answer was lost"));
+    await r.settle();
+    const third = r.channel.admit(req("r3", "s3"), 1);
+    await r.settle();
+    expect(r.sent.at(-1)).toMatchObject({ used: [{ grant: lease.id, resent: true }] });
+    await r.deliver();
+    expect((await third).ok).toBe(true);
+    expect(r.core.status(0).endpoints[0]!.inflight).toBe(2);
+    expect(r.core.status(0)).toMatchObject({ leases: 2, grants: { used: 1, late: 0 } });
   });
 
   it("beside other running requests, with the stock run low, a use goes with the next call or alone at once: its answer brings the next slot", async () => {

@@ -571,6 +571,10 @@ export class PoolChannel {
     for (const n of call.notes) {
       n.state = "lost";
       n.settled?.();
+      // A release lost is made good by its lease's grace; a use lost would leave its request
+      // running uncounted once the slot expired, so it goes again with the next call.
+      if (n.kind === "use")
+        this.unsentNotes.push({ kind: "use", id: n.id, use: { ...n.use!, resent: true }, state: "unsent" });
     }
     this.wake(call);
   }

@@ -434,8 +434,9 @@ export class PoolCore {
    */
   useGrant(use: GrantUse, now: number): void {
     this.clock = now;
-    this.countEstimated(use.req);
     const slot = this.unreserve(use.grant);
+    if (!slot && use.resent) return;
+    this.countEstimated(use.req);
     const e = this.endpoints.get(slot?.endpoint ?? use.endpoint);
     if (!e) return;
     if (slot) this.grantCounters.used++;

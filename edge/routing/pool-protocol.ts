@@ -94,6 +94,12 @@ export interface GrantUse {
   /** The grant's endpoint, for a pool that no longer holds the grant (it expired, the pool restarted). */
   endpoint: string;
   req: AdmitRequest;
+  /**
+   * Sent again because the call that carried it was lost: the pool may have
+   * taken it then, so this counts only while the grant's slot is still set
+   * aside, and a request is never counted twice.
+   */
+  resent?: true;
 }
 
 export type RefusalCode = "queue_full" | "queue_timeout" | "no_endpoints" | "no_capacity" | "abandoned";
