@@ -127,10 +127,34 @@ export interface AdmitInput {
 
 /** A lease from the model's pool, or its refusal as the ApiError to answer with. */
 export async function admit(input: AdmitInput): Promise<PoolLease> {
-  const { model, settings, request, clientSignal } = input;
+  const { model, request, clientSignal } = input;
   if (clientSignal?.aborted) throw new ClientGone();
-  const channel = channelOf(input.env, model, settings);
-  const bound = settings.admission.queue_ttl + settings.pool_timeout;
+  const channel = channelOf(input.env, model, input.settings);
+  // A grant is used at once: only a call needs ask's bound and watch on the client.
+  const answer =
+    channel.admitFromGrant(request, input.table.endpoints.version, input.defer) ??
+    (await ask(input, channel));
+  // The pool could not be reached: the Worker's own pick.
+  if ("failOpen" in answer) return answer;
+  if (!answer.ok) throw refusalError(answer);
+  const lease = answer.lease;
+  return handle(
+    lease,
+    model,
+    false,
+    (report) => channel.release(lease.id, report),
+    // Lost with its call, the note costs only accuracy: the release frees the prompt as well.
+    () => input.defer(channel.prefilled(lease.id, lease.firstTokenNote).catch(() => {})),
+  );
+}
+
+/**
+ * The pool's answer to a call, within `queue_ttl` + `pool_timeout`; past
+ * that, or with no answer at all, the Worker routes on its own (fail-open).
+ */
+async function ask(input: AdmitInput, channel: PoolChannel): Promise<Admission | PoolLease> {
+  const { request, clientSignal } = input;
+  const bound = input.settings.admission.queue_ttl + input.settings.pool_timeout;
   let answer: Admission | "timeout" | "gone";
   let timer: ReturnType<typeof setTimeout> | undefined;
   let onAbort: (() => void) | undefined;
@@ -161,16 +185,7 @@ export async function admit(input: AdmitInput): Promise<PoolLease> {
     if (answer === "gone") throw new ClientGone();
     return failOpen(input, channel, `the pool did not answer within ${bound} ms`);
   }
-  if (!answer.ok) throw refusalError(answer);
-  const lease = answer.lease;
-  return handle(
-    lease,
-    model,
-    false,
-    (report) => channel.release(lease.id, report),
-    // Lost with its call, the note costs only accuracy: the release frees the prompt as well.
-    () => input.defer(channel.prefilled(lease.id, lease.firstTokenNote).catch(() => {})),
-  );
+  return answer;
 }
 
 function failOpen(input: AdmitInput, channel: PoolChannel, why: string): PoolLease {
