@@ -11,6 +11,7 @@ import { Client, closedLoop, type LoopResult, type LoopStop, openLoop } from "./
 import { BENCH_HELP, type BenchFlags, FlagError, parseBenchFlags, type WorkloadSpec } from "./flags.ts";
 import { loadFigure } from "./plot.ts";
 import {
+  ADMITTED_HEADER,
   ENDPOINT_HEADER,
   formatTable,
   LevelStats,
@@ -181,7 +182,7 @@ export async function main(argv: string[]): Promise<number> {
     headers: f.headers,
     timeoutMs: f.timeoutMs,
     timeScale: f.timeScale,
-    record: [ENDPOINT_HEADER, ROUTE_HEADER],
+    record: [ENDPOINT_HEADER, ROUTE_HEADER, ADMITTED_HEADER],
   });
   try {
     try {

@@ -109,13 +109,14 @@ describe("a level's summary", () => {
     expect(s.errors).toEqual({ "status 500": 1 });
   });
 
-  it("spreads requests over endpoints (max/mean) and counts routes, from the recorded headers", () => {
-    const h = (endpoint: string, route: string) =>
-      ok({ headers: { "x-llmgw-endpoint": endpoint, "x-llmgw-route": route } });
-    const rs = [h("a", "prefix"), h("a", "prefix"), h("a", "load"), h("b", "session")];
+  it("spreads requests over endpoints (max/mean) and counts routes and admissions, from the recorded headers", () => {
+    const h = (endpoint: string, route: string, admitted = "pool") =>
+      ok({ headers: { "x-llmgw-endpoint": endpoint, "x-llmgw-route": route, "x-llmgw-admitted": admitted } });
+    const rs = [h("a", "prefix"), h("a", "prefix", "grant"), h("a", "load", "grant"), h("b", "session")];
     const s = summarize({ kind: "rate", value: 2 }, rs, 1);
     expect(s.endpoints).toEqual({ counts: { a: 3, b: 1 }, maxOverMean: 1.5 });
     expect(s.routes).toEqual({ prefix: 2, load: 1, session: 1 });
+    expect(s.admitted).toEqual({ pool: 2, grant: 2 });
     // An endpoint the caller knows of that got nothing counts as 0 in the mean.
     const known = summarize({ kind: "rate", value: 2 }, rs, 1, ["a", "b", "c", "d"]);
     expect(known.endpoints!.counts).toEqual({ a: 3, b: 1, c: 0, d: 0 });
@@ -186,10 +187,10 @@ describe("the table", () => {
     // Columns line up: every row's "sent" starts where the header's does.
     const col = lines[0]!.indexOf("sent");
     for (const l of lines.slice(1)) expect(l.slice(col - 2, col)).toBe("  ");
-    expect(lines[0]).not.toMatch(/cached|endpoints|routes/);
+    expect(lines[0]).not.toMatch(/cached|endpoints|routes|admitted/);
   });
 
-  it("adds the cache, endpoint and route columns only when some level has them", () => {
+  it("adds the cache, endpoint, route and admitted columns only when some level has them", () => {
     const s = summarize(
       { kind: "concurrency", value: 2 },
       [ok({ cachedTokens: 50, headers: { "x-llmgw-endpoint": "e1", "x-llmgw-route": "prefix" } })],
@@ -198,5 +199,13 @@ describe("the table", () => {
     const [head, row] = formatTable([s]).split("\n");
     expect(head).toMatch(/cached %\s+endpoints max\/mean\s+routes\s+errors$/);
     expect(row).toMatch(/\s50\.0\s+1\.00 \(1\)\s+prefix:1\s+-$/);
+    const admitted = summarize(
+      { kind: "concurrency", value: 2 },
+      [ok({ headers: { "x-llmgw-route": "load", "x-llmgw-admitted": "grant" } })],
+      1,
+    );
+    const [head2, row2] = formatTable([admitted]).split("\n");
+    expect(head2).toMatch(/routes\s+admitted\s+errors$/);
+    expect(row2).toMatch(/\sload:1\s+grant:1\s+-$/);
   });
 });

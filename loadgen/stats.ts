@@ -77,12 +77,20 @@ export interface LevelSummary {
   endpoints?: { counts: Record<string, number>; maxOverMean: number };
   /** Per x-llmgw-route value (the routing tier that decided): request counts. */
   routes?: Record<string, number>;
+  /** Per x-llmgw-admitted value (pool, grant, fail-open): how the edge let requests in. */
+  admitted?: Record<string, number>;
   /** The same figures per requested band, when requests carried one (band-mix). */
   bands?: Record<string, LevelSummary>;
 }
 
 export const ENDPOINT_HEADER = "x-llmgw-endpoint";
 export const ROUTE_HEADER = "x-llmgw-route";
+export const ADMITTED_HEADER = "x-llmgw-admitted";
+
+/** The edge's headers counted by value, each under its summary field and table column. */
+const TALLIED = { routes: ROUTE_HEADER, admitted: ADMITTED_HEADER } as const;
+type Tallied = keyof typeof TALLIED;
+const TALLIES = Object.keys(TALLIED) as Tallied[];
 
 /** Nearest-rank percentile of ascending `sorted`; null when empty. p in [0, 100]. */
 export function percentile(sorted: ArrayLike<number>, p: number): number | null {
@@ -118,7 +126,7 @@ export class LevelStats {
   private prompt = 0;
   private cached: number | undefined;
   private readonly endpoints: Record<string, number> = {};
-  private readonly routes: Record<string, number> = {};
+  private readonly tallies: Record<Tallied, Record<string, number>> = { routes: {}, admitted: {} };
   private readonly bands = new Map<string, LevelStats>();
 
   constructor(
@@ -141,8 +149,10 @@ export class LevelStats {
     if (r.cachedTokens !== undefined) this.cached = (this.cached ?? 0) + r.cachedTokens;
     const endpoint = r.headers?.[ENDPOINT_HEADER];
     if (endpoint) count(this.endpoints, endpoint);
-    const route = r.headers?.[ROUTE_HEADER];
-    if (route) count(this.routes, route);
+    for (const t of TALLIES) {
+      const value = r.headers?.[TALLIED[t]];
+      if (value) count(this.tallies[t], value);
+    }
     if (!r.ok) {
       count(this.errors, r.error ?? `status ${r.status}`);
       this.firstError ??= r.errorMessage ?? r.error;
@@ -185,7 +195,12 @@ export class LevelStats {
       ...(counts.length > 0 && mean > 0
         ? { endpoints: { counts: { ...this.endpoints }, maxOverMean: Math.max(...counts) / mean } }
         : {}),
-      ...(Object.keys(this.routes).length > 0 ? { routes: { ...this.routes } } : {}),
+      ...Object.fromEntries(
+        TALLIES.filter((t) => Object.keys(this.tallies[t]).length > 0).map((t) => [
+          t,
+          { ...this.tallies[t] },
+        ]),
+      ),
       ...(this.bands.size > 0
         ? { bands: Object.fromEntries([...this.bands].map(([b, st]) => [b, st.summary(seconds)])) }
         : {}),
@@ -233,14 +248,14 @@ function tally(counts: Record<string, number>): string {
 }
 
 /**
- * One row per level. Optional columns (cache hits, endpoint spread, routes)
+ * One row per level. Optional columns (cache hits, endpoint spread, routes, admitted)
  * appear only when some level has them, so a run against a bare engine
  * does not print empty columns about a router.
  */
 export function formatTable(levels: readonly LevelSummary[]): string {
   const cached = levels.some((l) => l.cachedTokens !== undefined);
   const spread = levels.some((l) => l.endpoints !== undefined);
-  const routes = levels.some((l) => l.routes !== undefined);
+  const tallied = TALLIES.filter((t) => levels.some((l) => l[t] !== undefined));
   const header = [
     "load",
     "sent",
@@ -254,7 +269,7 @@ export function formatTable(levels: readonly LevelSummary[]): string {
     "E2E p50 ms",
     ...(cached ? ["cached %"] : []),
     ...(spread ? ["endpoints max/mean"] : []),
-    ...(routes ? ["routes"] : []),
+    ...tallied,
     "errors",
   ];
   const rows = levels.map((l) => [
@@ -282,7 +297,7 @@ export function formatTable(levels: readonly LevelSummary[]): string {
             : "-",
         ]
       : []),
-    ...(routes ? [l.routes ? tally(l.routes) : "-"] : []),
+    ...tallied.map((t) => (l[t] ? tally(l[t]) : "-")),
     Object.keys(l.errors).length > 0 ? tally(l.errors) : "-",
   ]);
   return renderTable(header, rows) + bandTable(levels);

@@ -197,6 +197,8 @@ describe("llmgw bench", () => {
     const routes = level!.routes!;
     expect(Object.values(routes).reduce((s, n) => s + n, 0)).toBe(12);
     expect(routes.session).toBeGreaterThan(0);
+    // A session's turn always asks the pool, which holds its pin: none came from a grant.
+    expect(level!.admitted).toEqual({ pool: 12 });
     // Per requested band: every request under one of the mix's bands.
     const bands = level!.bands!;
     expect(Object.keys(bands).every((b) => ["platinum", "gold", "silver", "bronze"].includes(b))).toBe(true);
@@ -209,7 +211,7 @@ describe("llmgw bench", () => {
     expect(names).toEqual([...series, ...series]);
   });
 
-  it("prints the table: one row per level, the endpoint and route columns when the edge sends those headers", async () => {
+  it("prints the table: one row per level, the endpoint, route and admitted columns when the edge sends those headers", async () => {
     const run = await runLlmgw(
       [
         "bench",
@@ -228,18 +230,23 @@ describe("llmgw bench", () => {
     const lines = run.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(new RegExp(`^llmgw bench: ${edge.url} model bench; random: 30 ± 20 %-token`));
     expect(lines[2]).toMatch(
-      /^load\s+sent\s+ok %\s+req\/s\s+out tok\/s\s+TTFT p50 ms\s.*endpoints max\/mean\s+routes\s+errors$/,
+      /^load\s+sent\s+ok %\s+req\/s\s+out tok\/s\s+TTFT p50 ms\s.*endpoints max\/mean\s+routes\s+admitted\s+errors$/,
     );
     expect(lines[3]).toMatch(/^1 conc\s+4\s+100\.0\s/);
-    // The spread over 1 or 2 endpoints, then the routes that decided (x-llmgw-route), 4 in all.
-    const row = /^2 conc\s+4\s+100\.0\s.*\s\d\.\d\d \([12]\)\s+((?:[a-z-]+:\d+ ?)+)\s+-$/.exec(lines[4]!);
+    // The spread over 1 or 2 endpoints, then the routes that decided (x-llmgw-route) and how
+    // the edge let each in (x-llmgw-admitted), 4 in all in each.
+    const row =
+      /^2 conc\s+4\s+100\.0\s.*\s\d\.\d\d \([12]\)\s+((?:[a-z-]+:\d+ ?)+?)\s{2,}((?:(?:pool|grant):\d+ ?)+)\s+-$/.exec(
+        lines[4]!,
+      );
     expect(row, lines[4]).not.toBeNull();
-    expect(
-      row![1]!
+    const sum = (cell: string) =>
+      cell
         .trim()
         .split(" ")
-        .reduce((s, kv) => s + Number(kv.split(":")[1]), 0),
-    ).toBe(4);
+        .reduce((s, kv) => s + Number(kv.split(":")[1]), 0);
+    expect(sum(row![1]!)).toBe(4);
+    expect(sum(row![2]!)).toBe(4);
     expect(lines).toHaveLength(5);
   });
 
