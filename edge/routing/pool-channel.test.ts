@@ -96,6 +96,8 @@ function rig(seqs = 1, grants = false) {
   };
 }
 
+type Rig = ReturnType<typeof rig>;
+
 const req = (id: string, session?: string): AdmitRequest => ({
   id,
   band: "gold",
@@ -504,7 +506,20 @@ describe("PoolChannel with grants", () => {
     expect(r.core.status(0)).toMatchObject({ leases: 1, grants: { used: 1 } });
   });
 
-  it("a use lost with a call that failed goes again with the next call, and its request is counted once", async () => {
+  // A use lost with its call goes again with the next call; the pool counts its request once,
+  // whether the lost call never reached it or reached it and only its answer was lost.
+  it.each([
+    ["failed at once: a use lost with it goes again, and its request is counted", (r: Rig) => r.fail()],
+    [
+      "was taken by the pool but its answer lost: the use sent again is not counted twice",
+      async (r: Rig) => {
+        const dropped = r.wire.shift()!;
+        new PoolExchange(r.core).exchange(dropped.ex, 0, () => {});
+        dropped.reject(new Error("the answer was lost"));
+        await r.settle();
+      },
+    ],
+  ])("a call that %s", async (_, lose) => {
     const r = rig(64, true);
     const first = await viaPool(r, req("r1"));
     void r.channel.release(first.id, okReport);
@@ -512,33 +527,13 @@ describe("PoolChannel with grants", () => {
     const lease = await fromGrant(r, req("r2"));
     await r.advance(GRANT_NOTE_MS);
     expect(r.sent.at(-1)).toMatchObject({ used: [{ grant: lease.id }] });
-    await r.fail();
+    await lose(r);
     const third = r.channel.admit(req("r3", "s3"), 1);
     await r.settle();
     expect(r.sent.at(-1)).toMatchObject({
       admits: [{ id: "r3" }],
       used: [{ grant: lease.id, resent: true }],
     });
-    await r.deliver();
-    expect((await third).ok).toBe(true);
-    expect(r.core.status(0).endpoints[0]!.inflight).toBe(2);
-    expect(r.core.status(0)).toMatchObject({ leases: 2, grants: { used: 1, late: 0 } });
-  });
-
-  it("a use the pool took before its call's answer was lost, sent again, is not counted twice", async () => {
-    const r = rig(64, true);
-    const first = await viaPool(r, req("r1"));
-    void r.channel.release(first.id, okReport);
-    await r.deliver();
-    const lease = await fromGrant(r, req("r2"));
-    await r.advance(GRANT_NOTE_MS);
-    const dropped = r.wire.shift()!;
-    new PoolExchange(r.core).exchange(dropped.ex, 0, () => {});
-    dropped.reject(new Error("the answer was lost"));
-    await r.settle();
-    const third = r.channel.admit(req("r3", "s3"), 1);
-    await r.settle();
-    expect(r.sent.at(-1)).toMatchObject({ used: [{ grant: lease.id, resent: true }] });
     await r.deliver();
     expect((await third).ok).toBe(true);
     expect(r.core.status(0).endpoints[0]!.inflight).toBe(2);
