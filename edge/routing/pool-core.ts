@@ -392,25 +392,23 @@ export class PoolCore {
     const e = this.endpoints.get(p.chosen.spec.id)!;
     // A half-open breaker's next request is its probe, which only the pool's own decision makes.
     if (this.breakers.state(e.spec.id) !== "closed") return undefined;
-    const { tokens } = this.charge(basis, e.spec.id);
-    e.inflight++;
-    e.reserved++;
-    e.tokens += tokens;
-    const saturation = this.saturationOf(this.candidates());
-    if (saturation >= limit) {
-      e.inflight--;
-      e.reserved--;
-      e.tokens -= tokens;
-      return undefined;
-    }
-    const id = `${this.grantPrefix}${++this.grantSeq}`;
-    this.reserved.set(id, {
+    const slot: Reserved = {
       endpoint: e.spec.id,
       route: p.tier,
       channel,
-      tokens,
+      tokens: this.charge(basis, e.spec.id).tokens,
       expiresAt: now + GRANT_HOLD_MS,
-    });
+    };
+    e.inflight++;
+    e.reserved++;
+    e.tokens += slot.tokens;
+    const saturation = this.saturationOf(this.candidates());
+    if (saturation >= limit) {
+      this.freeSlot(slot);
+      return undefined;
+    }
+    const id = `${this.grantPrefix}${++this.grantSeq}`;
+    this.reserved.set(id, slot);
     this.grantsByChannel.set(channel, (this.grantsByChannel.get(channel) ?? 0) + 1);
     this.grantCounters.issued++;
     return {
