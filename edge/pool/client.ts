@@ -160,7 +160,7 @@ async function ask(input: AdmitInput, channel: PoolChannel): Promise<Admission |
   let onAbort: (() => void) | undefined;
   try {
     answer = await Promise.race([
-      channel.admit(request, input.table.endpoints.version, input.defer),
+      channel.admitByCall(request, input.table.endpoints.version, input.defer),
       new Promise<"timeout">((r) => {
         timer = setTimeout(() => r("timeout"), bound);
       }),

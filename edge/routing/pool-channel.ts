@@ -212,8 +212,25 @@ export class PoolChannel {
    * alive until a call it makes is answered (the runtime's waitUntil).
    */
   async admit(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Promise<Admission> {
-    const granted = this.admitFromGrant(req, endpointsVersion, keepAlive);
-    if (granted) return granted;
+    return (
+      this.admitFromGrant(req, endpointsVersion, keepAlive) ??
+      this.admitByCall(req, endpointsVersion, keepAlive)
+    );
+  }
+
+  /**
+   * The request admitted at once from a grant that fits it, or undefined:
+   * `admit`'s first step, on its own so a caller can skip what it sets up
+   * only for a call (a timer, a listener for its client) when none is made.
+   */
+  admitFromGrant(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Admission | undefined {
+    this.version = Math.max(this.version, endpointsVersion);
+    return this.fromGrant(req, keepAlive);
+  }
+
+  /** `admit`'s second step, the pool's answer to a call: for a caller that found no grant already. */
+  async admitByCall(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Promise<Admission> {
+    this.version = Math.max(this.version, endpointsVersion);
     let decided!: () => void;
     const decision = new Promise<void>((r) => {
       decided = r;
@@ -237,16 +254,6 @@ export class PoolChannel {
     }
     if (entry.admission === undefined) throw new PoolCallLost("the pool did not answer in time");
     return entry.admission;
-  }
-
-  /**
-   * The request admitted at once from a grant that fits it, or undefined:
-   * `admit`'s first step, on its own so a caller can skip what it sets up
-   * only for a call (a timer, a listener for its client) when none is made.
-   */
-  admitFromGrant(req: AdmitRequest, endpointsVersion: number, keepAlive?: KeepAlive): Admission | undefined {
-    this.version = Math.max(this.version, endpointsVersion);
-    return this.fromGrant(req, keepAlive);
   }
 
   /**
