@@ -113,13 +113,11 @@ async function run(design: Design, rate: number, seed: number): Promise<Outcome>
 
   const request = async (n: number) => {
     const isolate = n % ISOLATES;
-    // Coalesced, the isolate's one channel carries everything; else each admit, note and release is a call of its own.
     const via = () => (design === "a call each" ? channel(`isolate-${isolate}`) : channels[isolate]!);
-    const ch = via();
     const arrived = tl.now;
     const counted = measuring();
     if (counted) out.pending.add(n);
-    const a = await ch.admit(
+    const a = await via().admit(
       {
         id: `r${n}`,
         band: "gold",
