@@ -124,10 +124,23 @@ describe("npm start -- --sites 2 (real processes)", () => {
     ]);
     for (const [k, m] of ctlLines.entries()) {
       const control = controlClient(`http://127.0.0.1:${ports.admin + k}`, adminTokens[k]!);
-      await waitUntil(`site ${SITES[k]}'s view of the edge counting both sites' requests`, async () => {
-        const pool = (await control.getEdgeStatus({ model: MODEL })).models[0]?.pool;
-        return SITES.every((s) => (pool?.sites.find((p) => p.site === s)?.routed ?? 0n) > 0n);
-      });
+      // Traffic reaches a site once one of its endpoints is ready; the other's first scrape may come later.
+      await waitUntil(
+        `site ${SITES[k]}'s view of the edge counting both sites' requests, every endpoint ready and fed`,
+        async () => {
+          const pool = (await control.getEdgeStatus({ model: MODEL })).models[0]?.pool;
+          return SITES.every((s) => {
+            const site = pool?.sites.find((p) => p.site === s);
+            const endpoints = pool?.endpoints.filter((e) => e.site === s) ?? [];
+            return (
+              (site?.routed ?? 0n) > 0n &&
+              site?.loadFeed === "live" &&
+              endpoints.length === 2 &&
+              endpoints.every((e) => e.state === "ready")
+            );
+          });
+        },
+      );
       const out = await sh(m[1]!);
       expect(out.code, out.stderr).toBe(0);
       for (const site of SITES)
