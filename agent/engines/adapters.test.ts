@@ -48,6 +48,34 @@ function twoNodeSpec(rank: number, engine = "vllm"): StartShard {
   });
 }
 
+/** Rank 0's data-parallel ports as placement hands them out: the RPC port, then a band of 10. */
+function band(from: number): number[] {
+  return Array.from({ length: 11 }, (_, i) => from + i);
+}
+
+// Two nodes, 8 GPUs each: four data-parallel ranks of tensor parallel 4, two on each node.
+function twoNodeDataParallel(rank: number): StartShard {
+  const ports = [
+    { http: 20010, distInit: band(20011) },
+    { http: 20020, distInit: [] },
+  ];
+  return spec({
+    replicaId: "llama-70b-0",
+    model: "meta-llama/Llama-3.1-70B-Instruct",
+    servedModelName: "llama-70b",
+    rank,
+    worldNodes: 2,
+    gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7],
+    tensorParallel: 4,
+    dataParallel: 4,
+    ports: ports[rank],
+    peers: [
+      { rank: 0, nodeName: "gpu-a", address: "10.0.0.5", ports: ports[0] },
+      { rank: 1, nodeName: "gpu-b", address: "10.0.0.6", ports: ports[1] },
+    ],
+  });
+}
+
 describe("vllm adapter", () => {
   it("one GPU", () => {
     const l = vllmAdapter.build(spec({ args: ["--max-model-len", "8192"] }), node);
@@ -65,12 +93,13 @@ describe("vllm adapter", () => {
     expect(l.metricNames.waiting).toBe("vllm:num_requests_waiting");
   });
 
-  it("tensor parallel 8, data parallel when > 1, configured binary, spec env wins", () => {
+  it("tensor parallel 8, data parallel when > 1 on its placed ports, configured binary, spec env wins", () => {
     const l = vllmAdapter.build(
       spec({
         gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7],
         tensorParallel: 4,
         dataParallel: 2,
+        ports: { http: 20000, distInit: band(20001) },
         gpuMemoryUtilization: 0.85,
         env: { HF_HUB_OFFLINE: "1", CUDA_DEVICE_ORDER: "FASTEST_FIRST" },
       }),
@@ -92,6 +121,8 @@ describe("vllm adapter", () => {
       "1",
       "--data-parallel-size",
       "2",
+      "--data-parallel-rpc-port",
+      "20001",
       "--gpu-memory-utilization",
       "0.85",
     ]);
@@ -99,6 +130,7 @@ describe("vllm adapter", () => {
       CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7",
       CUDA_DEVICE_ORDER: "FASTEST_FIRST",
       HF_HUB_OFFLINE: "1",
+      VLLM_DP_MASTER_PORT: "20002",
     });
     expect(l.probeHost).toBe("127.0.0.1");
   });
@@ -138,6 +170,36 @@ describe("vllm adapter", () => {
     expect(l.env.NCCL_SOCKET_IFNAME).toBe("=ib0");
     expect(l.env.VLLM_HOST_IP).toBe("10.0.0.6");
     expect([l.healthPath, l.metricsPath]).toEqual([null, null]);
+  });
+
+  it("data parallel 4 across two nodes: two ranks on each, meeting at rank 0's address and ports", () => {
+    const r0 = vllmAdapter.build(twoNodeDataParallel(0), node);
+    expect(r0.argv.join(" ")).toBe(
+      "vllm serve meta-llama/Llama-3.1-70B-Instruct --host 10.0.0.5 --port 20010 --served-model-name llama-70b " +
+        "--tensor-parallel-size 4 --pipeline-parallel-size 1 --data-parallel-size 4 --data-parallel-size-local 2 " +
+        "--data-parallel-address 10.0.0.5 --data-parallel-rpc-port 20011 --gpu-memory-utilization 0.9",
+    );
+    expect([r0.env.VLLM_DP_MASTER_PORT, r0.env.VLLM_HOST_IP, r0.healthPath]).toEqual([
+      "20012",
+      "10.0.0.5",
+      "/health",
+    ]);
+    // The whole replica's batch is served through rank 0's API.
+    expect(r0.maxNumSeqs).toBe(4 * 256);
+
+    const r1 = vllmAdapter.build(twoNodeDataParallel(1), { advertiseAddress: "10.0.0.6" });
+    expect(r1.argv.join(" ")).toBe(
+      "vllm serve meta-llama/Llama-3.1-70B-Instruct --host 10.0.0.6 --port 20020 --served-model-name llama-70b " +
+        "--tensor-parallel-size 4 --pipeline-parallel-size 1 --data-parallel-size 4 --data-parallel-size-local 2 " +
+        "--data-parallel-start-rank 2 --data-parallel-address 10.0.0.5 --data-parallel-rpc-port 20011 " +
+        "--headless --gpu-memory-utilization 0.9",
+    );
+    expect(r1.argv).not.toContain("--master-port");
+    expect([r1.env.VLLM_DP_MASTER_PORT, r1.env.VLLM_HOST_IP, r1.healthPath]).toEqual([
+      "20012",
+      "10.0.0.6",
+      null,
+    ]);
   });
 
   it("single node sets no socket interface (NCCL would refuse a missing one)", () => {

@@ -87,7 +87,16 @@ describe("validateLaunch", () => {
     const badRank = spec({ rank: 2, worldNodes: 2, tensorParallel: 4, dataParallel: 1 });
     expect(validateLaunch(badRank, served, facts(), engines).map((p) => p.code)).toContain("bad_spec");
     const dp = spec({ worldNodes: 2, dataParallel: 2, tensorParallel: 2, ports: { http: 1, distInit: [2] } });
-    expect(validateLaunch(dp, served, facts(), engines).map((p) => p.code)).toEqual(["unsupported"]);
+    expect(validateLaunch(dp, served, facts(), engines)).toEqual([]);
+    const uneven = spec({
+      worldNodes: 2,
+      dataParallel: 3,
+      tensorParallel: 1,
+      ports: { http: 1, distInit: [2] },
+    });
+    expect(validateLaunch(uneven, served, facts(), engines).map((p) => p.message)).toContain(
+      "data parallel 3 does not split evenly over 2 nodes",
+    );
   });
 
   it("knows unknown engines, empty GPU lists, and skips GPU checks without an inventory", () => {

@@ -29,8 +29,7 @@ export type ProblemCode =
   | "gpu_missing"
   | "gpu_memory"
   | "port_in_use"
-  | "binary_not_found"
-  | "unsupported";
+  | "binary_not_found";
 
 export interface Problem {
   code: ProblemCode;
@@ -98,11 +97,8 @@ export function validateLaunch(
           `but the spec gives ${indices.length} GPU(s) × ${world} node(s) = ${indices.length * world}`,
       );
     }
-    if (spec.engine === "vllm" && dp > 1 && world > 1) {
-      add(
-        "unsupported",
-        "vllm data parallel across nodes is not supported by the adapter (use one node per DP group)",
-      );
+    if (spec.engine === "vllm" && dp > 1 && world > 1 && dp % world !== 0) {
+      add("bad_spec", `data parallel ${dp} does not split evenly over ${world} nodes`);
     }
   }
 
@@ -146,13 +142,7 @@ export function describeProblems(problems: readonly Problem[]): string {
 }
 
 /** Problems waiting cannot clear: a spec that cannot fit this node will not fit it in 10 s either. */
-const PERMANENT = new Set<ProblemCode>([
-  "bad_spec",
-  "unknown_engine",
-  "parallel_mismatch",
-  "unsupported",
-  "gpu_missing",
-]);
+const PERMANENT = new Set<ProblemCode>(["bad_spec", "unknown_engine", "parallel_mismatch", "gpu_missing"]);
 
 /** Whether a launch refused for `problems` is worth retrying (busy ports, short memory or a missing binary may clear up). */
 export function mayClearUp(problems: readonly Problem[]): boolean {

@@ -16,6 +16,14 @@ import {
 /**
  * The flags after `serve`: shared with the sim engine, which takes vLLM's
  * command line so the same construction is exercised without a GPU.
+ *
+ * A replica over several nodes is one of two layouts (controlplane/catalog.ts):
+ * tensor and pipeline parallel spanning the nodes (torch's rendezvous at
+ * rank 0's `--master-port`), or, with `data_parallel` > 1, data-parallel
+ * ranks spread over the nodes, each whole inside one node, meeting at rank
+ * 0's `--data-parallel-address` and RPC port, as vLLM's data-parallel
+ * deployment guide launches them. Either way the followers run headless
+ * and rank 0 serves the API for the whole replica.
  */
 export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
   const host = listenHost(node);
@@ -32,8 +40,8 @@ export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
     "--pipeline-parallel-size",
     String(spec.pipelineParallel || 1),
   ];
-  if (spec.dataParallel > 1) args.push("--data-parallel-size", String(spec.dataParallel));
-  if (spec.worldNodes > 1) {
+  if (spec.dataParallel > 1) args.push(...dataParallelArgs(spec, node));
+  else if (spec.worldNodes > 1) {
     const head = rendezvous(spec, node);
     args.push(
       "--nnodes",
@@ -44,13 +52,38 @@ export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
       head.host,
     );
     if (head.port !== undefined) args.push("--master-port", String(head.port));
-    // Followers run only workers; the API server lives on rank 0.
-    if (spec.rank > 0) args.push("--headless");
   }
+  // Followers run only workers; the API server lives on rank 0.
+  if (isHeadless(spec)) args.push("--headless");
   if (spec.gpuMemoryUtilization > 0) {
     args.push("--gpu-memory-utilization", fraction(spec.gpuMemoryUtilization));
   }
   args.push(...spec.args);
+  return args;
+}
+
+/**
+ * Rank 0's data-parallel ports, as placement handed them out (placement/ports.ts):
+ * the RPC port, then the band vLLM keeps for its data-parallel group from
+ * `VLLM_DP_MASTER_PORT`. Passed even on one node, where vLLM's defaults
+ * would collide between two replicas.
+ */
+function dataParallelPorts(spec: StartShard): { rpc: number | undefined; master: number | undefined } {
+  const head = spec.rank === 0 ? spec.ports : spec.peers.find((p) => p.rank === 0)?.ports;
+  const [rpc, master] = head?.distInit ?? [];
+  return { rpc, master };
+}
+
+function dataParallelArgs(spec: StartShard, node: NodeContext): string[] {
+  const args = ["--data-parallel-size", String(spec.dataParallel)];
+  const { rpc } = dataParallelPorts(spec);
+  if (spec.worldNodes > 1) {
+    const local = spec.dataParallel / spec.worldNodes;
+    args.push("--data-parallel-size-local", String(local));
+    if (spec.rank > 0) args.push("--data-parallel-start-rank", String(spec.rank * local));
+    args.push("--data-parallel-address", rendezvous(spec, node).host);
+  }
+  if (rpc !== undefined) args.push("--data-parallel-rpc-port", String(rpc));
   return args;
 }
 
@@ -76,6 +109,8 @@ export const vllmAdapter: EngineAdapter = {
   defaultBin: "vllm",
   build(spec, node): EngineLaunch {
     const env = gpuEnv(spec, node);
+    const dpMaster = spec.dataParallel > 1 ? dataParallelPorts(spec).master : undefined;
+    if (dpMaster !== undefined) env.VLLM_DP_MASTER_PORT = String(dpMaster);
     if (spec.worldNodes > 1) {
       // With several addresses per host vLLM may pick the wrong one for the
       // workers to meet on; name it explicitly per node.

@@ -124,6 +124,26 @@ describe("pipeline parallel over 2 nodes", () => {
     expect(counts(r)).toEqual({ "fabric-group": 1 });
   });
 
+  it("data parallel over two nodes: rank 0 holds the RPC port and vLLM's band, and no master port", () => {
+    const dp4 = profileOf("llama-70b", {
+      name: "tp4dp4",
+      tensor_parallel: 4,
+      data_parallel: 4,
+      nodes: 2,
+      fabric: "ib",
+    });
+    const r = place(
+      [gpuNode("a1", { fabric: { ib: "pod-a" } }), gpuNode("a2", { fabric: { ib: "pod-a" } })],
+      dp4,
+    );
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    const [rank0, rank1] = r.assignment.shards;
+    expect(rank0!.ports.distInit).toEqual(Array.from({ length: 11 }, (_, i) => 20000 + i));
+    expect(rank0!.ports.http).toBe(20011);
+    expect(rank1!.ports).toEqual({ http: 20000, distInit: [] });
+  });
+
   it("refuses to span two fabrics and names the closest group", () => {
     const r = place(
       [gpuNode("a1", { fabric: { ib: "pod-a" } }), gpuNode("b1", { fabric: { ib: "pod-b" } }), gpuNode("x")],

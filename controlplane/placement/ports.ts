@@ -9,13 +9,15 @@
  * - vLLM (and the sim engine):
  *   - one node, dp = 1: nothing extra. Tensor/pipeline parallel inside one
  *     node rendezvous over ports vLLM asks the kernel for itself.
- *   - several nodes: rank 0 binds `--master-port` (torch's TCPStore); the
- *     other ranks only dial it, so they get no extra port.
- *   - dp > 1: rank 0 also binds `--data-parallel-rpc-port` and the band of
- *     10 ports vLLM reserves upward of `VLLM_DP_MASTER_PORT`. Their defaults
- *     (29550, 29500) would collide between two replicas on one node.
- *   Order in `distInit`: [master_port (multi-node only), dp_rpc_port,
- *   dp_master_port .. +9].
+ *   - several nodes, dp = 1 (tensor and pipeline parallel span them): rank 0
+ *     binds `--master-port` (torch's TCPStore); the other ranks only dial
+ *     it, so they get no extra port.
+ *   - dp > 1: rank 0 binds `--data-parallel-rpc-port` and the band of 10
+ *     ports vLLM reserves upward of `VLLM_DP_MASTER_PORT`. Their defaults
+ *     (29550, 29500) would collide between two replicas on one node. Over
+ *     several nodes the data-parallel ranks meet there, not at a master
+ *     port, so there is none.
+ *   Order in `distInit`: [master_port] or [dp_rpc_port, dp_master_port .. +9].
  * - SGLang: a contiguous block starting at the `--dist-init-addr` port, of
  *   9 + dp ports, because SGLang derives its ZMQ ports (detokenizer, rpc,
  *   metrics, scheduler inputs per dp rank) from that port + 1…. We always pass
@@ -48,7 +50,7 @@ export function portNeeds(p: Pick<PlacementProfile, "engine" | "nodes" | "dataPa
     const block = SGLANG_BLOCK_BASE + p.dataParallel;
     return { rank0Block: block, otherBlock: p.nodes > 1 ? block : 0, commonBase: p.nodes > 1 };
   }
-  const master = p.nodes > 1 ? 1 : 0;
+  const master = p.nodes > 1 && p.dataParallel === 1 ? 1 : 0;
   const dp = p.dataParallel > 1 ? 1 + VLLM_DP_MASTER_BAND : 0;
   return { rank0Block: master + dp, otherBlock: 0, commonBase: false };
 }
