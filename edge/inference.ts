@@ -70,7 +70,9 @@ function model(table: RoutingTable, requested: string, key: KeyRecord): string[]
 
 function band(c: Ctx, key: KeyRecord, config: EdgeConfig): string {
   const a = config.settings.admission;
-  return resolveBand(key, c.req.header(a.band_header) ?? null, a.bands, a.default_band).name;
+  const value = c.req.header(a.band_header);
+  const requested = value === undefined ? null : { header: a.band_header, value };
+  return resolveBand(key, requested, a.bands, a.default_band).name;
 }
 
 function session(c: Ctx, config: EdgeConfig): string | undefined {

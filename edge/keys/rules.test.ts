@@ -13,9 +13,19 @@ describe("key rules", () => {
     keyRecordSchema.parse({ id: "k", hash: "a".repeat(64), name: "n", max_band: "gold", ...over });
   it("chooses any band up to the key's, never above", () => {
     expect(resolveBand(key(), null, bands, "gold").name).toBe("gold");
-    expect(resolveBand(key(), "silver", bands, "gold").name).toBe("silver");
-    expect(() => resolveBand(key(), "platinum", bands, "gold")).toThrow(ApiError);
-    expect(() => resolveBand(key(), "nope", bands, "gold")).toThrow(/Unknown band/);
+    const asked = (value: string) => ({ header: "x-priority", value });
+    expect(resolveBand(key(), asked("silver"), bands, "gold").name).toBe("silver");
+    expect(() => resolveBand(key(), asked("platinum"), bands, "gold")).toThrow(ApiError);
+    expect(() => resolveBand(key(), asked("nope"), bands, "gold")).toThrow(/Unknown band/);
+    // The error names the header the band came in, as configured.
+    for (const [value, code] of [
+      ["nope", "invalid_band"],
+      ["platinum", "band_not_allowed"],
+    ]) {
+      expect(() => resolveBand(key(), asked(value!), bands, "gold")).toThrow(
+        expect.objectContaining({ code, param: "x-priority" }),
+      );
+    }
     // A router default above a bronze key is clamped, not refused.
     expect(resolveBand(key({ max_band: "bronze" }), null, bands, "gold").name).toBe("bronze");
     expect(resolveBand(key({ default_band: "silver" }), null, bands, "gold").name).toBe("silver");

@@ -54,11 +54,12 @@ export function limitsOf(key: KeyRecord): KeyLimits {
  * The band a request runs in. A header may choose any band at or below the
  * key's highest band and never above it: priority is bought with the key,
  * not with a header. An unknown band name is the caller's mistake (400), a
- * known one above the key's ceiling is a permission problem (403).
+ * known one above the key's ceiling is a permission problem (403); either
+ * error names the header it came in (admission.band_header).
  */
 export function resolveBand(
   key: KeyRecord,
-  requested: string | null,
+  requested: { header: string; value: string } | null,
   bands: readonly Band[],
   fallbackDefault: string,
 ): Band {
@@ -73,21 +74,21 @@ export function resolveBand(
     );
   }
   if (requested !== null) {
-    const wanted = byName.get(requested.trim().toLowerCase());
+    const wanted = byName.get(requested.value.trim().toLowerCase());
     if (!wanted) {
       throw new ApiError(
         400,
         `Unknown band; use one of: ${bands.map((b) => b.name).join(", ")}.`,
         "invalid_request_error",
         "invalid_band",
-        "x-llmgw-band",
+        requested.header,
       );
     }
     if (wanted.priority > ceiling.priority) {
       throw errors.forbidden(
         `This key may use bands up to "${ceiling.name}", not "${wanted.name}".`,
         "band_not_allowed",
-        "x-llmgw-band",
+        requested.header,
       );
     }
     return wanted;
