@@ -9,7 +9,6 @@ import { parseListen } from "../common/listen.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { ownerOnlyDir, ownerOnlyFiles } from "../common/owner-only.ts";
 import { MetricsRegistry } from "../common/prometheus.ts";
-import { routerWarnings } from "../edge/config/router.ts";
 import { type AdminAuth, loadAdminTokens } from "./admin/auth.ts";
 import { adminHostNames, adminListener, setUpAdminAuth } from "./admin-listener.ts";
 import { type AgentTls, agentListener, defaultTlsHostnames, setUpAgentTls } from "./agent-listener.ts";
@@ -193,11 +192,10 @@ function newRegistry(config: LoadedConfig["config"], startedAt: number): Registr
   );
 }
 
-/** The catalog, its warnings and the router's logged; the data directory (and its pki/) made the owner's alone. */
+/** The catalog, its warnings logged; the data directory (and its pki/) made the owner's alone. */
 function checkedCatalog(config: LoadedConfig["config"], log: Logger): Catalog {
   const catalog = buildCatalog(config);
   for (const w of catalog.warnings) log.warn("catalog warning", { warning: w });
-  for (const w of routerWarnings(config.router)) log.warn("router settings warning", { warning: w });
   ownerOnlyDir(config.data_dir, log);
   if (existsSync(join(config.data_dir, "pki"))) ownerOnlyDir(join(config.data_dir, "pki"), log);
   return catalog;

@@ -39,12 +39,19 @@ describe("config check", () => {
     if (!bad.ok) expect(bad.issues.join("\n")).toMatch(/router\.stream_commit/);
   });
 
-  it("warns that router.timeouts.dial does nothing, and accepts a served_model_name per endpoint", () => {
+  it("refuses router.timeouts.dial with why, and accepts a served_model_name per endpoint", () => {
+    const dial = checkConfig(tmpFile("router:\n  timeouts: { dial: 3s }\nmodels:\n  - name: hand\n"), {});
+    expect(dial.ok).toBe(false);
+    if (!dial.ok) {
+      expect(dial.issues).toEqual([
+        expect.stringMatching(
+          /^router\.timeouts\.dial: not supported: Workers' fetch cannot bound connecting/,
+        ),
+      ]);
+    }
     const r = checkConfig(
       tmpFile(
         [
-          "router:",
-          "  timeouts: { dial: 3s }",
           "models:",
           "  - name: hand",
           "endpoints:",
@@ -57,11 +64,7 @@ describe("config check", () => {
       {},
     );
     if (!r.ok) throw new Error(r.issues.join("\n"));
-    expect(r.summary.join("\n")).toMatch(/warning: router\.timeouts\.dial has no effect/);
     expect(r.loaded.config.endpoints[0]!.served_model_name).toBe("org/hand-engine");
-    const quiet = checkConfig(tmpFile("models:\n  - name: hand\n"), {});
-    if (!quiet.ok) throw new Error(quiet.issues.join("\n"));
-    expect(quiet.summary.join("\n")).not.toContain("dial");
   });
 
   it("reports schema and catalog problems with paths", () => {

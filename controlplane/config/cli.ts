@@ -11,7 +11,6 @@
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { formatDuration } from "../../common/duration.ts";
-import { routerWarnings } from "../../edge/config/router.ts";
 import { buildCatalog, type Catalog, CatalogError, type CatalogProfile } from "../catalog.ts";
 import { portNeeds, portsPerNode } from "../placement/ports.ts";
 import { ConfigError, type LoadedConfig, loadConfig } from "./load.ts";
@@ -160,6 +159,6 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   lines.push(
     catalog.controlPlaneMode ? "mode: control plane (some model has profiles)" : "mode: router-only",
   );
-  for (const w of [...catalog.warnings, ...routerWarnings(c.router)]) lines.push(`warning: ${w}`);
+  for (const w of catalog.warnings) lines.push(`warning: ${w}`);
   return lines;
 }

@@ -16,10 +16,15 @@ export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
 export const routingPolicy = z.enum(ROUTING_POLICIES);
 
 const timeoutsSchema = z.strictObject({
-  // Accepted so older configs still load, and never read: Workers' fetch
-  // does not expose connection setup, so it cannot be bounded apart from
-  // the header wait (docs/edge.md, "Timeouts"). routerWarnings() says so.
-  dial: duration.optional(),
+  // Workers' fetch does not expose connection setup, so connecting cannot be
+  // bounded apart from the header wait (docs/edge.md, "Timeouts"): a file
+  // that sets it is told so, rather than loading with a key that does nothing.
+  dial: z
+    .never({
+      error:
+        "not supported: Workers' fetch cannot bound connecting apart from waiting for headers (a refused connection fails at once; response_header and first_token bound the rest); remove it",
+    })
+    .optional(),
   response_header: duration.prefault("60s"),
   first_token: duration.prefault("120s"),
   idle: duration.prefault("60s"),
@@ -156,14 +161,6 @@ export const routerSchema = z.strictObject({
 
 export type RouterConfig = z.output<typeof routerSchema>;
 
-/** Settings that parse but do nothing, as warnings to show the operator. */
-export function routerWarnings(r: RouterConfig): string[] {
-  return r.timeouts.dial === undefined
-    ? []
-    : [
-        "router.timeouts.dial has no effect: Workers' fetch cannot bound connecting apart from waiting for headers; a refused connection fails at once, and response_header and first_token bound the rest — remove it",
-      ];
-}
 export type ScoringConfig = RouterConfig["scoring"];
 export type AdmissionConfig = RouterConfig["admission"];
 export type BandConfig = AdmissionConfig["bands"][number];
