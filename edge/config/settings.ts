@@ -52,12 +52,38 @@ function parseOverride(text: string | undefined): Raw {
   return json;
 }
 
+/**
+ * Keys an earlier edge accepted and this one refuses. A section stored in KV
+ * before an upgrade, or an LLMGW_ROUTER written for the earlier edge, may
+ * still hold one; read strictly, it would fail every request until the
+ * control plane pushed again. So reading drops them, with a warning naming
+ * each once per isolate; a push that sets one is still refused.
+ */
+const RETIRED: readonly (readonly [string, string])[] = [["timeouts", "dial"]];
+const warnedRetired = new Set<string>();
+
+function withoutRetired(raw: Raw): Raw {
+  let out = raw;
+  for (const [section, key] of RETIRED) {
+    const inner = out[section];
+    if (!isObject(inner) || !(key in inner)) continue;
+    const { [key]: _dropped, ...rest } = inner;
+    out = { ...out, [section]: rest };
+    const path = `router.${section}.${key}`;
+    if (!warnedRetired.has(path)) {
+      warnedRetired.add(path);
+      console.warn(`${path}: no longer supported, ignored; push the router section again without it`);
+    }
+  }
+  return out;
+}
+
 let memo: { stored: Raw; override: string | undefined; value: RouterConfig } | undefined;
 
-/** The settings in force: stored section, then the override, then defaults. */
+/** The settings in force: stored section, then the override, then defaults; retired keys dropped. */
 export function resolveSettings(stored: Raw, override: string | undefined): RouterConfig {
   if (memo && memo.stored === stored && memo.override === override) return memo.value;
-  const merged = overlay(stored, parseOverride(override));
+  const merged = withoutRetired(overlay(stored, parseOverride(override)));
   const r = routerSchema.safeParse(merged);
   if (!r.success) throw new SettingsError(`router settings are invalid: ${formatIssues(r.error).join("; ")}`);
   memo = { stored, override, value: r.data };
