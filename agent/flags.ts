@@ -10,6 +10,7 @@ export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [f
   --node NAME             this node's name (default: the hostname)
   --join-token TOKEN      enroll with this token (from \`llmgw ctl tokens create\`) when the state
                           dir holds no client certificate yet; https:// control planes only
+                          (default $LLMGW_JOIN_TOKEN, which keeps it out of the process list)
   --ca-file PATH          trust this CA certificate instead of pinning the one the token names
   --simulate-gpus SPEC    play a GPU node: 8xH100-80GB, or 4xH100-80GB,4xA100-40GB
   --simulate-foreign I=MIB  simulated VRAM held by a foreign process on GPU I (repeatable)

@@ -1,4 +1,4 @@
-import { errorMessage } from "../common/log.ts";
+import { errorMessage, logLevelProblem } from "../common/log.ts";
 
 /**
  * One binary, many roles. Each subcommand lives beside the part it runs and
@@ -37,6 +37,11 @@ async function run(argv: string[]): Promise<number> {
   const command = COMMANDS[name];
   if (!command) {
     process.stderr.write(`llmgw: unknown command "${name}"\n\n${usage()}`);
+    return 2;
+  }
+  const problem = logLevelProblem();
+  if (problem) {
+    process.stderr.write(`llmgw: ${problem}\n`);
     return 2;
   }
   const mod = await command.load();

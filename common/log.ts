@@ -13,9 +13,19 @@ export interface Logger {
   child(fields: Record<string, unknown>): Logger;
 }
 
+/**
+ * LLMGW_LOG_LEVEL as a command found it: a message naming what is wrong, or
+ * undefined when it is unset or valid. Checked once where a command starts,
+ * so a misspelt level fails there instead of quietly logging at info.
+ */
+export function logLevelProblem(value = process.env.LLMGW_LOG_LEVEL): string | undefined {
+  if (value === undefined || value === "" || Object.hasOwn(ORDER, value)) return undefined;
+  return `LLMGW_LOG_LEVEL: "${value}" is not one of ${Object.keys(ORDER).join(", ")}`;
+}
+
 function envLevel(): LogLevel {
-  const v = (typeof process !== "undefined" ? process.env.LLMGW_LOG_LEVEL : undefined) ?? "info";
-  return v in ORDER ? (v as LogLevel) : "info";
+  const v = (typeof process !== "undefined" ? process.env.LLMGW_LOG_LEVEL : undefined) || "info";
+  return Object.hasOwn(ORDER, v) ? (v as LogLevel) : "info";
 }
 
 export function createLogger(

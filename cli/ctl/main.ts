@@ -8,6 +8,7 @@ import { modelsCommand, replicasCommand } from "./replicas.ts";
 import { fetchStatus, formatStatus, statusJson } from "./status.ts";
 
 const HELP = `usage: llmgw ctl <command> [--control-plane URL] [--token-file FILE] [--json]
+       llmgw ctl endpoints <set | check | status> …   (talks to the edge: llmgw ctl endpoints --help)
 
 commands:
   status [--watch] [--interval 2s]
@@ -25,6 +26,7 @@ commands:
   drain NODE [--deadline 10m]
                         move NODE's replicas elsewhere, then stop what is left by the deadline
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
+  endpoints check FILE  validate an endpoint list as set would, without writing it
   endpoints status      each model's pool at the edge: saturation, band queues, endpoints' load
   tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]]
                         a join token for agent enrollment (mTLS), shown once; it enrolls a
