@@ -191,12 +191,13 @@ export async function readWhole(call: Call, res: Response): Promise<Committed | 
   } catch (err) {
     return stop(call, thrownFailure(call.endpoint.id, "read", err, undefined));
   }
+  // Anything but a JSON object is relayed as it came; the charge falls back
+  // to the prompt's estimate.
   let answer: Record<string, unknown> = {};
   try {
-    answer = JSON.parse(text) as Record<string, unknown>;
-  } catch {
-    // Relayed as it came; the charge falls back to the prompt's estimate.
-  }
+    const parsed: unknown = JSON.parse(text);
+    if (typeof parsed === "object" && parsed !== null) answer = parsed as Record<string, unknown>;
+  } catch {}
   const counted = countedUsage(readUsage(answer.usage), call.input.body, answerText(answer));
   return {
     response: new Response(text, {

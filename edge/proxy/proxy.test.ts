@@ -133,6 +133,16 @@ describe("proxy", () => {
     expect(verdicts).toEqual([["a", "ok"]]);
   });
 
+  it("relays an engine's 200 whose body is JSON but no object as it came, charged from the prompt's estimate", async () => {
+    const { result, verdicts } = run({ a: () => Response.json(null) }, ["a"]);
+    const r = await result;
+    expect([r.response.status, await r.response.text()]).toEqual([200, "null"]);
+    const o = await r.outcome;
+    expect(o.usageEstimated).toBe(true);
+    expect(o.usage!.prompt_tokens).toBeGreaterThan(0);
+    expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
   it("retries a refused connection and a 503 on the next endpoints, reporting each failure", async () => {
     const { result, verdicts } = run(
       {
@@ -590,6 +600,16 @@ describe("proxy", () => {
           .every((e) => !e.includes("usage")),
       ).toBe(true);
       expect(await r.outcome).toMatchObject({ usageEstimated: false, usage: { completion_tokens: 2 } });
+    });
+
+    it("passes a data event that is JSON but no object (`data: null`) on, neither an error nor a crash", async () => {
+      const { result, verdicts } = streamed([plain("Hel"), "data: null\n\n", plain("lo", "stop", 0, exact)]);
+      const r = await result;
+      const text = await r.response.text();
+      expect(events(text)).toContain("null");
+      expect(text).not.toContain("error");
+      expect((await r.outcome).usage!.completion_tokens).toBe(2);
+      expect(verdicts).toEqual([["a", "ok"]]);
     });
 
     it("gives none to a client that did not ask", async () => {

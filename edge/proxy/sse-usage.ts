@@ -314,13 +314,16 @@ export class StreamUsage {
     }
     const fast = this.fastData(data, raw);
     if (fast !== undefined) return fast;
-    let obj: Record<string, unknown>;
+    let parsed: unknown;
     try {
-      obj = JSON.parse(data) as Record<string, unknown>;
-    } catch {
+      parsed = JSON.parse(data);
+    } catch {}
+    // Not JSON, or JSON but no object (`data: null`): relayed as it came.
+    if (typeof parsed !== "object" || parsed === null) {
       this.dataEvent(() => data);
       return `${raw}\n\n`;
     }
+    const obj = parsed as Record<string, unknown>;
     if (obj.error !== undefined && obj.error !== null) {
       const e = obj.error as Record<string, unknown>;
       const status = typeof e.code === "number" && e.code >= 400 ? e.code : 500;
