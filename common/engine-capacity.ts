@@ -20,5 +20,6 @@ export function kvTokensOf(samples: readonly Sample[], name: string = VLLM_CACHE
     if (Number.isSafeInteger(blocks) && Number.isSafeInteger(size) && blocks > 0 && size > 0)
       total += blocks * size;
   }
-  return total;
+  // A sum past what a number holds exactly is no figure at all: unknown.
+  return Number.isSafeInteger(total) ? total : 0;
 }

@@ -60,7 +60,10 @@ const shardStatusSchema = z.object({
     .optional(),
 });
 
-// Load goes to the board the edge routes by: bounded, finite, fractions in 0..1.
+// Load goes to the board the edge routes by: bounded, finite, fractions in
+// 0..1. Capacity is published to the edge as it came, and the edge refuses a
+// whole endpoint set over one figure past what a JSON number holds exactly,
+// so one broken agent must not get such a figure past here.
 const shardLoadSchema = z.object({
   replicaId: shardStatusSchema.shape.replicaId,
   rank: shardStatusSchema.shape.rank,
@@ -69,6 +72,9 @@ const shardLoadSchema = z.object({
     running: finite.min(0),
     kvUsage: finite.min(0).max(1),
     prefixCacheHitRate: finite.min(0).max(1),
+    generationTokens: finite.min(0),
+    maxNumSeqs: z.number().max(1 << 20, "at most 1048576 sequences"),
+    kvCapacityTokens: z.bigint().max(BigInt(Number.MAX_SAFE_INTEGER), "at most 2^53-1 tokens"),
   }),
 });
 

@@ -125,7 +125,16 @@ const shardLoad = fc.record({
   replicaId: fc.oneof(fc.constant(REPLICA), fc.constant(""), text),
   rank: fc.oneof(fc.constant(0), uint32),
   load: fc.option(
-    fc.record({ waiting: num, running: num, kvUsage: num, prefixCacheHitRate: num, scrapedAtUnixMs: bigint }),
+    fc.record({
+      waiting: num,
+      running: num,
+      kvUsage: num,
+      prefixCacheHitRate: num,
+      scrapedAtUnixMs: bigint,
+      generationTokens: num,
+      maxNumSeqs: uint32,
+      kvCapacityTokens: u64,
+    }),
     { nil: undefined },
   ),
 });
