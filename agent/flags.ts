@@ -1,7 +1,7 @@
 import { hostname, networkInterfaces } from "node:os";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { parseDuration } from "../common/duration.ts";
+import { checkWithin, parseDuration } from "../common/duration.ts";
 import { LISTEN_ADDRESS } from "../common/listen.ts";
 
 export const AGENT_HELP = `usage: llmgw agent --control-plane URL --node NAME [flags]
@@ -162,10 +162,30 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     nvidiaSmi: values["nvidia-smi"] ?? "nvidia-smi",
     vllmBin: binary(values["vllm-bin"] ?? "vllm"),
     sglangBin: binary(values["sglang-bin"] ?? "python"),
-    pingIntervalMs: dur(values["ping-interval"], "--ping-interval", 10_000),
-    pingTimeoutMs: dur(values["ping-timeout"], "--ping-timeout", 5_000),
-    stableAfterMs: dur(values["stable-after"], "--stable-after", 10_000),
-    scrapeIntervalMs: dur(values["scrape-interval"], "--scrape-interval", 2_000),
+    pingIntervalMs: checkWithin(
+      dur(values["ping-interval"], "--ping-interval", 10_000),
+      "--ping-interval",
+      "100ms",
+      "1h",
+    ),
+    pingTimeoutMs: checkWithin(
+      dur(values["ping-timeout"], "--ping-timeout", 5_000),
+      "--ping-timeout",
+      "100ms",
+      "1h",
+    ),
+    stableAfterMs: checkWithin(
+      dur(values["stable-after"], "--stable-after", 10_000),
+      "--stable-after",
+      "0s",
+      "24h",
+    ),
+    scrapeIntervalMs: checkWithin(
+      dur(values["scrape-interval"], "--scrape-interval", 2_000),
+      "--scrape-interval",
+      "100ms",
+      "1h",
+    ),
     stopEnginesOnExit: values["stop-engines-on-exit"] ?? false,
     restartBackoffMs: optDur(values["restart-backoff"], "--restart-backoff"),
     restartMaxBackoffMs: optDur(values["restart-max-backoff"], "--restart-max-backoff"),

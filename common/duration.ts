@@ -48,3 +48,22 @@ export const durationSchema = z
       return z.NEVER;
     }
   });
+
+/**
+ * A duration field that must lie within [min, max], both written as
+ * durations. Zero where a timer or loop needs a period spins; past about
+ * 24.8 days Node's timers overflow and fire at once. So every field that
+ * drives a timer states its range, and the message names it.
+ */
+export function durationWithin(min: string, max: string) {
+  const lo = parseDuration(min);
+  const hi = parseDuration(max);
+  return durationSchema.refine((ms) => ms >= lo && ms <= hi, `must be between ${min} and ${max}`);
+}
+
+/** The same check for a command-line flag: the value, or an error naming the flag and the range. */
+export function checkWithin(ms: number, flag: string, min: string, max: string): number {
+  if (ms < parseDuration(min) || ms > parseDuration(max))
+    throw new Error(`${flag}: must be between ${min} and ${max}`);
+  return ms;
+}

@@ -118,6 +118,22 @@ describe("configuration loading", () => {
     ]);
   });
 
+  it("holds every duration that drives a timer within its range: no zero period, nothing past Node's timers", () => {
+    expect(
+      issues(
+        "control:\n  interval: 0s\n  heartbeat_interval: 30d\nrouter:\n  timeouts:\n    idle: 0s\n  scrape_interval: 0s\n",
+      ),
+    ).toEqual(
+      expect.arrayContaining([
+        "control.interval: must be between 100ms and 1h",
+        "control.heartbeat_interval: must be between 100ms and 1h",
+        "router.timeouts.idle: must be between 10ms and 24h",
+        "router.scrape_interval: must be between 100ms and 1h",
+      ]),
+    );
+    expect(issues("control:\n  interval: 100ms\n  startup_grace: 0s\n")).toEqual([]);
+  });
+
   it("reads durations as operators write them", () => {
     expect(parseDuration("500ms")).toBe(500);
     expect(parseDuration("15s")).toBe(15_000);

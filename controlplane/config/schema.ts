@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { modelNameSchema } from "../../common/catalog-names.ts";
-import { durationSchema as duration } from "../../common/duration.ts";
+import { durationSchema as duration, durationWithin } from "../../common/duration.ts";
 import { viaSchema } from "../../common/endpoint-fields.ts";
 import { LISTEN_ADDRESS } from "../../common/listen.ts";
 import { staticEndpointSchema } from "../../common/static-endpoint.ts";
@@ -16,22 +16,22 @@ import { DEFAULT_SITE, siteNameSchema } from "../../edge/config/site-sets.ts";
 const listenAddress = z.string().regex(LISTEN_ADDRESS, "must be HOST:PORT or :PORT");
 
 export const controlSchema = z.strictObject({
-  interval: duration.prefault("5s"),
-  base_backoff: duration.prefault("10s"),
-  max_backoff: duration.prefault("10m"),
+  interval: durationWithin("100ms", "1h").prefault("5s"),
+  base_backoff: durationWithin("100ms", "24h").prefault("10s"),
+  max_backoff: durationWithin("100ms", "24h").prefault("10m"),
   // Deliberately far apart: a network blip must not tear down replicas that
   // still serve, and rebuilding a multi-node replica costs many minutes.
-  unreachable_after: duration.prefault("15s"),
-  lost_after: duration.prefault("60s"),
+  unreachable_after: durationWithin("500ms", "24h").prefault("15s"),
+  lost_after: durationWithin("1s", "24h").prefault("60s"),
   // Nodes cannot become lost until this long after the control plane starts:
   // agents need time to reconnect after a control plane restart. Defaults to
   // lost_after.
-  startup_grace: duration.optional(),
+  startup_grace: durationWithin("0s", "24h").optional(),
   // When more than this fraction of the fleet is unreachable at once, nodes
   // are not declared lost: the fault is more likely the control plane's own
   // network than half the fleet dying together.
   lost_freeze_fraction: z.number().min(0).max(1).default(0.5),
-  heartbeat_interval: duration.prefault("5s"),
+  heartbeat_interval: durationWithin("100ms", "1h").prefault("5s"),
   // Kept outside the kernel's ephemeral range (32768-60999 on Linux) so
   // engine ports never collide with outgoing connections.
   port_range: z
@@ -71,8 +71,12 @@ const scalingFields = {
   window: duration
     .refine((ms) => ms >= 2_000 && ms <= 3_600_000, "must be between 2s and 1h")
     .describe("The demand signal is the mean over this window; no decision before half of it is seen"),
-  scale_up_cooldown: duration.describe("Least time after any scale event before the next scale-up"),
-  scale_down_cooldown: duration.describe("Least time after any scale event before a scale-down"),
+  scale_up_cooldown: durationWithin("0s", "24h").describe(
+    "Least time after any scale event before the next scale-up",
+  ),
+  scale_down_cooldown: durationWithin("0s", "24h").describe(
+    "Least time after any scale event before a scale-down",
+  ),
 };
 
 export const scalingSchema = z.strictObject({
@@ -160,10 +164,12 @@ export const profileSchema = z.strictObject({
       max: z.number().int().min(0).optional().describe("Upper bound for scaling; defaults to min"),
     })
     .default({ min: 1 }),
-  startup_deadline: duration
+  startup_deadline: durationWithin("1s", "24h")
     .prefault("20m")
     .describe("Time a shard may take to become ready before it counts as failed"),
-  stop_grace: duration.prefault("30s").describe("SIGTERM to SIGKILL grace when stopping a shard"),
+  stop_grace: durationWithin("0s", "1h")
+    .prefault("30s")
+    .describe("SIGTERM to SIGKILL grace when stopping a shard"),
   spread: z.boolean().default(false).describe("Place on the emptiest nodes instead of bin-packing"),
 });
 

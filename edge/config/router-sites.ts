@@ -6,7 +6,7 @@
  * the network between that place and each site's GPUs.
  */
 import { z } from "zod";
-import { durationSchema as duration } from "../../common/duration.ts";
+import { durationWithin } from "../../common/duration.ts";
 import { siteNameSchema } from "./site-name.ts";
 
 /** Cloudflare's `request.cf.continent` codes. */
@@ -35,7 +35,7 @@ export const routerSitesSchema = z.strictObject({
   // How long a site that comes back (fresh load after stale, a routable
   // endpoint after every breaker was open) takes to grow from no share of
   // its preferred traffic to all of it, linearly. 0s: all at once.
-  warmup: duration.prefault("30s"),
+  warmup: durationWithin("0s", "24h").prefault("30s"),
 });
 
 export type RouterSitesConfig = z.output<typeof routerSitesSchema>;

@@ -7,7 +7,7 @@
  * duration strings, as operators write YAML; every object is strict.
  */
 import { z } from "zod";
-import { durationSchema as duration } from "../../common/duration.ts";
+import { durationWithin } from "../../common/duration.ts";
 import { routerSitesSchema } from "./router-sites.ts";
 
 /** The routing policies a model may name. `chat` is the product; the others are baselines. */
@@ -25,10 +25,10 @@ const timeoutsSchema = z.strictObject({
         "not supported: Workers' fetch cannot bound connecting apart from waiting for headers (a refused connection fails at once; response_header and first_token bound the rest); remove it",
     })
     .optional(),
-  response_header: duration.prefault("60s"),
-  first_token: duration.prefault("120s"),
-  idle: duration.prefault("60s"),
-  total: duration.prefault("30m"),
+  response_header: durationWithin("10ms", "24h").prefault("60s"),
+  first_token: durationWithin("10ms", "24h").prefault("120s"),
+  idle: durationWithin("10ms", "24h").prefault("60s"),
+  total: durationWithin("100ms", "24h").prefault("30m"),
 });
 
 const scoringSchema = z.strictObject({
@@ -95,7 +95,7 @@ const admissionSchema = z
     bands: z.array(bandSchema).min(1).default(DEFAULT_BANDS),
     default_band: z.string().default("gold"),
     band_header: z.string().default("x-llmgw-band"),
-    queue_ttl: duration.prefault("30s"),
+    queue_ttl: durationWithin("0s", "1h").prefault("30s"),
     queue_capacity_per_band: z.number().int().positive().default(2000),
     // Slots a pool sets aside, while it is far below every ceiling, for an
     // isolate's next request like one it just admitted, so that request
@@ -129,11 +129,11 @@ const admissionSchema = z
   });
 
 export const routerSchema = z.strictObject({
-  scrape_interval: duration.prefault("2s"),
-  scrape_timeout: duration.prefault("1s"),
-  stale_after: duration.prefault("10s"),
+  scrape_interval: durationWithin("100ms", "1h").prefault("2s"),
+  scrape_timeout: durationWithin("100ms", "1m").prefault("1s"),
+  stale_after: durationWithin("100ms", "24h").prefault("10s"),
   retries: z.number().int().min(0).max(10).default(2),
-  cooldown: duration.prefault("15s"),
+  cooldown: durationWithin("0s", "24h").prefault("15s"),
   failure_threshold: z.number().int().min(1).default(3),
   default_routing: routingPolicy.default("chat"),
   session_header: z.string().default("x-session-id"),
@@ -152,7 +152,7 @@ export const routerSchema = z.strictObject({
   // Beyond the queue TTL, how long a Worker waits for the model's pool
   // before routing on its own: a pool that answers neither with a lease
   // nor with a refusal by then is taken for unreachable.
-  pool_timeout: duration.prefault("2s"),
+  pool_timeout: durationWithin("10ms", "1m").prefault("2s"),
   timeouts: timeoutsSchema.prefault({}),
   scoring: scoringSchema.prefault({}),
   admission: admissionSchema.prefault({}),
