@@ -63,6 +63,14 @@ const MAX_DEPTH = 16;
 const MAX_OPTIONAL_DEPTH = 4;
 /** Extra array items above minItems, at most. */
 const ARRAY_SPREAD = 3;
+/**
+ * The most values (and string characters) one answer may take to build. A
+ * schema's minimums are built whole before max_tokens cuts the text, so
+ * without a bound one request's `minItems: 1e8` (or 100 four levels deep)
+ * would hold the engine's one thread, and every stream on it, for good.
+ */
+const MAX_VALUES = 100_000;
+const MAX_STRING = 100_000;
 
 /** Words for generated strings and keys: the sim's output vocabulary without its spaces. */
 const WORDS = OUTPUT_VOCAB.map((w) => w.trim()).filter((w) => /^[a-z]/i.test(w));
@@ -121,6 +129,10 @@ export function checkSchema(root: unknown): void {
         throw new SchemaError(at, `${k} must be a non-negative integer`);
       }
     }
+    if (typeof s.minItems === "number" && s.minItems > MAX_VALUES)
+      throw new SchemaError(at, `minItems above ${MAX_VALUES} is more than the sim engine builds`);
+    if (typeof s.minLength === "number" && s.minLength > MAX_STRING)
+      throw new SchemaError(at, `minLength above ${MAX_STRING} is more than the sim engine builds`);
     for (const k of ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"]) {
       if (s[k] !== undefined && typeof s[k] !== "number") throw new SchemaError(at, `${k} must be a number`);
     }
@@ -180,6 +192,8 @@ export function sampleSchema(root: unknown, rand: Rand): unknown {
 
 /** Draws values for one root schema: each keyword handled in the order the schema's meaning needs. */
 class SchemaSampler {
+  private built = 0;
+
   constructor(
     private readonly root: unknown,
     private readonly rand: Rand,
@@ -187,6 +201,8 @@ class SchemaSampler {
 
   value(schema: unknown, depth: number, at: string): unknown {
     if (depth > MAX_DEPTH) throw new SchemaError(at, `schema nests deeper than ${MAX_DEPTH} levels`);
+    if (++this.built > MAX_VALUES)
+      throw new SchemaError(at, `the least value the schema allows has more than ${MAX_VALUES} parts`);
     if (schema === false) throw new SchemaError(at, "schema false admits no value");
     const s = this.dereferenced(schema === true ? {} : (schema as Obj), at);
     if ("const" in s) return s.const;
@@ -343,7 +359,12 @@ function sampleString(s: Obj, rand: Rand): string {
   }
   const min = (s.minLength as number | undefined) ?? 0;
   const max = s.maxLength as number | undefined;
-  while ([...text].length < min) text += ` ${pick(rand, WORDS)}`;
+  let length = [...text].length;
+  while (length < min) {
+    const word = ` ${pick(rand, WORDS)}`;
+    text += word;
+    length += [...word].length;
+  }
   if (max !== undefined) text = [...text].slice(0, Math.max(max, min)).join("");
   return text;
 }

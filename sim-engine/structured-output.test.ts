@@ -110,6 +110,18 @@ describe("JSON values from a schema", () => {
     }
   });
 
+  it("refuses a schema whose least value is too big to build, before building it", () => {
+    expect(() => checkSchema({ type: "array", minItems: 1e8 })).toThrow(/minItems above 100000/);
+    expect(() => checkSchema({ type: "string", minLength: 1e9 })).toThrow(/minLength above 100000/);
+    const nested = { type: "array", minItems: 100, items: { type: "array", minItems: 100, items: {} } };
+    const deep = { type: "array", minItems: 100, items: nested };
+    expect(() => sampleSchema(deep, mulberry32(1))).toThrow(SchemaError);
+    expect(() => sampleSchema(deep, mulberry32(1))).toThrow(/more than 100000 parts/);
+    expect(
+      (sampleSchema({ type: "string", minLength: 20_000 }, mulberry32(1)) as string).length,
+    ).toBeGreaterThanOrEqual(20_000);
+  });
+
   it("refuses what it cannot honour, naming where", () => {
     const refuse = (schema: unknown) => {
       try {
