@@ -11,6 +11,7 @@
  */
 import { z } from "zod";
 import { siteNameSchema } from "./site-sets.ts";
+import { readStored } from "./stored-doc.ts";
 
 export const SITE_INDEX_KEY = "config/sites";
 
@@ -18,8 +19,7 @@ const siteIndexSchema = z.object({ sites: z.array(siteNameSchema) });
 
 /** The sites the index names; an index that does not parse names none (the default site's set is read regardless). */
 export async function readSiteIndex(kv: KVNamespace): Promise<string[]> {
-  const r = siteIndexSchema.safeParse(await kv.get(SITE_INDEX_KEY, "json"));
-  return r.success ? r.data.sites : [];
+  return (await readStored(kv, SITE_INDEX_KEY, siteIndexSchema))?.sites ?? [];
 }
 
 /** Adds `site` to the index unless KV already names it there. Whether it wrote. */

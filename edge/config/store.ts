@@ -8,9 +8,9 @@
  * propagation when deployed).
  */
 
+import type { z } from "zod";
 import { copyUse } from "../revalidation.ts";
 import {
-  type CatalogDoc,
   catalogDocSchema,
   EMPTY_CATALOG,
   EMPTY_ENDPOINTS,
@@ -19,9 +19,10 @@ import {
   RoutingTable,
 } from "./catalog.ts";
 import type { RouterConfig } from "./router.ts";
-import { EMPTY_ROUTER_DOC, type RouterDoc, resolveSettings, routerDocSchema } from "./settings.ts";
+import { EMPTY_ROUTER_DOC, resolveSettings, routerDocSchema } from "./settings.ts";
 import { DEFAULT_SITE, unionOf } from "./site-sets.ts";
 import { readSiteIndex } from "./site-store.ts";
+import { readStored } from "./stored-doc.ts";
 
 export const CATALOG_KEY = "config/catalog";
 /** The default site's endpoint set, where the single set was before sites; other sites' sets: site-store.ts. */
@@ -51,16 +52,14 @@ let refreshing = false;
 // a read begun after it has made.
 let generation = 0;
 
-export async function readDoc<T>(
+/** A stored document, or `empty` when there is none or it no longer parses (stored-doc.ts). */
+export async function readDoc<S extends z.ZodType>(
   kv: KVNamespace,
   key: string,
-  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
-  empty: T,
-): Promise<T> {
-  const raw = await kv.get(key, "json");
-  if (raw === null) return empty;
-  const r = schema.safeParse(raw);
-  return r.success ? r.data : empty;
+  schema: S,
+  empty: z.output<S>,
+): Promise<z.output<S>> {
+  return (await readStored(kv, key, schema)) ?? empty;
 }
 
 /**
@@ -97,9 +96,9 @@ async function load(env: ConfigEnv): Promise<EdgeConfig> {
   const kv = env.LLMGW_KV;
   const begun = generation;
   const [catalog, sets, router] = await Promise.all([
-    readDoc<CatalogDoc>(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
+    readDoc(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
     readSiteSets(kv),
-    readDoc<RouterDoc>(kv, ROUTER_KEY, routerDocSchema, EMPTY_ROUTER_DOC),
+    readDoc(kv, ROUTER_KEY, routerDocSchema, EMPTY_ROUTER_DOC),
   ]);
   const config = {
     table: new RoutingTable(catalog, unionOf(sets)),
@@ -115,7 +114,7 @@ async function load(env: ConfigEnv): Promise<EdgeConfig> {
 export async function readSiteSets(kv: KVNamespace, also?: string): Promise<Map<string, EndpointsDoc>> {
   const sites = [...new Set([DEFAULT_SITE, ...(await readSiteIndex(kv)), ...(also ? [also] : [])])];
   const docs = await Promise.all(
-    sites.map((site) => readDoc<EndpointsDoc>(kv, endpointsKey(site), endpointsDocSchema, EMPTY_ENDPOINTS)),
+    sites.map((site) => readDoc(kv, endpointsKey(site), endpointsDocSchema, EMPTY_ENDPOINTS)),
   );
   return new Map(sites.map((site, i) => [site, docs[i]!]));
 }

@@ -7,6 +7,7 @@
  * limits, since those keys are admitted by the ledger (ledger.ts).
  */
 
+import { parseStored } from "../config/stored-doc.ts";
 import { errors } from "../openai-errors.ts";
 import { copyUse } from "../revalidation.ts";
 import { type KeyRecord, keyRecordSchema } from "./rules.ts";
@@ -133,15 +134,14 @@ function usable(key: KeyRecord | null): KeyRecord {
 }
 
 async function readKey(kv: KVNamespace, hash: string): Promise<KeyRecord | null> {
-  let raw: unknown;
+  let text: string | null;
   try {
-    raw = await kv.get(keyKvName(hash), "json");
+    text = await kv.get(keyKvName(hash), "text");
   } catch (err) {
     keyCache.abandon(hash);
     throw err;
   }
-  const parsed = raw === null ? null : keyRecordSchema.safeParse(raw);
-  const key = parsed?.success ? parsed.data : null;
+  const key = parseStored(keyKvName(hash), text, keyRecordSchema);
   keyCache.set(hash, key);
   return key;
 }

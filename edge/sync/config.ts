@@ -7,7 +7,9 @@
  * a publisher that lost its view, e.g. a control plane just restarted,
  * must not be able to stop every request by accident.
  */
+
 import type { ServiceImpl } from "@connectrpc/connect";
+import { z } from "zod";
 import { checkCatalogNames, modelNameSchema } from "../../common/catalog-names.ts";
 import { spillGroupPriorityConflicts } from "../../common/endpoint-fields.ts";
 import { formatPath } from "../../common/zod-issues.ts";
@@ -19,6 +21,7 @@ import type {
 import { catalogModelSchema, type EndpointRecord, endpointRecordSchema } from "../config/catalog.ts";
 import { parseRouterSection, resolveSettings, routerDocSchema, SettingsError } from "../config/settings.ts";
 import { CATALOG_KEY, edgeConfig, invalidateEdgeConfig, ROUTER_KEY } from "../config/store.ts";
+import { readStored } from "../config/stored-doc.ts";
 import type { Env } from "../env.ts";
 import type { Caller } from "./caller.ts";
 import { invalid, nextVersion } from "./errors.ts";
@@ -32,8 +35,11 @@ type ConfigCalls = Pick<
   "putCatalog" | "putEndpointSets" | "putRouterSettings" | "getRouterSettings"
 >;
 
+const versionedSchema = z.object({ version: z.number().int().min(0) });
+
+/** The stored document's version; 0 when there is none or it does not parse (logged, stored-doc.ts). */
 async function storedVersion(kv: KVNamespace, key: string): Promise<number> {
-  return (await kv.get<{ version: number }>(key, "json"))?.version ?? 0;
+  return (await readStored(kv, key, versionedSchema))?.version ?? 0;
 }
 
 export function configCalls(env: Env, caller: Caller): ConfigCalls {

@@ -4,6 +4,7 @@ import { formatPath } from "../../common/zod-issues.ts";
 import type { ApiKey, EdgeSyncService } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import type { RouterConfig } from "../config/router.ts";
 import { edgeConfig } from "../config/store.ts";
+import { readStored } from "../config/stored-doc.ts";
 import type { Env } from "../env.ts";
 import { apiKeyOf, recordFields } from "../keys/api-key.ts";
 import { keyCache, keyKvName } from "../keys/auth.ts";
@@ -26,11 +27,8 @@ async function allKeys(kv: KVNamespace): Promise<KeyRecord[]> {
   let cursor: string | undefined;
   do {
     const page: KVNamespaceListResult<unknown, string> = await kv.list({ prefix: "keys/", cursor });
-    const values = await Promise.all(page.keys.map((k) => kv.get(k.name, "json")));
-    for (const v of values) {
-      const r = keyRecordSchema.safeParse(v);
-      if (r.success) out.push(r.data);
-    }
+    const values = await Promise.all(page.keys.map((k) => readStored(kv, k.name, keyRecordSchema)));
+    for (const v of values) if (v) out.push(v);
     cursor = page.list_complete ? undefined : page.cursor;
   } while (cursor);
   return out.sort((a, b) => a.created_at_unix_ms - b.created_at_unix_ms || a.id.localeCompare(b.id));
@@ -47,8 +45,7 @@ function keyId(id: string, field: string): string {
 async function keyById(kv: KVNamespace, id: string): Promise<KeyRecord | undefined> {
   const hash = await kv.get(KEY_ID_KV(id));
   if (!hash) return undefined;
-  const r = keyRecordSchema.safeParse(await kv.get(keyKvName(hash), "json"));
-  return r.success ? r.data : undefined;
+  return (await readStored(kv, keyKvName(hash), keyRecordSchema)) ?? undefined;
 }
 
 function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecord {

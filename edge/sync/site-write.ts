@@ -6,7 +6,6 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
-  type CatalogDoc,
   catalogDocSchema,
   EMPTY_CATALOG,
   EMPTY_ENDPOINTS,
@@ -32,7 +31,7 @@ export async function putSiteSet(
   const kv = env.LLMGW_KV;
   const site = siteOfWrite(caller, req.site, "endpoint set");
   const [catalog, sets] = await Promise.all([
-    readDoc<CatalogDoc>(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
+    readDoc(kv, CATALOG_KEY, catalogDocSchema, EMPTY_CATALOG),
     readSiteSets(kv, site),
   ]);
   const old = sets.get(site) ?? EMPTY_ENDPOINTS;
