@@ -91,7 +91,17 @@ describe("EdgePublisher after a restart", () => {
     facts.now = 3_000;
     await p.tick();
     expect(puts.at(-1)).toEqual(["a/p/0"]);
-    expect(store.load()?.map((e) => e.id)).toEqual(["a/p/0"]);
+    expect(store.load().endpoints?.map((e) => e.id)).toEqual(["a/p/0"]);
+  });
+
+  it("names a stored set that does not decode, and reads it as none", () => {
+    const store = new PublishedEndpoints(":memory:");
+    expect(store.load()).toEqual({ endpoints: undefined });
+    const row = (store as unknown as { row: { write(b: Uint8Array, at: number): void } }).row;
+    row.write(new Uint8Array([0xff, 0xff, 0xff]), 1);
+    const r = store.load();
+    expect(r.endpoints).toBeUndefined();
+    expect(r.error).toMatch(/^edge_endpoint_set does not decode: /);
   });
 
   it("drops what no agent reported once the hold is over", async () => {

@@ -125,10 +125,18 @@ export class PublishedEndpoints {
     });
   }
 
-  /** Undefined when nothing was ever published from this data_dir. */
-  load(): Endpoint[] | undefined {
+  /**
+   * Undefined when nothing was ever published from this data_dir; an error
+   * names a stored set that does not decode (it is then as if none was).
+   */
+  load(): { endpoints: Endpoint[] | undefined; error?: string } {
     const blob = this.row.read();
-    return blob === undefined ? undefined : fromBinary(PutEndpointSetsRequestSchema, blob).endpoints;
+    if (blob === undefined) return { endpoints: undefined };
+    try {
+      return { endpoints: fromBinary(PutEndpointSetsRequestSchema, blob).endpoints };
+    } catch (err) {
+      return { endpoints: undefined, error: `edge_endpoint_set does not decode: ${errorMessage(err)}` };
+    }
   }
 
   save(endpoints: readonly Endpoint[], now: number): void {
@@ -188,7 +196,15 @@ export class EdgePublisher {
 
   /** Publishes at once and then every interval; the promise is the first publication's. */
   start(catalog: Catalog, routerSection: Record<string, unknown>): Promise<void> {
-    this.last = this.opts.store?.load();
+    const stored = this.opts.store?.load();
+    if (stored?.error)
+      this.opts.log.warn(
+        "the endpoint set last published is unreadable: as if none was, the edge's is left as it is during the startup grace",
+        {
+          error: stored.error,
+        },
+      );
+    this.last = stored?.endpoints;
     this.setCatalog(catalog);
     this.setRouterSettings(routerSection);
     this.timer = setInterval(() => void this.tick(), this.opts.intervalMs ?? 1_000);

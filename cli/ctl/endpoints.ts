@@ -91,6 +91,12 @@ export async function main(argv: string[]): Promise<number | undefined> {
     process.stdout.write(`${file}: ${endpoints.length} endpoints OK\n`);
     return 0;
   }
+  if (values.version !== undefined && !/^\d{1,18}$/.test(values.version)) {
+    process.stderr.write(
+      `llmgw: --version: "${values.version}" is not a whole number of at most 18 digits\n`,
+    );
+    return 2;
+  }
   try {
     const res = await edgeSyncClient(edge).putEndpointSets({
       endpoints: endpoints.map(staticEndpoint),

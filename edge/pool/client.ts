@@ -45,10 +45,32 @@ export interface PoolLease {
 const local = new Map<string, { core: PoolCore; settings: RouterConfig }>();
 const channels = new Map<string, { channel: PoolChannel; answerWithinMs: number }>();
 
+/** Durable Objects' location hints (docs/deploy.md, "Where the pools live"). */
+const LOCATION_HINTS: readonly string[] = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"];
+let badHintReported: string | undefined;
+
+/**
+ * LLMGW_POOL_LOCATION as a hint, or none. A value that names no region is
+ * not passed on, and said once in the log: a pool created without a hint
+ * still serves, where a typo would otherwise fail every admission or be
+ * ignored without a word.
+ */
+function locationHint(value: string | undefined): DurableObjectLocationHint | undefined {
+  if (!value) return undefined;
+  if (LOCATION_HINTS.includes(value)) return value as DurableObjectLocationHint;
+  if (badHintReported !== value) {
+    badHintReported = value;
+    console.error(
+      `LLMGW_POOL_LOCATION: "${value}" is not one of ${LOCATION_HINTS.join(", ")}; pools are created without a hint`,
+    );
+  }
+  return undefined;
+}
+
 /** The model's pool, created near the GPUs when LLMGW_POOL_LOCATION names a region. */
 export function poolOf(env: Env, model: string) {
   const ns = env.MODEL_POOL;
-  const hint = env.LLMGW_POOL_LOCATION as DurableObjectLocationHint | undefined;
+  const hint = locationHint(env.LLMGW_POOL_LOCATION);
   return ns.get(ns.idFromName(model), hint ? { locationHint: hint } : undefined);
 }
 

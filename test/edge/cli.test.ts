@@ -152,6 +152,15 @@ describe("keys and endpoints CLI", () => {
     expect(r.stderr).toMatch(/endpoints\[1\]\.weight/);
     expect(r.stderr).toMatch(/endpoints\[1\]\.colour: unknown key/);
     expect(r.stderr).toMatch(/endpoints\[1\]\.id: duplicate id/);
+    writeFileSync(file, "- id: a\n  url: http://ok:1\n  models: [m]\n");
+    const v = await runLlmgw(
+      ["ctl", "endpoints", "set", file, "--version", "1.5", "--edge", "http://127.0.0.1:1"],
+      env,
+    );
+    expect([v.code, v.stderr]).toEqual([
+      2,
+      'llmgw: --version: "1.5" is not a whole number of at most 18 digits\n',
+    ]);
   });
 
   it("parses the example endpoints file", async () => {
