@@ -75,7 +75,14 @@ export async function loadOrEnroll(o: EnrollOptions): Promise<ClientTls> {
       cert: readFileSync(files.cert, "utf8"),
       ca: readFileSync(files.ca, "utf8"),
     };
-    const cert = new X509Certificate(tls.cert);
+    let cert: X509Certificate;
+    try {
+      cert = new X509Certificate(tls.cert);
+    } catch (err) {
+      throw new EnrollError(
+        `${files.cert} is not a usable certificate (${(err as Error).message}): restore the state directory, or remove ${files.cert} and enroll again with a new --join-token (llmgw ctl tokens create)`,
+      );
+    }
     const cn = /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1];
     const expires = Date.parse(cert.validTo);
     if (expires <= now()) {

@@ -1,5 +1,5 @@
 import { X509Certificate } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -36,6 +36,17 @@ describe("control plane CA", () => {
     await loadOrCreateCa(d);
     rmSync(join(d, "ca.crt"));
     await expect(loadOrCreateCa(d)).rejects.toThrow(/ca\.crt is missing/);
+  });
+
+  it("names a stored CA file it cannot use, and the way out", async () => {
+    const d = dir();
+    await loadOrCreateCa(d);
+    writeFileSync(join(d, "ca.crt"), "-----BEGIN CERTIFICATE-----\ntruncated\n");
+    await expect(loadOrCreateCa(d)).rejects.toThrow(
+      /ca\.crt is not a usable certificate \(.*\): restore it from a backup/,
+    );
+    writeFileSync(join(d, "ca.key"), "not a key");
+    await expect(loadOrCreateCa(d)).rejects.toThrow(/ca\.key is not a usable key/);
   });
 
   it("issues the server certificate with the configured SANs, and again only when due", async () => {

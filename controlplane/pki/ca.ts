@@ -43,6 +43,17 @@ function serial(): string {
   return b.toString("hex");
 }
 
+/** What a stored CA file holds, or an error naming the file and the way out. */
+async function readCaFile<T>(path: string, what: string, parse: (pem: string) => T | Promise<T>): Promise<T> {
+  try {
+    return await parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw new Error(
+      `${path} is not a usable ${what} (${(err as Error).message}): restore it from a backup, or remove both ca.key and ca.crt to create a new CA (every agent must then enroll again)`,
+    );
+  }
+}
+
 export async function loadOrCreateCa(
   dir: string,
   now: () => number = Date.now,
@@ -59,9 +70,8 @@ export async function loadOrCreateCa(
     );
   }
   if (hasKey) {
-    const keys = await keyPairFromPem(readFileSync(keyPath, "utf8"));
-    const certPem = readFileSync(certPath, "utf8");
-    const cert = new x509.X509Certificate(certPem);
+    const keys = await readCaFile(keyPath, "key", keyPairFromPem);
+    const cert = await readCaFile(certPath, "certificate", (pem) => new x509.X509Certificate(pem));
     return {
       ca: { cert, certPem: cert.toString("pem"), fingerprint: certFingerprint(cert), keys },
       created: false,
