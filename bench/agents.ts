@@ -18,10 +18,11 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { REPO } from "../common/processes.ts";
 import { startControlPlane } from "../scripts/fleet.ts";
+import { numberKnob, numberListKnob } from "./knobs.ts";
 
-const AGENTS = Number(process.env.AGENTS ?? 1000);
-const PROCESSES = Number(process.env.PROCESSES ?? 4);
-const OUTAGES = (process.env.OUTAGES ?? "0,10,45,300").split(",").map(Number);
+const AGENTS = numberKnob("AGENTS", 1000, 1);
+const PROCESSES = numberKnob("PROCESSES", 4, 1);
+const OUTAGES = numberListKnob("OUTAGES", "0,10,45,300");
 
 function rssKiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));

@@ -106,11 +106,12 @@ import {
 } from "../scripts/edge-harness.ts";
 import { processArgv } from "../scripts/fleet.ts";
 import { readTrace, type TraceRecord } from "../sim-engine/request-trace.ts";
+import { numberKnob } from "./knobs.ts";
 
-const REQUESTS = Number(process.env.REQUESTS ?? 150);
-const ROUNDS = Number(process.env.ROUNDS ?? 6);
-const OUTPUT_LEN = Number(process.env.OUTPUT_LEN ?? 16);
-const POOL_RTT_MS = Number(process.env.POOL_RTT_MS ?? 40);
+const REQUESTS = numberKnob("REQUESTS", 150, 1);
+const ROUNDS = numberKnob("ROUNDS", 6, 1);
+const OUTPUT_LEN = numberKnob("OUTPUT_LEN", 16, 1);
+const POOL_RTT_MS = numberKnob("POOL_RTT_MS", 40);
 const HOLD = process.env.HOLD !== "0";
 const EDGE = "llmgw edge";
 const FAR = `${EDGE}, pool ${POOL_RTT_MS} ms away`;

@@ -24,11 +24,12 @@ import type { PlacementNode } from "../controlplane/placement/types.ts";
 import { plan, planSettings } from "../controlplane/reconcile/plan.ts";
 import { ReplicaTable } from "../controlplane/reconcile/table.ts";
 import type { Action } from "../controlplane/reconcile/types.ts";
+import { numberKnob } from "./knobs.ts";
 
 const NODES = 1000;
 const MODELS = 200;
 const PODS = 20;
-const ROUNDS = Number(process.env.ROUNDS ?? 200);
+const ROUNDS = numberKnob("ROUNDS", 200, 1);
 
 function modelConfig(i: number): Record<string, unknown> {
   const base = { engine: "vllm", source: `org/model-${i}` };

@@ -38,15 +38,16 @@
 import { renderTable } from "../common/text-table.ts";
 import { percentile } from "../loadgen/stats.ts";
 import { DEFAULT_H100_8B_CORE, type EngineCoreConfig } from "../sim-engine/engine-core.ts";
+import { numberKnob, objectKnob } from "./knobs.ts";
 import { type DayModel, type DayResult, simulateDay } from "./scaling/day-sim.ts";
 
-const DAY_MS = Number(process.env.DAY_H ?? 4) * 3_600_000;
-const LOAD_MS = Number(process.env.LOAD_S ?? 120) * 1000;
-const SEED = Number(process.env.SEED ?? 1);
-const TTFT_MS = Number(process.env.TTFT_S ?? 2) * 1000;
+const DAY_MS = numberKnob("DAY_H", 4, 1) * 3_600_000;
+const LOAD_MS = numberKnob("LOAD_S", 120) * 1000;
+const SEED = numberKnob("SEED", 1);
+const TTFT_MS = numberKnob("TTFT_S", 2) * 1000;
 const BUCKET_MS = 5 * 60_000;
 /** The scaling section for the scaling fleet, as JSON (default: the config defaults). */
-const SCALING = JSON.parse(process.env.SCALING ?? "{}") as Record<string, unknown>;
+const SCALING = objectKnob("SCALING");
 
 const CORE: EngineCoreConfig = {
   ...DEFAULT_H100_8B_CORE,

@@ -34,9 +34,10 @@ import {
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
 import { replayTrace, simulateClosedLoop, type TraceRequest } from "../sim-engine/predict.ts";
 import { BOS } from "../sim-engine/text.ts";
+import { numberKnob } from "./knobs.ts";
 
-const SPEED = Number(process.env.SIM_BENCH_SPEED ?? 1);
-const COST_SECONDS = Number(process.env.SIM_BENCH_COST_SECONDS ?? 6);
+const SPEED = numberKnob("SIM_BENCH_SPEED", 1);
+const COST_SECONDS = numberKnob("SIM_BENCH_COST_SECONDS", 6);
 const PROMPT = 1000;
 const OUTPUT = 128;
 const STAGGER_REAL_MS = 5;

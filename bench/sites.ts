@@ -24,10 +24,11 @@ import { type RouterConfig, routerSchema } from "../edge/config/router.ts";
 import { percentile } from "../loadgen/stats.ts";
 import { bandMix, randomPrompts } from "../loadgen/workloads.ts";
 import { DEFAULT_H100_8B_CORE } from "../sim-engine/engine-core.ts";
+import { numberKnob } from "./knobs.ts";
 import { requestsFor, runLevel } from "./routing/levels.ts";
 import { type LocatedRequest, type SiteRequestResult, simulateSites } from "./routing/sites-sim.ts";
 
-const SEED = Number(process.env.SEED ?? 1);
+const SEED = numberKnob("SEED", 1);
 const QUICK = process.env.QUICK === "1";
 const ENGINES_PER_SITE = 4;
 const LOSS_AT = 60_000;

@@ -16,8 +16,9 @@ import { spawn } from "node:child_process";
 import { LLMGW, waitUntil } from "../common/processes.ts";
 import { startAgent, startControlPlane, tempDir } from "../scripts/fleet.ts";
 import { packAndInstall } from "../scripts/pack-install.ts";
+import { numberKnob } from "./knobs.ts";
 
-const ROUNDS = Number(process.env.ROUNDS ?? 10);
+const ROUNDS = numberKnob("ROUNDS", 10, 1);
 
 async function timeRun(args: string[]): Promise<number> {
   const t0 = performance.now();
