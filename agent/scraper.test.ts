@@ -95,9 +95,8 @@ describe("LoadScraper", () => {
       expect(load).toMatchObject({ waiting: 3, running: 7, kvUsage: 0.4172, prefixCacheHitRate: 0.25 });
       expect(load.scrapedAtUnixMs).toBe(1234n);
       hang = true;
-      const t0 = Date.now();
-      await expect(s.scrape()).rejects.toThrow();
-      expect(Date.now() - t0).toBeLessThan(2000);
+      // Given up by its own timeout, not left hanging on the engine.
+      await expect(s.scrape()).rejects.toMatchObject({ name: "TimeoutError" });
     } finally {
       srv.closeAllConnections();
       srv.close();

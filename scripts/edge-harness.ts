@@ -230,6 +230,8 @@ export interface EngineCounters {
   generation: number;
   /** Requests the engine finished, any reason (stop, length, abort). */
   finished: number;
+  /** Requests running or waiting now: 0 once every cancelled one is reaped. */
+  busy: number;
 }
 
 export async function engineCounters(sim: { url: string }): Promise<EngineCounters> {
@@ -246,6 +248,7 @@ export async function engineCounters(sim: { url: string }): Promise<EngineCounte
     prompt: sum("vllm:prompt_tokens_total"),
     generation: sum("vllm:generation_tokens_total"),
     finished: sum("vllm:request_success_total"),
+    busy: sum("vllm:num_requests_running") + sum("vllm:num_requests_waiting"),
   };
 }
 

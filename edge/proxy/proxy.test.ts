@@ -5,7 +5,7 @@ import { plainEndpoint } from "../routing/plain-endpoint.ts";
 import type { Verdict } from "../routing/pool-core.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import type { Target } from "./attempt-plan.ts";
-import { type ProxyInput, proxy } from "./proxy.ts";
+import { type Outcome, type ProxyInput, proxy } from "./proxy.ts";
 import type { UpstreamFetch } from "./upstream.ts";
 
 /**
@@ -497,7 +497,6 @@ describe("proxy", () => {
     expect(r.response.status).toBe(504);
     expect(((await r.response.json()) as { error: { code: string } }).error.code).toBe("first_token_timeout");
     expect(took).toBeGreaterThanOrEqual(140);
-    expect(took).toBeLessThan(2_000);
     expect(verdicts).toEqual([["a", "fail"]]);
   });
 
@@ -526,25 +525,32 @@ describe("proxy", () => {
   it.each(["headers", "first_token"] as const)(
     "counts first_token from the attempt's start: headers late within it leave only the rest (committed at %s)",
     async (commit) => {
-      const late = (init: RequestInit) =>
-        new Promise<Response>((resolve) =>
-          setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
-        );
-      const t0 = Date.now();
-      const { result } = run({ a: late }, ["a"], {
-        stream: true,
-        settings: routerSchema.parse({
-          stream_commit: commit,
-          timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
-        }),
-      });
-      const r = await result;
-      const text = await r.response.text();
-      const took = Date.now() - t0;
-      expect(r.response.status).toBe(commit === "headers" ? 200 : 504);
-      expect(text).toContain('"code":"first_token_timeout"');
-      expect((await r.outcome).errorCode).toBe("first_token_timeout");
-      expect(took).toBeLessThan(400);
+      vi.useFakeTimers();
+      try {
+        const late = (init: RequestInit) =>
+          new Promise<Response>((resolve) =>
+            setTimeout(() => resolve(sse([chunk("x", 1)], { stallAfter: 0, signal: init.signal })), 120),
+          );
+        const { result } = run({ a: late }, ["a"], {
+          stream: true,
+          settings: routerSchema.parse({
+            stream_commit: commit,
+            timeouts: { response_header: "60s", first_token: "200ms", total: "5s" },
+          }),
+        });
+        let ended: Outcome | undefined;
+        void result.then((r) => r.outcome).then((o) => (ended = o));
+        // Headers at 120 ms leave 80 ms of first_token, not another 200.
+        await vi.advanceTimersByTimeAsync(199);
+        expect(ended).toBeUndefined();
+        await vi.advanceTimersByTimeAsync(2);
+        expect(ended?.errorCode).toBe("first_token_timeout");
+        const r = await result;
+        expect(r.response.status).toBe(commit === "headers" ? 200 : 504);
+        expect(await r.response.text()).toContain('"code":"first_token_timeout"');
+      } finally {
+        vi.useRealTimers();
+      }
     },
   );
 

@@ -68,15 +68,15 @@ describe("usage accounting", () => {
     };
   }
 
-  /** Engine counters once they stop moving (a cancelled request is reaped within a step). */
+  /** Engine counters once no engine runs or holds a request (a cancelled one is reaped within a step). */
   async function settledEngines(): Promise<Counters> {
-    let prev = await engines();
-    for (;;) {
-      await new Promise((r) => setTimeout(r, 60));
-      const next = await engines();
-      if (next.prompt === prev.prompt && next.generation === prev.generation) return next;
-      prev = next;
-    }
+    await waitUntil(
+      "every engine idle",
+      async () => (await Promise.all(sims.map(engineCounters))).every((c) => c.busy === 0) || undefined,
+      20_000,
+      25,
+    );
+    return engines();
   }
 
   const headers = () => ({ authorization: `Bearer ${key.secret}`, "content-type": "application/json" });
@@ -159,7 +159,6 @@ describe("usage accounting", () => {
       const l1 = await keyUsage(edge, key.id);
       const generated = e1.generation - e0.generation;
       const charged = l1.completion - l0.completion;
-      expect(l1.prompt - l0.prompt).toBe(e1.prompt - e0.prompt);
       // Exact for the prompt, whatever happened to the answer.
       expect(l1.prompt - l0.prompt).toBe(e1.prompt - e0.prompt);
       expect(charged).toBeGreaterThanOrEqual(wanted - 1);

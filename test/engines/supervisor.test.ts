@@ -192,7 +192,6 @@ describe("Supervisor", () => {
     await r.sup.stop(s.replicaId, "test stop", 500);
     const took = Date.now() - t0;
     expect(took).toBeGreaterThanOrEqual(450);
-    expect(took).toBeLessThan(3_000);
     expect(log()).toContain("fake-engine ignoring SIGTERM");
     const stopped = await r.waitState(s.replicaId, "stopped");
     expect(stopped.exitCode).toBe(137);
@@ -212,7 +211,9 @@ describe("Supervisor", () => {
     // Past the settle time the drain counts what is in flight: busy, so it stays.
     const counted = r.loads.length;
     await waitUntil("a busy count after the settle time", () =>
-      r.loads.slice(counted).find((l) => l.load.running === 2 && Date.now() - draining.since > 200),
+      r.loads
+        .slice(counted)
+        .find((l) => l.load.running === 2 && Number(l.load.scrapedAtUnixMs) - draining.since > 200),
     );
     expect(r.sup.get(s.replicaId)?.state).toBe("draining");
     writeFileSync(loadFile, JSON.stringify({ running: 0, waiting: 0 }));
@@ -366,7 +367,8 @@ describe("Supervisor", () => {
     const ready = await r.waitState(s.replicaId, "ready", 20_000);
     expect(ready.pid).toBeGreaterThan(0);
     const load = await waitUntil("sim load", () => r.loads.find((l) => l.replicaId === s.replicaId), 10_000);
-    expect(load.load.kvUsage).toBeGreaterThanOrEqual(0);
+    // An idle engine, read through the shim: nothing running or waiting, its cache empty.
+    expect(load.load).toMatchObject({ running: 0, waiting: 0, kvUsage: 0 });
   });
 });
 

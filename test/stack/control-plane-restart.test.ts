@@ -26,7 +26,6 @@ import { type Proc, waitUntil } from "../harness/process.ts";
  * with the control plane dead for five minutes.
  */
 const OUTAGE_MS = Number(process.env.LLMGW_RESTART_OUTAGE_S ?? 45) * 1000;
-const KILL_AT_MS = 3_000;
 const LATE_MS = 8_000;
 /** Load after the restart: long enough for the late agent to return and settle. */
 const AFTER_MS = 20_000;
@@ -141,7 +140,12 @@ models:
       };
       const load = Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => worker(w)));
 
-      await new Promise((r) => setTimeout(r, KILL_AT_MS));
+      // Load under way before the kill: as many streams answered as there are workers.
+      await waitUntil(
+        "every worker served once",
+        () => outcomes.filter((o) => o.ok).length >= CONCURRENCY || undefined,
+        30_000,
+      );
       const late = agents.get("r2")!;
       cp.proc.child.kill("SIGKILL");
       late.child.kill("SIGSTOP");
