@@ -1,9 +1,11 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitUntil } from "../harness/process.ts";
 import {
   clientFor,
   createKey,
   type Edge,
+  keyUsage,
   type Sim,
   setEndpoints,
   startEdge,
@@ -205,15 +207,15 @@ describe("edge with the openai client", () => {
     const c = clientFor(edge, b.secret);
     const msg = [{ role: "user" as const, content: "Hello there" }];
     await c.chat.completions.create({ model: "alpha", messages: msg, max_tokens: 8 });
-    // Charging happens in waitUntil after the answer: give it a moment.
-    let err: unknown;
-    for (let i = 0; i < 50 && !err; i++) {
-      err = await c.chat.completions
-        .create({ model: "alpha", messages: msg, max_tokens: 1 })
-        .then(() => undefined)
-        .catch((e) => e);
-      if (!err) await new Promise((r) => setTimeout(r, 50));
-    }
+    // Charged in waitUntil after the answer: the ledger holds it once the key's usage shows it.
+    await waitUntil("the answer charged", async () => {
+      const u = await keyUsage(edge, b.id);
+      return u.prompt + u.completion >= 10 || undefined;
+    });
+    const err: unknown = await c.chat.completions
+      .create({ model: "alpha", messages: msg, max_tokens: 1 })
+      .then(() => undefined)
+      .catch((e) => e);
     expect(err).toBeInstanceOf(OpenAI.RateLimitError);
     expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
     expect((err as Error).message).toContain(

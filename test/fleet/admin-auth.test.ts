@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { killEngines } from "../../agent/kill-engines.ts";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
-import { freePort, type Proc, runLlmgw, startLlmgw, waitUntil } from "../harness/process.ts";
+import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp, waitUntil } from "../harness/process.ts";
 
 const token = () => randomBytes(32).toString("hex");
 
@@ -278,9 +278,10 @@ describe("admin token configuration (real processes)", () => {
   it("refuses to start on a reachable admin_listen without a token, unless --insecure-admin", async () => {
     const dir = tempDir("insecure");
     const config = join(dir, "llmgw.yaml");
+    const adminPort = await freePort();
     writeFileSync(
       config,
-      `admin_listen: 0.0.0.0:${await freePort()}\nagent_listen: 127.0.0.1:${await freePort()}\ndata_dir: ${join(dir, "data")}\n`,
+      `admin_listen: 0.0.0.0:${adminPort}\nagent_listen: 127.0.0.1:${await freePort()}\ndata_dir: ${join(dir, "data")}\n`,
     );
     const refused = await runLlmgw(["server", "--config", config], { LLMGW_ADMIN_TOKEN: "" });
     expect(refused.code).toBe(1);
@@ -297,7 +298,7 @@ describe("admin token configuration (real processes)", () => {
       LLMGW_ADMIN_TOKEN: "",
     });
     procs.push(insecure);
-    await insecure.waitFor("control plane listening");
+    await waitForHttp(insecure, `http://127.0.0.1:${adminPort}/healthz`);
     expect(insecure.output()).toMatch(
       /"level":"error","msg":"INSECURE: --insecure-admin: the admin API has no token/,
     );

@@ -54,6 +54,11 @@ describe("mTLS between agents and the control plane", () => {
     return r.stdout.trim();
   };
   const metrics = async () => (await fetch(`${cp.adminUrl}/metrics`)).text();
+  /** Until the control plane has NAME registered: ready and connected. */
+  const registered = (name: string) =>
+    waitUntil(`${name} registered`, async () =>
+      (await cp.nodes()).find((n) => n.name === name && n.state === "ready" && n.connected),
+    );
 
   beforeAll(async () => {
     cp = await startControlPlane(CONFIG);
@@ -125,8 +130,8 @@ describe("mTLS between agents and the control plane", () => {
 
   it("refuses a used-up, an expired, an unknown and a wrong-CA token with a clear message", async () => {
     const once = await token();
-    const first = agent("tls-d", { extra: ["--join-token", once] });
-    await first.waitFor("registered with control plane");
+    agent("tls-d", { extra: ["--join-token", once] });
+    await registered("tls-d");
     const reuse = agent("tls-e", { extra: ["--join-token", once] });
     expect(await reuse.exited).toBe(1);
     expect(reuse.output()).toContain(
@@ -150,8 +155,8 @@ describe("mTLS between agents and the control plane", () => {
     expect(await mitm.exited).toBe(1);
     expect(mitm.output()).toMatch(/CA fingerprint mismatch: the control plane at 127\.0\.0\.1:\d+ presents/);
     // The mismatch is found before Enroll: the token is still good.
-    const ok = agent("tls-h", { extra: ["--join-token", fresh], stateDir: tempDir("tls-h2") });
-    await ok.waitFor("registered with control plane");
+    agent("tls-h", { extra: ["--join-token", fresh], stateDir: tempDir("tls-h2") });
+    await registered("tls-h");
     expect(await metrics()).toMatch(/llmgw_agent_enrollments_total\{result="token_used_up"\} 1/);
   });
 
@@ -160,8 +165,8 @@ describe("mTLS between agents and the control plane", () => {
     const caFile = join(dir, "ca.crt");
     copyFileSync(join(cp.dir, "data", "pki", "ca.crt"), caFile);
     const t = await token();
-    const a = agent("tls-i", { extra: ["--join-token", t, "--ca-file", caFile] });
-    await a.waitFor("registered with control plane");
+    agent("tls-i", { extra: ["--join-token", t, "--ca-file", caFile] });
+    await registered("tls-i");
 
     const other = await loadOrCreateCa(tempDir("other-ca"));
     const otherFile = join(dir, "other.crt");
