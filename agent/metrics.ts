@@ -34,6 +34,25 @@ export function agentMetrics(
     "Scrapes of an engine's /metrics for its load that failed.",
     () => supervisor.stats.scrapeErrors,
   );
+  m.counter(
+    "llmgw_agent_engines_adopted_total",
+    "Engines found running at the agent's start and watched again, not relaunched.",
+    () => supervisor.stats.adopted,
+  );
+  m.gauge(
+    "llmgw_agent_orphan_grace",
+    "Where the grace for adopted engines no control plane claims stands: 1 for the current state.",
+    () =>
+      (["not_begun", "running", "over"] as const).map((state) => ({
+        labels: { state },
+        value: supervisor.stats.orphanGrace === state ? 1 : 0,
+      })),
+  );
+  m.counter(
+    "llmgw_agent_orphans_stopped_total",
+    "Adopted engines stopped because no control plane claimed them within the grace.",
+    () => supervisor.stats.orphansStopped,
+  );
   m.gauge("llmgw_agent_stream_connected", "1 while the stream to the control plane is registered.", () =>
     stream()?.state === "connected" ? 1 : 0,
   );

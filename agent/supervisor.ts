@@ -67,7 +67,13 @@ export class Supervisor {
   private readonly runners = new Map<string, ShardRunner>();
   private readonly ops = new Map<string, Promise<unknown>>();
   private readonly ctx: RunnerContext;
-  readonly stats: SupervisorStats = { restarts: 0, scrapeErrors: 0 };
+  readonly stats: SupervisorStats = {
+    restarts: 0,
+    scrapeErrors: 0,
+    adopted: 0,
+    orphanGrace: "not_begun",
+    orphansStopped: 0,
+  };
   private readonly scrape: ScrapeSettings;
   private readonly log: Logger;
   private readonly statePath: string;
@@ -241,8 +247,11 @@ export class Supervisor {
    */
   beginOrphanGrace(graceMs = this.options.orphanGraceMs ?? 60_000): void {
     if (this.orphanTimer) return;
+    this.stats.orphanGrace = "running";
     this.orphanTimer = setTimeout(() => {
       const unclaimed = [...this.runners.values()].filter((r) => !r.life.claimed);
+      this.stats.orphanGrace = "over";
+      this.stats.orphansStopped += unclaimed.length;
       this.log.info("orphan grace over", { unclaimed: unclaimed.map((r) => r.id) });
       for (const r of unclaimed) r.dispatch({ kind: "orphan-grace-over", graceMs });
     }, graceMs);

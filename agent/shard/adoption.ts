@@ -44,6 +44,7 @@ export async function adoptShard(ctx: RunnerContext, rec: ShardRecord, pollMs: n
     return runner;
   }
   runner.attach(proc, launch);
+  ctx.stats.adopted++;
   ctx.log.info("adopted engine", { replica: rec.replicaId, pid: proc.pid, state: rec.state });
   const healthUrl =
     launch.healthPath === null ? null : engineUrl(launch.probeHost, launch.port, launch.healthPath);

@@ -27,6 +27,15 @@ export interface SupervisorStats {
   restarts: number;
   /** Load scrapes of an engine's /metrics that failed (unreachable, timeout, HTTP error). */
   scrapeErrors: number;
+  /** Engines found running from the state file at start and watched again, not relaunched. */
+  adopted: number;
+  /**
+   * Where the orphan grace stands: not begun (no control plane has accepted
+   * this agent yet), running, or over; and how many adopted engines nobody
+   * claimed were stopped when it ended.
+   */
+  orphanGrace: "not_begun" | "running" | "over";
+  orphansStopped: number;
 }
 
 /** What a runner needs from the supervisor around it. */

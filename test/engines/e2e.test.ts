@@ -12,7 +12,7 @@ import {
   startAgent,
   startControlPlane,
 } from "../harness/fleet.ts";
-import { type Proc, waitUntil } from "../harness/process.ts";
+import { freePort, type Proc, waitUntil } from "../harness/process.ts";
 
 // The whole engine path with real processes: control plane → agent →
 // vLLM adapter → `test/bin/vllm` (the sim engine behind vLLM's command
@@ -116,6 +116,36 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
 
   function client(): OpenAI {
     return new OpenAI({ baseURL: `${engineUrl}/v1`, apiKey: "unused", maxRetries: 0, timeout: 20_000 });
+  }
+
+  /** The agent's own /metrics, on a port of its own for each start (startWatchedAgent). */
+  let agentMetricsUrl = "";
+
+  async function startWatchedAgent(): Promise<Proc> {
+    const port = await freePort();
+    agentMetricsUrl = `http://127.0.0.1:${port}/metrics`;
+    const extra = [...AGENT_EXTRA, "--metrics-listen", `127.0.0.1:${port}`];
+    return startAgent(cp, NODE, { gpus: "2xH100-80GB", stateDir, extra });
+  }
+
+  /** One unlabelled sample of the agent's metrics; undefined while it does not answer. */
+  async function agentMetric(name: string): Promise<number | undefined> {
+    const text = await fetch(agentMetricsUrl).then(
+      (r) => r.text(),
+      () => "",
+    );
+    const m = new RegExp(`^${name} (\\S+)$`, "m").exec(text);
+    return m ? Number(m[1]) : undefined;
+  }
+
+  /** Until the agent's orphan grace is over; then no adopted engine may have been stopped by it. */
+  async function orphanGraceOver(): Promise<void> {
+    await waitUntil("the orphan grace over", async () =>
+      (await fetch(agentMetricsUrl).then((r) => r.text())).includes(
+        'llmgw_agent_orphan_grace{state="over"} 1',
+      ),
+    );
+    expect(await agentMetric("llmgw_agent_orphans_stopped_total")).toBe(0);
   }
 
   async function chat(maxTokens = 8): Promise<string> {
@@ -361,7 +391,7 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
     expect((await chat()).length).toBeGreaterThan(0);
 
     const before = (await replica(CHAT))!;
-    agent = startAgent(cp, NODE, { gpus: "2xH100-80GB", stateDir, extra: AGENT_EXTRA });
+    agent = await startWatchedAgent();
     // A new agent registers only once it has adopted what the state file lists.
     await waitUntil(
       "node ready with the new agent",
@@ -372,10 +402,10 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       20_000,
       200,
     );
-    // Past the orphan grace (3 s here), which the agent says it has gone
-    // through: the control plane's claim kept the engine; an unclaimed one
-    // would have been stopped.
-    await agent.waitFor(/"msg":"orphan grace over".*"unclaimed":\[\]/, 10_000);
+    // Past the orphan grace (3 s here), as the agent's metrics say: the
+    // control plane's claim kept the engine; an unclaimed one would have
+    // been stopped.
+    await orphanGraceOver();
     const after = (await replica(CHAT))!;
     expect(after.state).toBe("ready");
     expect(after.shards[0]!.pid).toBe(pid);
@@ -407,8 +437,12 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
     // The agent comes back first and adopts with no control plane to tell it
     // anything; its orphan clock starts only once a control plane accepts its
     // Register, and that control plane (with an empty table) must claim it.
-    agent = startAgent(cp, NODE, { gpus: "2xH100-80GB", stateDir, extra: AGENT_EXTRA });
-    await agent.waitFor(/"msg":"adopted engine".*"replica":"e2e-chat\/1gpu\/0"/, 20_000);
+    agent = await startWatchedAgent();
+    await waitUntil(
+      "the engine adopted",
+      async () => (await agentMetric("llmgw_agent_engines_adopted_total")) === 1,
+    );
+    expect(agent.output()).toMatch(/"msg":"adopted engine".*"replica":"e2e-chat\/1gpu\/0"/);
     expect((await chat()).length).toBeGreaterThan(0);
     await cp.restart();
     await waitUntil(
@@ -421,7 +455,7 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
       250,
     );
     // Past the orphan grace, which started at that registration.
-    await agent.waitFor(/"msg":"orphan grace over".*"unclaimed":\[\]/, 10_000);
+    await orphanGraceOver();
     const after = (await replica(CHAT))!;
     expect(after.state).toBe("ready");
     expect(after.shards[0]!.pid).toBe(pid);

@@ -275,11 +275,15 @@ describe("Supervisor", () => {
     const sup2 = await r.open();
     await r.waitState(orphan.replicaId, "ready", 5_000, before);
     await sup2.start(keep);
+    expect(sup2.stats).toMatchObject({ adopted: 2, orphanGrace: "not_begun", orphansStopped: 0 });
     sup2.beginOrphanGrace(300);
+    expect(sup2.stats.orphanGrace).toBe("running");
     const stopped = await r.waitState(orphan.replicaId, "stopped", 5_000, before);
     expect(stopped.reason).toBe("orphan: not claimed by the control plane within 0.3s");
     expect(alive(o.pid)).toBe(false);
     expect(sup2.list().map((x) => [x.replicaId, x.state])).toEqual([[keep.replicaId, "ready"]]);
+    // What the agent's /metrics shows (llmgw_agent_orphan_grace, _orphans_stopped_total).
+    expect(sup2.stats).toMatchObject({ orphanGrace: "over", orphansStopped: 1 });
   });
 
   it("skips broken state file entries and adopts the rest", async () => {

@@ -223,5 +223,9 @@ describe("operating the stack", () => {
     ).toBeGreaterThan(0);
     expect(value("llmgw_agent_stream_reconnects_total")).toBe(0);
     expect(value("llmgw_agent_engine_restarts_total")).toBe(0);
+    // A first start: nothing to adopt, and no orphan stopped; its grace began at registration.
+    expect(value("llmgw_agent_engines_adopted_total")).toBe(0);
+    expect(value("llmgw_agent_orphans_stopped_total")).toBe(0);
+    expect(value("llmgw_agent_orphan_grace", { state: "not_begun" })).toBe(0);
   });
 });
