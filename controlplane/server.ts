@@ -417,6 +417,11 @@ function controlPlaneMetrics(
   metrics.counter("llmgw_admin_auth_failures_total", "ControlService calls refused, by reason.", () =>
     byLabel("reason", adminAuth.failures),
   );
+  metrics.counter(
+    "llmgw_admin_token_reloads_total",
+    "Re-reads of the admin tokens on SIGHUP, by result (loaded, refused: the current ones kept).",
+    () => byLabel("result", adminAuth.reloads),
+  );
   metrics.gauge("llmgw_replicas", "Replicas in the table.", () => reconciler.table.size);
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
   metrics.gauge(
@@ -441,13 +446,16 @@ function controlPlaneMetrics(
 function reloadAdminTokens(auth: AdminAuth, next: LoadedConfig, log: Logger): void {
   try {
     const { tokens, source } = loadAdminTokens(next.config.admin);
-    if (auth.enabled && tokens.length === 0)
+    if (auth.enabled && tokens.length === 0) {
+      auth.reloads.refused++;
       log.error("admin token reload refused: the new configuration has none; keeping the current one(s)");
-    else {
+    } else {
       auth.setTokens(tokens);
+      auth.reloads.loaded++;
       if (tokens.length > 0) log.info("admin tokens loaded", { source, tokens: tokens.length });
     }
   } catch (err) {
+    auth.reloads.refused++;
     log.error("admin token reload refused; keeping the current one(s)", { error: errorMessage(err) });
   }
 }

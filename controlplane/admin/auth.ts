@@ -87,6 +87,8 @@ export class AdminAuth {
   private readonly trusted = new BlockList();
   private readonly hasTrusted: boolean;
   readonly failures: Record<"missing" | "wrong", number> = { missing: 0, wrong: 0 };
+  /** Re-reads of the tokens on SIGHUP, by result: what an operator rotating one checks. */
+  readonly reloads: Record<"loaded" | "refused", number> = { loaded: 0, refused: 0 };
 
   constructor(tokens: readonly string[], readOnlyNetworks: readonly string[]) {
     this.setTokens(tokens);

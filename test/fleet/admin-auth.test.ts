@@ -326,9 +326,19 @@ describe("admin token configuration (real processes)", () => {
     expect(await works(newToken)).toBe(true);
 
     // A file left empty is refused: the control plane keeps the token it has.
+    const reloads = async (result: string) => {
+      const text = await (
+        await fetch(`${cp.adminUrl}/metrics`, { headers: { authorization: `Bearer ${newToken}` } })
+      ).text();
+      return Number(
+        new RegExp(`^llmgw_admin_token_reloads_total\\{result="${result}"\\} (\\d+)$`, "m").exec(text)?.[1],
+      );
+    };
+    expect([await reloads("loaded"), await reloads("refused")]).toEqual([2, 0]);
     writeFileSync(file, "");
     cp.proc.child.kill("SIGHUP");
-    await cp.proc.waitFor("admin token reload refused");
+    await waitUntil("the reload refused", async () => (await reloads("refused")) === 1);
+    expect(cp.proc.output()).toContain("admin token reload refused");
     expect(await works(newToken)).toBe(true);
   });
 });
