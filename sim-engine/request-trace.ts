@@ -38,11 +38,19 @@ export interface TraceRecord {
 /** A trace file's records by their `user` tag (records without one are left out). */
 export function readTrace(file: string): Map<string, TraceRecord> {
   const byUser = new Map<string, TraceRecord>();
-  for (const line of readFileSync(file, "utf8").split("\n")) {
-    if (!line) continue;
-    const r = JSON.parse(line) as TraceRecord;
+  const lines = readFileSync(file, "utf8").split("\n");
+  // A last line without its newline is a record the engine was writing when it stopped.
+  lines.pop();
+  lines.forEach((line, i) => {
+    if (!line) return;
+    let r: TraceRecord;
+    try {
+      r = JSON.parse(line) as TraceRecord;
+    } catch (err) {
+      throw new Error(`${file}:${i + 1}: not a trace record: ${(err as Error).message}`);
+    }
     if (r.user !== null) byUser.set(r.user, r);
-  }
+  });
   return byUser;
 }
 
