@@ -91,6 +91,11 @@ function dur(v: string | undefined, flag: string, fallback: number): number {
   }
 }
 
+/** A duration flag that drives a timer: its value or default, within [min, max] (common/duration.ts). */
+function timer(v: string | undefined, flag: string, fallback: string, min: string, max: string): number {
+  return checkWithin(dur(v, flag, parseDuration(fallback)), flag, min, max);
+}
+
 function optDur(v: string | undefined, flag: string): number | undefined {
   return v === undefined ? undefined : dur(v, flag, 0);
 }
@@ -162,30 +167,10 @@ export function parseAgentFlags(argv: string[]): AgentFlags | "help" {
     nvidiaSmi: values["nvidia-smi"] ?? "nvidia-smi",
     vllmBin: binary(values["vllm-bin"] ?? "vllm"),
     sglangBin: binary(values["sglang-bin"] ?? "python"),
-    pingIntervalMs: checkWithin(
-      dur(values["ping-interval"], "--ping-interval", 10_000),
-      "--ping-interval",
-      "100ms",
-      "1h",
-    ),
-    pingTimeoutMs: checkWithin(
-      dur(values["ping-timeout"], "--ping-timeout", 5_000),
-      "--ping-timeout",
-      "100ms",
-      "1h",
-    ),
-    stableAfterMs: checkWithin(
-      dur(values["stable-after"], "--stable-after", 10_000),
-      "--stable-after",
-      "0s",
-      "24h",
-    ),
-    scrapeIntervalMs: checkWithin(
-      dur(values["scrape-interval"], "--scrape-interval", 2_000),
-      "--scrape-interval",
-      "100ms",
-      "1h",
-    ),
+    pingIntervalMs: timer(values["ping-interval"], "--ping-interval", "10s", "100ms", "1h"),
+    pingTimeoutMs: timer(values["ping-timeout"], "--ping-timeout", "5s", "100ms", "1h"),
+    stableAfterMs: timer(values["stable-after"], "--stable-after", "10s", "0s", "24h"),
+    scrapeIntervalMs: timer(values["scrape-interval"], "--scrape-interval", "2s", "100ms", "1h"),
     stopEnginesOnExit: values["stop-engines-on-exit"] ?? false,
     restartBackoffMs: optDur(values["restart-backoff"], "--restart-backoff"),
     restartMaxBackoffMs: optDur(values["restart-max-backoff"], "--restart-max-backoff"),
