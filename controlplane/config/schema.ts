@@ -68,9 +68,9 @@ const scalingFields = {
     .min(0)
     .max(0.5)
     .describe("Dead band around the target: up above target + tolerance, down only below target - tolerance"),
-  window: duration
-    .refine((ms) => ms >= 2_000 && ms <= 3_600_000, "must be between 2s and 1h")
-    .describe("The demand signal is the mean over this window; no decision before half of it is seen"),
+  window: durationWithin("2s", "1h").describe(
+    "The demand signal is the mean over this window; no decision before half of it is seen",
+  ),
   scale_up_cooldown: durationWithin("0s", "24h").describe(
     "Least time after any scale event before the next scale-up",
   ),
@@ -298,15 +298,13 @@ export const listenersSchema = z.strictObject({
     .max(1_000_000)
     .default(64)
     .describe("Connections each listener holds at once from one source address (IPv6: per /64)"),
-  auth_timeout: duration
+  auth_timeout: durationWithin("1s", "60s")
     .prefault("5s")
-    .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
     .describe(
       "A connection must finish its TLS handshake and open a stream (agent_listen without a client certificate) or send its request headers (admin_listen) within this",
     ),
-  idle_timeout: duration
+  idle_timeout: durationWithin("1s", "1h")
     .prefault("60s")
-    .refine((ms) => ms >= 1_000 && ms <= 3_600_000, "must be between 1s and 1h")
     .describe("A connection with no stream or request in flight for this long is closed"),
 });
 
@@ -337,9 +335,8 @@ export const configSchema = z.strictObject({
       via: viaSchema
         .default("direct")
         .describe("How the edge reaches the engines this control plane places: direct, vpc or tunnel"),
-      status_interval: duration
+      status_interval: durationWithin("1s", "60s")
         .prefault("5s")
-        .refine((ms) => ms >= 1_000 && ms <= 60_000, "must be between 1s and 60s")
         .describe(
           "How often the control plane asks the edge for its pools' status (ctl status, the dashboard, llmgw_edge_* metrics)",
         ),
