@@ -7,25 +7,26 @@
 export function numberKnob(name: string, fallback: number, min = 0): number {
   const raw = process.env[name];
   if (raw === undefined || raw.trim() === "") return fallback;
-  const v = Number(raw);
-  if (!Number.isFinite(v) || v < min) {
-    process.stderr.write(`bench: ${name}: "${raw}" is not a number of at least ${min}\n`);
-    process.exit(2);
-  }
-  return v;
+  return checkedNumber(name, raw, min, "");
 }
 
 /** A comma-separated list of numbers, each checked as numberKnob checks one. */
 export function numberListKnob(name: string, fallback: string): number[] {
   const raw = process.env[name]?.trim() || fallback;
-  return raw.split(",").map((part) => {
-    const v = Number(part);
-    if (part.trim() === "" || !Number.isFinite(v) || v < 0) {
-      process.stderr.write(`bench: ${name}: "${part}" in "${raw}" is not a number of at least 0\n`);
-      process.exit(2);
-    }
-    return v;
-  });
+  return raw.split(",").map((part) => checkedNumber(name, part, 0, ` in "${raw}"`));
+}
+
+/** `text` as a number of at least `min`, or the run stopped naming the variable (`where`: in which list). */
+function checkedNumber(name: string, text: string, min: number, where: string): number {
+  const v = Number(text);
+  if (text.trim() === "" || !Number.isFinite(v) || v < min)
+    stop(`${name}: "${text}"${where} is not a number of at least ${min}`);
+  return v;
+}
+
+function stop(message: string): never {
+  process.stderr.write(`bench: ${message}\n`);
+  process.exit(2);
 }
 
 /** A JSON object, or `{}` when unset; anything else stops the run, naming the variable. */
@@ -36,9 +37,6 @@ export function objectKnob(name: string): Record<string, unknown> {
   try {
     v = JSON.parse(raw);
   } catch {}
-  if (typeof v !== "object" || v === null || Array.isArray(v)) {
-    process.stderr.write(`bench: ${name}: "${raw}" is not a JSON object\n`);
-    process.exit(2);
-  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) stop(`${name}: "${raw}" is not a JSON object`);
   return v as Record<string, unknown>;
 }
