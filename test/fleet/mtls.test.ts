@@ -54,10 +54,12 @@ describe("mTLS between agents and the control plane", () => {
     return r.stdout.trim();
   };
   const metrics = async () => (await fetch(`${cp.adminUrl}/metrics`)).text();
-  /** Until the control plane has NAME registered: ready and connected. */
-  const registered = (name: string) =>
+  /** Until the control plane has NAME registered, ready and connected (by an agent other than `instance`). */
+  const registered = (name: string, instance?: string) =>
     waitUntil(`${name} registered`, async () =>
-      (await cp.nodes()).find((n) => n.name === name && n.state === "ready" && n.connected),
+      (await cp.nodes()).find(
+        (n) => n.name === name && n.state === "ready" && n.connected && n.agentInstance !== instance,
+      ),
     );
 
   beforeAll(async () => {
@@ -84,13 +86,7 @@ describe("mTLS between agents and the control plane", () => {
     const t = await token("--ttl", "10m", "--uses", "1");
     expect(t).toMatch(/^[0-9a-f]{64}\.[0-9a-f]{64}$/);
     const a = agent("tls-a", { extra: ["--join-token", t] });
-    const connected = (instance?: string) =>
-      waitUntil("tls-a ready and connected", async () =>
-        (await cp.nodes()).find(
-          (n) => n.name === "tls-a" && n.state === "ready" && n.connected && n.agentInstance !== instance,
-        ),
-      );
-    const first = await connected();
+    const first = await registered("tls-a");
     const state = join(cp.dir, "agents", "tls-a");
     expect(statSync(join(state, "agent.key")).mode & 0o777).toBe(0o600);
     expect(existsSync(join(state, "agent.crt")) && existsSync(join(state, "ca.crt"))).toBe(true);
@@ -101,7 +97,7 @@ describe("mTLS between agents and the control plane", () => {
     // Restarted without the token: it reconnects with the stored certificate.
     await a.kill();
     const again = agent("tls-a");
-    await connected(first.agentInstance);
+    await registered("tls-a", first.agentInstance);
     expect(again.output()).toContain("using the stored client certificate");
     expect(again.output()).not.toContain("enrolling with the control plane");
   });
