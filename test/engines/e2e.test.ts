@@ -13,6 +13,7 @@ import {
   startControlPlane,
 } from "../harness/fleet.ts";
 import { freePort, type Proc, waitUntil } from "../harness/process.ts";
+import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 
 // The whole engine path with real processes: control plane → agent →
 // vLLM adapter → `test/bin/vllm` (the sim engine behind vLLM's command
@@ -128,23 +129,20 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
     return startAgent(cp, NODE, { gpus: "2xH100-80GB", stateDir, extra });
   }
 
-  /** One sample of the agent's metrics, named with its labels as exposed; undefined while it does not answer. */
-  async function agentMetric(name: string): Promise<number | undefined> {
+  /** One sample of the agent's metrics; undefined while it does not answer. */
+  async function agentMetric(name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
     const text = await fetch(agentMetricsUrl).then(
       (r) => r.text(),
       () => "",
     );
-    const line = text.split("\n").find((l) => l.startsWith(`${name} `));
-    const m = line === undefined ? null : /(\S+)$/.exec(line);
-    return m ? Number(m[1]) : undefined;
+    return sampleValue(parseExposition(text), name, labels);
   }
 
   /** Until the agent's orphan grace is over; then no adopted engine may have been stopped by it. */
   async function orphanGraceOver(): Promise<void> {
-    await waitUntil("the orphan grace over", async () =>
-      (await fetch(agentMetricsUrl).then((r) => r.text())).includes(
-        'llmgw_agent_orphan_grace{state="over"} 1',
-      ),
+    await waitUntil(
+      "the orphan grace over",
+      async () => (await agentMetric("llmgw_agent_orphan_grace", { state: "over" })) === 1,
     );
     expect(await agentMetric("llmgw_agent_orphans_stopped_total")).toBe(0);
   }
@@ -442,7 +440,7 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
     // Adopted, and ready: e2e-stuck's engine, adopted too when it was starting, never is.
     await waitUntil("the engine adopted", async () => {
       const adopted = await agentMetric("llmgw_agent_engines_adopted_total");
-      const ready = await agentMetric('llmgw_agent_engines{state="ready"}');
+      const ready = await agentMetric("llmgw_agent_engines", { state: "ready" });
       return adopted !== undefined && adopted >= 1 && ready === 1;
     });
     expect((await chat()).length).toBeGreaterThan(0);

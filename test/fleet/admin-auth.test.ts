@@ -10,6 +10,7 @@ import { killEngines } from "../../agent/kill-engines.ts";
 import { ControlService } from "../../proto/gen/control/v1/control_pb.ts";
 import { type ControlPlaneHandle, startAgent, startControlPlane, tempDir } from "../harness/fleet.ts";
 import { freePort, type Proc, runLlmgw, startLlmgw, waitForHttp, waitUntil } from "../harness/process.ts";
+import { parseExposition, sampleValue } from "../harness/prometheus.ts";
 
 const token = () => randomBytes(32).toString("hex");
 
@@ -330,9 +331,7 @@ describe("admin token configuration (real processes)", () => {
       const text = await (
         await fetch(`${cp.adminUrl}/metrics`, { headers: { authorization: `Bearer ${newToken}` } })
       ).text();
-      return Number(
-        new RegExp(`^llmgw_admin_token_reloads_total\\{result="${result}"\\} (\\d+)$`, "m").exec(text)?.[1],
-      );
+      return sampleValue(parseExposition(text), "llmgw_admin_token_reloads_total", { result });
     };
     expect([await reloads("loaded"), await reloads("refused")]).toEqual([2, 0]);
     writeFileSync(file, "");
