@@ -60,23 +60,29 @@ describe("usage accounting", () => {
     await stopStarted();
   });
 
-  async function engines(): Promise<Counters> {
-    const all = await Promise.all(sims.map(engineCounters));
+  function summed(all: readonly Counters[]): Counters {
     return {
       prompt: all.reduce((s, c) => s + c.prompt, 0),
       generation: all.reduce((s, c) => s + c.generation, 0),
     };
   }
 
+  async function engines(): Promise<Counters> {
+    return summed(await Promise.all(sims.map(engineCounters)));
+  }
+
   /** Engine counters once no engine runs or holds a request (a cancelled one is reaped within a step). */
   async function settledEngines(): Promise<Counters> {
-    await waitUntil(
+    const idle = await waitUntil(
       "every engine idle",
-      async () => (await Promise.all(sims.map(engineCounters))).every((c) => c.busy === 0) || undefined,
+      async () => {
+        const all = await Promise.all(sims.map(engineCounters));
+        return all.every((c) => c.busy === 0) ? all : undefined;
+      },
       20_000,
       25,
     );
-    return engines();
+    return summed(idle);
   }
 
   const headers = () => ({ authorization: `Bearer ${key.secret}`, "content-type": "application/json" });
