@@ -141,13 +141,26 @@ describe("agents, the stream and node lifecycle (real processes)", () => {
     // session they start at 1 s and double (full jitter inside each) up to
     // the 5 s period (agent/reconnect-schedule.ts), and the attempt that
     // succeeded came right after the last wait.
+    // The records are what is checked here. The control plane lists a node
+    // connected once it has taken its Register; the agent writes its record
+    // when the answer arrives, which can reach this process's pipe later.
     for (const [name, p] of Object.entries(agents)) {
-      const lines = p
-        .output()
-        .slice(mark[name])
-        .split("\n")
-        .filter((l) => l.startsWith("{"))
-        .map((l) => JSON.parse(l) as { time: string; msg: string; inMs?: number; attempt?: number });
+      const records = () =>
+        p
+          .output()
+          .slice(mark[name])
+          .split("\n")
+          .filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l) as { time: string; msg: string; inMs?: number; attempt?: number });
+      const lines = await waitUntil(
+        `${name}'s re-registration recorded`,
+        () => {
+          const r = records();
+          return r.some((l) => l.msg === "registered with control plane") ? r : undefined;
+        },
+        10_000,
+        20,
+      );
       const waits = lines.filter((l) => l.msg === "reconnecting");
       const registered = lines.find((l) => l.msg === "registered with control plane");
       expect(registered, `${name} re-registered`).toBeDefined();
