@@ -1,9 +1,7 @@
 import { Hono } from "hono";
-import { caller } from "./caller.ts";
-import { edgeConfig } from "./config/store.ts";
 import type { Env } from "./env.ts";
 import { inference } from "./inference.ts";
-import { modelAllowed } from "./keys/rules.ts";
+import { listModels, retrieveModel } from "./models.ts";
 import { ApiError, errors } from "./openai-errors.ts";
 import { chatRequest, completionRequest, embeddingRequest } from "./request-schema.ts";
 import { EDGESYNC_PREFIX, handleEdgeSync } from "./sync/service.ts";
@@ -24,7 +22,7 @@ app.onError((err) => {
 app.notFound(() =>
   errors
     .notFound(
-      "Unknown path. This gateway serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models.",
+      "Unknown path. This gateway serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models and /v1/models/{model}.",
     )
     .toResponse(),
 );
@@ -33,17 +31,8 @@ app.get("/healthz", (c) => c.json({ status: "ok" }));
 
 app.all(`${EDGESYNC_PREFIX}*`, (c) => handleEdgeSync(c.req.raw, c.env));
 
-app.get("/v1/models", async (c) => {
-  const key = await caller(c);
-  const { table } = await edgeConfig(c.env);
-  // Like vLLM with several served names: each alias is an entry of its own,
-  // its `root` the model it stands for.
-  const data = table
-    .servableNames()
-    .filter(({ id, model }) => modelAllowed(key, model, id))
-    .map(({ id, model }) => ({ id, object: "model", created: 0, owned_by: "llmgw", root: model }));
-  return c.json({ object: "list", data });
-});
+app.get("/v1/models", listModels);
+app.get("/v1/models/:model{.+}", retrieveModel);
 
 app.post("/v1/chat/completions", inference("/v1/chat/completions", chatRequest));
 app.post("/v1/completions", inference("/v1/completions", completionRequest));
@@ -53,4 +42,7 @@ for (const path of ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]
 }
 app.all("/v1/models", () =>
   errors.methodNotAllowed("/v1/models accepts GET only.").toResponse({ allow: "GET" }),
+);
+app.all("/v1/models/:model{.+}", () =>
+  errors.methodNotAllowed("/v1/models/{model} accepts GET only.").toResponse({ allow: "GET" }),
 );

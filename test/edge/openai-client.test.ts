@@ -131,6 +131,47 @@ describe("edge with the openai client", () => {
     expect(some).toEqual(["beta"]);
   });
 
+  it("retrieves one model as the list has it, and 404s a name the list leaves out", async () => {
+    const catalog = (aliases: string[]) => ({
+      models: [
+        { name: "alpha", aliases, fallbacks: [], routing: "" },
+        { name: "gamma", aliases: [], fallbacks: ["alpha"], routing: "" },
+        { name: "idle", aliases: ["i"], fallbacks: [], routing: "" },
+      ],
+    });
+    await edge.sync.putCatalog(catalog(["a", "meta/alpha-instruct"]));
+    try {
+      expect(await client.models.retrieve("a")).toMatchObject({ id: "a", object: "model", root: "alpha" });
+      // The client sends the slash as %2F; curl and others send it raw.
+      expect(await client.models.retrieve("meta/alpha-instruct")).toMatchObject({ root: "alpha" });
+      const raw = await fetch(`${edge.url}/v1/models/meta/alpha-instruct`, {
+        headers: { authorization: `Bearer ${key.secret}` },
+      });
+      expect(await raw.json()).toMatchObject({ id: "meta/alpha-instruct", root: "alpha" });
+      // No endpoint (idle), not the key's (alpha for the bronze key), or no such name: all one 404.
+      const limited = clientFor(edge, bronze.secret);
+      for (const [c, name] of [
+        [client, "idle"],
+        [limited, "alpha"],
+        [client, "nope"],
+      ] as const) {
+        const err = await c.models.retrieve(name).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+        expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe("model_not_found");
+        expect((err as Error).message).toContain(`\`${name}\``);
+      }
+      const unauthenticated = await fetch(`${edge.url}/v1/models/alpha`);
+      expect(unauthenticated.status).toBe(401);
+      const del = await fetch(`${edge.url}/v1/models/alpha`, {
+        method: "DELETE",
+        headers: { authorization: `Bearer ${key.secret}` },
+      });
+      expect([del.status, del.headers.get("allow")]).toEqual([405, "GET"]);
+    } finally {
+      await edge.sync.putCatalog(catalog(["a"]));
+    }
+  });
+
   it("follows a model's fallbacks when it has no endpoint", async () => {
     const { data, response } = await client.chat.completions
       .create({ model: "gamma", messages: [{ role: "user", content: "Hi" }], max_tokens: 2 })
