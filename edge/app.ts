@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import { cors } from "./cors.ts";
 import type { Env } from "./env.ts";
 import { inference } from "./inference.ts";
 import { listModels, retrieveModel } from "./models.ts";
@@ -30,6 +31,9 @@ app.notFound(() =>
 app.get("/healthz", (c) => c.json({ status: "ok" }));
 
 app.all(`${EDGESYNC_PREFIX}*`, (c) => handleEdgeSync(c.req.raw, c.env));
+
+// Before every /v1 route, so errors and unknown paths carry the headers a page needs to read them.
+app.use("/v1/*", cors);
 
 app.get("/v1/models", listModels);
 app.get("/v1/models/:model{.+}", retrieveModel);

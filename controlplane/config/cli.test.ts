@@ -26,14 +26,23 @@ describe("config check", () => {
     expect(text).toContain("replicas 3..6");
     expect(text).toContain("router-only: 2 static endpoint(s) (coder-a, coder-b)");
     expect(text).toContain("desired: 4 replica(s) on 19 GPU(s)");
-    expect(text).toContain("streams committed at the engine's headers");
+    expect(text).toContain("streams committed at the engine's headers, web pages from any origin");
     expect(r.catalog.get("llama-70b")?.profiles[0]?.gpusPerNode).toBe(8);
   });
 
-  it("says when streams are committed, and names the key of a value it does not know", () => {
+  it("says when streams are committed and which web pages may call, and names the key of a value it does not know", () => {
     const held = checkConfig(EXAMPLE, { LLMGW_ROUTER__STREAM_COMMIT: "first_token" });
     if (!held.ok) throw new Error(held.issues.join("\n"));
     expect(held.summary.join("\n")).toContain("streams committed at the first token");
+    const pages = checkConfig(EXAMPLE, { LLMGW_ROUTER__CORS__ALLOWED_ORIGINS: "[https://chat.example.com]" });
+    if (!pages.ok) throw new Error(pages.issues.join("\n"));
+    expect(pages.summary.join("\n")).toContain("web pages from https://chat.example.com");
+    const path = checkConfig(EXAMPLE, {
+      LLMGW_ROUTER__CORS__ALLOWED_ORIGINS: "[https://chat.example.com/app]",
+    });
+    expect(path.ok).toBe(false);
+    if (!path.ok)
+      expect(path.issues.join("\n")).toMatch(/router\.cors\.allowed_origins\[0\]: must be "\*" or an origin/);
     const bad = checkConfig(EXAMPLE, { LLMGW_ROUTER__STREAM_COMMIT: "body" });
     expect(bad.ok).toBe(false);
     if (!bad.ok) expect(bad.issues.join("\n")).toMatch(/router\.stream_commit/);

@@ -127,7 +127,7 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   );
   const r = c.router;
   lines.push(
-    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts response-header ${d(r.timeouts.response_header)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}, streams committed at ${r.stream_commit === "headers" ? "the engine's headers" : "the first token"}`,
+    `router: default routing ${r.default_routing}, retries ${r.retries}, breaker ${r.failure_threshold} failures / ${d(r.cooldown)}, timeouts response-header ${d(r.timeouts.response_header)} first-token ${d(r.timeouts.first_token)} total ${d(r.timeouts.total)}, streams committed at ${r.stream_commit === "headers" ? "the engine's headers" : "the first token"}, ${corsSummary(r.cors.allowed_origins)}`,
   );
   const a = r.admission;
   lines.push(
@@ -161,4 +161,9 @@ export function summarise(loaded: LoadedConfig, catalog: Catalog): string[] {
   );
   for (const w of catalog.warnings) lines.push(`warning: ${w}`);
   return lines;
+}
+
+function corsSummary(origins: readonly string[]): string {
+  if (origins.includes("*")) return "web pages from any origin";
+  return origins.length === 0 ? "no cross-origin web pages" : `web pages from ${origins.join(", ")}`;
 }

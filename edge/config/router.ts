@@ -128,6 +128,31 @@ const admissionSchema = z
     }
   });
 
+/** `*`, or an origin as a browser sends it: scheme, host and port, no path or trailing slash. */
+function isOrigin(s: string): boolean {
+  if (s === "*") return true;
+  try {
+    const u = new URL(s);
+    return (u.protocol === "https:" || u.protocol === "http:") && u.origin === s;
+  } catch {
+    return false;
+  }
+}
+
+const corsSchema = z.strictObject({
+  // Any origin by default, as OpenAI and vLLM answer: keys are bearer
+  // tokens, never cookies, so a page from an allowed origin can use only a
+  // key it already holds. [] turns cross-origin access off.
+  allowed_origins: z
+    .array(
+      z.string().refine(isOrigin, {
+        error:
+          'must be "*" or an origin as a browser sends it, e.g. https://chat.example.com (no path, no trailing slash)',
+      }),
+    )
+    .default(["*"]),
+});
+
 export const routerSchema = z.strictObject({
   scrape_interval: durationWithin("100ms", "1h").prefault("2s"),
   scrape_timeout: durationWithin("100ms", "1m").prefault("1s"),
@@ -157,6 +182,7 @@ export const routerSchema = z.strictObject({
   scoring: scoringSchema.prefault({}),
   admission: admissionSchema.prefault({}),
   sites: routerSitesSchema.prefault({}),
+  cors: corsSchema.prefault({}),
 });
 
 export type RouterConfig = z.output<typeof routerSchema>;
