@@ -11,7 +11,7 @@ import type { Env } from "./env.ts";
  * alone and pays nothing.
  */
 
-/** What a browser may read of an answer: the request id to quote, how it was routed, and when to retry. */
+/** What a browser may read of an answer: the request id to quote, how it was routed, when to retry, and the key's standing. */
 export const EXPOSED_HEADERS = [
   "x-request-id",
   "x-llmgw-band",
@@ -21,6 +21,9 @@ export const EXPOSED_HEADERS = [
   "x-llmgw-admitted",
   "x-llmgw-queued-ms",
   "retry-after",
+  // The openai package waits this rather than Retry-After when it is there.
+  "retry-after-ms",
+  ...["limit", "remaining", "reset"].flatMap((k) => [`x-ratelimit-${k}-requests`, `x-ratelimit-${k}-tokens`]),
 ].join(", ");
 
 // Chromium caps a preflight's cache at two hours; asking for more buys nothing.

@@ -112,8 +112,11 @@ async function inbound(
   return req;
 }
 
-/** The key's own limits: the ledger holds a reservation until the charge closes it. */
-function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<void> {
+/**
+ * The key's own limits: the ledger holds a reservation until the charge
+ * closes it. Resolves to the `x-ratelimit-*` headers of a key with RPM or TPM.
+ */
+function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<Record<string, string>> {
   const generates = req.apiPath !== "/v1/embeddings";
   return admitKey(
     c.env,
@@ -171,7 +174,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const req = await inbound(c, requestId, apiPath, schema, config, key, access);
       const stream = access.entry.stream;
       access.set({ band: req.band });
-      await ledger(c, config, req);
+      const rateHeaders = await ledger(c, config, req);
       const plan = admission(c, config, req);
       // Registered before the pool or an engine is asked: every request the
       // ledger admitted is charged once (failures for 0 tokens), every lease
@@ -206,6 +209,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
             "x-request-id": requestId,
             "x-llmgw-band": req.band,
             "x-llmgw-attempts": "0",
+            ...rateHeaders,
           });
         }
         throw err;
@@ -236,7 +240,9 @@ export function inference(apiPath: ApiPath, schema: Schema) {
           () => undefined,
         ),
       );
-      return (await run).response;
+      const { response } = await run;
+      for (const [k, v] of Object.entries(rateHeaders)) response.headers.set(k, v);
+      return response;
     } catch (err) {
       access.set(
         err instanceof ApiError

@@ -19,6 +19,9 @@ import {
   type BudgetState,
   budgetPeriodStart,
   holdsReservations,
+  type LedgerView,
+  type RateLimits,
+  rateLimitsOf,
   SlidingWindow,
   waitBeforeRetry,
 } from "./rate-window.ts";
@@ -38,6 +41,9 @@ export interface UsageTotals {
   budget_period_start: number;
   revoked: boolean;
 }
+
+/** An admission's answer, with where the key stands against its RPM and TPM after it (for the x-ratelimit-* headers). */
+export type LedgerAnswer = AdmitResult & { rate?: RateLimits | undefined };
 
 // Batch ids are kept this long to make charging idempotent across retries
 // of the charge call itself; a batch cannot be retried later than this anyway.
@@ -98,33 +104,33 @@ export class KeyLedger extends DurableObject<object> {
    * have reached a limit, waits (at most ADMIT_WAIT_MS) for charges and
    * decides again.
    */
-  async admit(limits: KeyLimits, hold: ReservationRequest): Promise<AdmitResult> {
+  async admit(limits: KeyLimits, hold: ReservationRequest): Promise<LedgerAnswer> {
     const deadline = Date.now() + ADMIT_WAIT_MS;
     for (;;) {
       const now = Date.now();
       if (this.row().revoked) return { ok: false, reason: "revoked" };
       if (this.holds.expire(now) > 0) this.sql.exec("DELETE FROM reservations WHERE expires_at <= ?", now);
-      const r = admit(
-        limits,
-        {
-          requests: this.requests,
-          tokens: this.tokens,
-          budget: this.budget(),
-          reserved: this.holds.tokens(),
-          inFlight: this.holds.size,
-        },
-        now,
-      );
+      const r = admit(limits, this.view(), now);
       if (r.ok) {
         this.requests.add(now, 1);
         if (holdsReservations(limits))
           this.reserve({ id: hold.id, tokens: hold.tokens, expiresAt: now + hold.ttlMs });
-        return r;
+        return { ...r, rate: rateLimitsOf(limits, this.view(), now) };
       }
       const wait = waitBeforeRetry(r, now, deadline, this.holds.nextExpiry());
-      if (wait === undefined) return r;
+      if (wait === undefined) return { ...r, rate: rateLimitsOf(limits, this.view(), now) };
       await this.nextChange(wait);
     }
+  }
+
+  private view(): LedgerView {
+    return {
+      requests: this.requests,
+      tokens: this.tokens,
+      budget: this.budget(),
+      reserved: this.holds.tokens(),
+      inFlight: this.holds.size,
+    };
   }
 
   private reserve(r: Reservation): void {

@@ -6,6 +6,7 @@ import {
   holdsReservations,
   type LedgerView,
   PENDING_RETRY_MS,
+  rateLimitsOf,
   SlidingWindow,
   waitBeforeRetry,
 } from "./rate-window.ts";
@@ -26,6 +27,27 @@ describe("rate windows and admission", () => {
     expect(r).toMatchObject({ ok: false, reason: "concurrency", limit: 2, retryAfterMs: PENDING_RETRY_MS });
     if (!r.ok) expect(waitBeforeRetry(r, 1_000, 1_000 + ADMIT_WAIT_MS, undefined)).toBeUndefined();
     expect(admit(capped, view({ inFlight: 1 }), 1_000).ok).toBe(true);
+  });
+  it("says where a key stands against RPM and TPM: reservations count as taken, the reset is when the window empties", () => {
+    const v = view({ reserved: 30 });
+    v.requests.add(1_000, 1);
+    v.requests.add(30_500, 1);
+    v.tokens.add(30_500, 50);
+    expect(rateLimitsOf(limits, v, 31_000)).toEqual({
+      requests: { limit: 2, remaining: 0, resetMs: 59_000 },
+      // A request is running: its tokens will enter the window when charged, and stay a minute.
+      tokens: { limit: 100, remaining: 20, resetMs: 60_000 },
+    });
+    expect(rateLimitsOf(limits, { ...v, reserved: 0 }, 31_000)?.tokens).toEqual({
+      limit: 100,
+      remaining: 50,
+      resetMs: 59_000,
+    });
+    // Over the limit (a request that crossed it completes): nothing remains, never less.
+    v.tokens.add(31_000, 100);
+    expect(rateLimitsOf(limits, v, 31_000)?.tokens?.remaining).toBe(0);
+    expect(rateLimitsOf({ ...limits, tpm: 0 }, v, 31_000)).not.toHaveProperty("tokens");
+    expect(rateLimitsOf({ ...limits, rpm: 0, tpm: 0, maxConcurrent: 3 }, v, 31_000)).toBeUndefined();
   });
   it("refuses past RPM until the window slides, with a Retry-After", () => {
     const v = view();

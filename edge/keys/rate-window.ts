@@ -56,6 +56,20 @@ export class SlidingWindow {
   }
 }
 
+/** Where a key stands against one per-minute limit, as OpenAI's `x-ratelimit-*` headers say it. */
+export interface RateStanding {
+  limit: number;
+  remaining: number;
+  /** Until the window holds nothing, if nothing more is added. */
+  resetMs: number;
+}
+
+/** The key's standing against its RPM and TPM, each only if the key has it. */
+export interface RateLimits {
+  requests?: RateStanding;
+  tokens?: RateStanding;
+}
+
 export type AdmitResult =
   | { ok: true }
   | { ok: false; reason: "revoked" }
@@ -172,6 +186,36 @@ export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitRe
     };
   }
   return { ok: true };
+}
+
+/**
+ * The key's standing once an admission is decided (the admitted request
+ * counted): tokens remaining are what neither charges nor running
+ * requests' reservations have taken, as admission itself counts them; with
+ * requests running, the tokens' reset is at least a window away. Undefined
+ * for a key with neither RPM nor TPM.
+ */
+export function rateLimitsOf(limits: KeyLimits, view: LedgerView, now: number): RateLimits | undefined {
+  if (limits.rpm <= 0 && limits.tpm <= 0) return undefined;
+  const out: RateLimits = {};
+  if (limits.rpm > 0) {
+    const used = view.requests.sum(now);
+    out.requests = {
+      limit: limits.rpm,
+      remaining: Math.max(0, limits.rpm - used),
+      resetMs: view.requests.msUntilAtMost(now, 0),
+    };
+  }
+  if (limits.tpm > 0) {
+    const used = view.tokens.sum(now) + view.reserved;
+    out.tokens = {
+      limit: limits.tpm,
+      remaining: Math.max(0, limits.tpm - used),
+      // Running requests' tokens enter the window when they are charged and stay a whole window.
+      resetMs: view.reserved > 0 ? view.tokens.windowMs : view.tokens.msUntilAtMost(now, 0),
+    };
+  }
+  return out;
 }
 
 /**

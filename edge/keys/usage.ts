@@ -4,6 +4,7 @@ import { type ApiError, errors } from "../openai-errors.ts";
 import type { Outcome } from "../proxy/proxy.ts";
 import { type ChargeInput, sumCharges } from "./charge.ts";
 import { ChargeBatcher } from "./charge-batcher.ts";
+import { rateLimitHeaders } from "./rate-limit-headers.ts";
 import type { AdmitRefusal } from "./rate-window.ts";
 import type { ReservationRequest } from "./reservations.ts";
 import { type KeyRecord, limitsOf } from "./rules.ts";
@@ -30,12 +31,24 @@ function hasLimits(key: KeyRecord): boolean {
 /**
  * Refuses the request if the key is revoked, over RPM/TPM, out of budget,
  * or if its running requests may spend what is left; otherwise the ledger
- * holds `reservation` until the request's charge closes it.
+ * holds `reservation` until the request's charge closes it. Either way, a
+ * key with RPM or TPM learns where it stands: the `x-ratelimit-*` headers
+ * its answer carries (on a refusal, the error's).
  */
-export async function admitKey(env: Env, key: KeyRecord, reservation: ReservationRequest): Promise<void> {
-  if (!hasLimits(key)) return;
+export async function admitKey(
+  env: Env,
+  key: KeyRecord,
+  reservation: ReservationRequest,
+): Promise<Record<string, string>> {
+  if (!hasLimits(key)) return {};
   const adm = await ledgerOf(env, key.id).admit(limitsOf(key), reservation);
-  if (!adm.ok) throw refusal(adm, key.budget_period_ms);
+  const headers = rateLimitHeaders(adm.rate);
+  if (!adm.ok) {
+    const err = refusal(adm, key.budget_period_ms);
+    Object.assign(err.headers, headers);
+    throw err;
+  }
+  return headers;
 }
 
 /** A key ledger's refusal (rate-window.ts) as the error the client gets. */

@@ -71,7 +71,15 @@ describe("cross-origin requests", () => {
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBe("*");
     const exposed = res.headers.get("access-control-expose-headers")?.split(", ") ?? [];
-    expect(exposed).toEqual(expect.arrayContaining(["x-request-id", "retry-after", "x-llmgw-band"]));
+    expect(exposed).toEqual(
+      expect.arrayContaining([
+        "x-request-id",
+        "retry-after",
+        "retry-after-ms",
+        "x-llmgw-band",
+        "x-ratelimit-remaining-tokens",
+      ]),
+    );
     expect(await res.text()).toContain("data: [DONE]");
 
     for (const r of [

@@ -267,4 +267,37 @@ describe("key limits", () => {
     await charged(key, 2);
     console.log(`RPM 1: Retry-After ${seen[0]!.s} s (retry-after-ms ${ms}); the SDK's retry was admitted`);
   }, 120_000);
+
+  it("RPM and TPM: every answer says where the key stands, in OpenAI's x-ratelimit-* headers", async () => {
+    const key = await createKey(edge, { rpm: 3, tpm: 1_000 });
+    const standing = (h: Headers) => ({
+      limit: [h.get("x-ratelimit-limit-requests"), h.get("x-ratelimit-limit-tokens")],
+      requests: h.get("x-ratelimit-remaining-requests"),
+      tokens: Number(h.get("x-ratelimit-remaining-tokens")),
+      reset: [h.get("x-ratelimit-reset-requests"), h.get("x-ratelimit-reset-tokens")],
+    });
+    const seen: ReturnType<typeof standing>[] = [];
+    for (let i = 0; i < 3; i++) {
+      const { response } = await client(key).chat.completions.create(ask("serial")).withResponse();
+      seen.push(standing(response.headers));
+      // The next admission decided on this one's tokens, not its reservation.
+      await charged(key, i + 1);
+    }
+    expect(seen.map((s) => s.limit)).toEqual(Array(3).fill(["3", "1000"]));
+    expect(seen.map((s) => s.requests)).toEqual(["2", "1", "0"]);
+    // Each saw its own reservation taken (the same for the same request), and what those before it used.
+    expect(seen[0]!.tokens).toBeLessThan(1_000);
+    expect(seen.map((s) => seen[0]!.tokens - s.tokens)).toEqual([0, PER_REQUEST, 2 * PER_REQUEST]);
+    for (const s of seen) for (const r of s.reset) expect(r).toMatch(/^(\d+ms|\d+(\.\d+)?s|1m0s)$/);
+
+    const refused = await client(key)
+      .chat.completions.create(ask("serial"))
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+    const headers = (refused as InstanceType<typeof OpenAI.RateLimitError>).headers;
+    expect(standing(headers)).toMatchObject({ requests: "0", limit: ["3", "1000"] });
+    // The window empties when the last of the three leaves it, a minute after it came.
+    expect(headers.get("x-ratelimit-reset-requests")).toMatch(/^(5\d(\.\d+)?s|1m0s)$/);
+    console.log(`RPM 3, TPM 1000: the first answer's standing ${JSON.stringify(seen[0])}`);
+  }, 60_000);
 });
