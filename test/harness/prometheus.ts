@@ -67,6 +67,8 @@ export interface DocumentedMetric {
   labels: string[];
   /** The row says the metric exists only under a condition ("Only with …"). */
   conditional: boolean;
+  /** The row's meaning, which names the values its labels take. */
+  meaning: string;
 }
 
 const rowSchema = z.tuple([z.string().regex(/^`[a-z_:]+`$/), metricType, z.string(), z.string().min(1)]);
@@ -94,6 +96,7 @@ export function documentedMetrics(heading: string): DocumentedMetric[] {
       type,
       labels: labels === "" ? [] : labels.split(",").map((l) => l.trim().replace(/^`|`$/g, "")),
       conditional: meaning.includes("Only with"),
+      meaning,
     });
   }
   return out;
