@@ -99,14 +99,18 @@ describe("a burst at the edge", () => {
     const bronze = Array.from({ length: BRONZE }, (_, i) => ask("bronze", i));
     // Every bronze request has been admitted, queued or refused.
     let most = 0;
+    // The deepest the queue was seen: on a loaded machine the 120 may take
+    // longer to arrive than queue_ttl, and the first queued expire before the last arrive.
+    let deepest = 0;
     await waitUntil("the bronze burst has arrived", async () => {
       const p = await pool();
       most = Math.max(most, inFlight(p));
       const b = band(p, "bronze");
+      deepest = Math.max(deepest, b.depth);
       return Number(b.full) + Number(b.queued) >= BRONZE - 5;
     });
     const held = await pool();
-    expect(band(held, "bronze").depth).toBeGreaterThan(0);
+    expect(deepest, "bronze waiting in its queue at any poll").toBeGreaterThan(0);
     expect(inFlight(held)).toBeLessThanOrEqual(5);
     expect(most, "bronze in flight at any poll").toBeLessThanOrEqual(5);
 
