@@ -1,8 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { parseDuration } from "../../common/duration.ts";
 import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { recordFields } from "../../edge/keys/api-key.ts";
-import type { ApiKey } from "../../proto/gen/edge/v1/edgesync_pb.ts";
+import { type ApiKey, ApiKeySchema } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
 
@@ -19,6 +20,9 @@ commands:
   create --name N --band BAND [--default-band B] [--tenant T] [--models a,b]
          [--rpm N] [--tpm N] [--budget TOKENS/PERIOD]   e.g. --budget 1000000/30d
          [--max-concurrent N]   requests in flight at once; more get 429 concurrency_limit
+  update ID [--name N] [--band BAND] [--default-band B] [--tenant T] [--models a,b|*]
+         [--rpm N] [--tpm N] [--budget TOKENS/PERIOD|none] [--max-concurrent N]
+         change a key in place, its secret unchanged; 0 (or none) lifts a limit
   list [--json]
   revoke ID
   usage [ID] [--json]
@@ -84,6 +88,11 @@ export async function main(argv: string[]): Promise<number | undefined> {
     switch (command) {
       case "create":
         return await createKey(client, values);
+      case "update": {
+        const id = positionals[0];
+        if (!id) throw new Error("usage: llmgw keys update ID [--rpm N] …");
+        return await updateKey(client, id, values);
+      }
       case "list":
         return await listKeys(client, values);
       case "revoke": {
@@ -117,12 +126,7 @@ async function createKey(client: EdgeSyncClient, values: Values): Promise<number
     tenant: values.tenant ?? "",
     maxBand: values.band,
     defaultBand: values["default-band"] ?? "",
-    models: values.models
-      ? values.models
-          .split(",")
-          .map((s) => s.trim())
-          .filter(Boolean)
-      : [],
+    models: values.models ? modelList(values.models) : [],
     rpm: positiveInt("rpm", values.rpm),
     tpm: positiveInt("tpm", values.tpm),
     maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
@@ -135,6 +139,71 @@ async function createKey(client: EdgeSyncClient, values: Values): Promise<number
     process.stdout.write(`id:     ${id}\nsecret: ${secret}\n`);
     process.stderr.write("The secret is shown only now; the edge keeps only its SHA-256.\n");
   }
+  return 0;
+}
+
+function modelList(v: string): string[] {
+  if (v.trim() === "*") return [];
+  return v
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+type KeyChanges = Partial<Omit<MessageInitShape<typeof ApiKeySchema>, "$typeName">>;
+
+/** What `update` changes: only the flags given, each as `create` reads it. */
+function changesOf(values: Values): KeyChanges {
+  const out: KeyChanges = {};
+  if (values.name !== undefined) out.name = values.name;
+  if (values.band !== undefined) out.maxBand = values.band;
+  if (values["default-band"] !== undefined) out.defaultBand = values["default-band"];
+  if (values.tenant !== undefined) out.tenant = values.tenant;
+  if (values.models !== undefined) out.models = modelList(values.models);
+  if (values.rpm !== undefined) out.rpm = positiveInt("rpm", values.rpm);
+  if (values.tpm !== undefined) out.tpm = positiveInt("tpm", values.tpm);
+  if (values["max-concurrent"] !== undefined) {
+    out.maxConcurrent = positiveInt("max-concurrent", values["max-concurrent"]);
+  }
+  if (values.budget !== undefined)
+    out.budget = values.budget === "none" ? undefined : parseBudget(values.budget);
+  return out;
+}
+
+function shown(v: unknown): string {
+  if (v === null || v === "") return "-";
+  if (Array.isArray(v)) return v.join(",") || "*";
+  if (typeof v === "object") return `${(v as { tokens: number }).tokens}/${(v as { period: string }).period}`;
+  return String(v);
+}
+
+/**
+ * A key changed in place: the record as the edge has it, the flags given
+ * laid over it, put back under the same id and hash, so its holder keeps
+ * the secret. Other isolates see it within their key cache's 10 s.
+ */
+async function updateKey(client: EdgeSyncClient, id: string, values: Values): Promise<number> {
+  const changes = changesOf(values);
+  if (Object.keys(changes).length === 0) {
+    throw new Error(
+      "nothing to change: give one or more of --name --band --default-band --tenant --models --rpm --tpm --budget --max-concurrent",
+    );
+  }
+  const current = (await client.listKeys({})).keys.find((k) => k.id === id);
+  if (!current) throw new Error(`no key with id ${id}`);
+  if (current.revoked) throw new Error(`key ${id} is revoked; create a new key`);
+  const { $typeName: _, ...fields } = current;
+  const key = create(ApiKeySchema, { ...fields, ...changes });
+  await client.putKey({ key });
+  const [before, after] = [keyJson(current), keyJson(key)];
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify(after)}\n`);
+    return 0;
+  }
+  const lines = (Object.keys(after) as (keyof typeof after)[])
+    .filter((k) => JSON.stringify(after[k]) !== JSON.stringify(before[k]))
+    .map((k) => `  ${k}: ${shown(before[k])} → ${shown(after[k])}`);
+  process.stdout.write(`updated ${id}${lines.length > 0 ? `\n${lines.join("\n")}` : " (no change)"}\n`);
   return 0;
 }
 

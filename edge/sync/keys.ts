@@ -93,6 +93,11 @@ export function keyCalls(env: Env): KeyCalls {
       if (existing && existing !== key.hash) {
         throw new ConnectError(`key id ${key.id} already exists with another secret`, Code.AlreadyExists);
       }
+      // A revoked key stays revoked: its ledger and the RevocationLog say so
+      // for good, and a record put back as active would only disagree with them.
+      if (existing && (await readStored(kv, keyKvName(existing), keyRecordSchema))?.revoked) {
+        throw new ConnectError(`key ${key.id} is revoked; create a new key`, Code.FailedPrecondition);
+      }
       await kv.put(keyKvName(key.hash), JSON.stringify(key));
       await kv.put(KEY_ID_KV(key.id), key.hash);
       keyCache.invalidate(key.hash);

@@ -105,6 +105,66 @@ describe("keys and endpoints CLI", () => {
     ).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
   }, 60_000);
 
+  it("keys update changes a key in place: same secret, new limits at once; a revoked key stays revoked", async () => {
+    const keys = (...args: string[]) => runLlmgw(["keys", ...args, "--edge", edge.url], env);
+    const created = await keys(
+      "create",
+      "--name",
+      "grows",
+      "--band",
+      "silver",
+      "--rpm",
+      "1",
+      "--budget",
+      "900/1d",
+    );
+    const id = /id:\s+(\S+)/.exec(created.stdout)![1]!;
+    const client = clientFor(edge, /secret:\s+(sk-\S+)/.exec(created.stdout)![1]!);
+    const ask = () =>
+      client.chat.completions
+        .create({ model: "hand", messages: [{ role: "user", content: "hi" }], max_tokens: 2 })
+        .withResponse();
+    expect((await ask()).response.headers.get("x-llmgw-band")).toBe("silver");
+    await expect(ask()).rejects.toMatchObject({ status: 429, code: "rate_limit_exceeded" });
+
+    const updated = await keys("update", id, "--rpm", "5", "--band", "gold", "--budget", "none");
+    expect(updated.stderr).toBe("");
+    expect(updated.stdout.split("\n")).toEqual(
+      expect.arrayContaining([
+        `updated ${id}`,
+        "  max_band: silver → gold",
+        "  rpm: 1 → 5",
+        "  budget: 900/1d → -",
+      ]),
+    );
+    // The same secret, at once: the band the key now allows, and room under the new RPM.
+    const after = await ask();
+    expect(after.response.headers.get("x-llmgw-band")).toBe("gold");
+    expect(after.response.headers.get("x-ratelimit-limit-requests")).toBe("5");
+    const [listed] = JSON.parse((await keys("list", "--json")).stdout).filter(
+      (k: { id: string }) => k.id === id,
+    );
+    expect(listed).toMatchObject({ name: "grows", max_band: "gold", rpm: 5, budget: null });
+
+    for (const [args, message] of [
+      [[id], /nothing to change/],
+      [["key_nosuch", "--rpm", "2"], /no key with id key_nosuch/],
+      [[id, "--band", "diamond"], /key\.max_band: must be one of platinum, gold, silver, bronze/],
+      [[id, "--rpm", "lots"], /--rpm: expected a whole number, got "lots"/],
+    ] as const) {
+      const r = await keys("update", ...args);
+      expect([r.code, r.stderr]).toEqual([1, expect.stringMatching(message)]);
+    }
+
+    expect((await keys("revoke", id)).code).toBe(0);
+    const late = await keys("update", id, "--rpm", "50");
+    expect([late.code, late.stderr]).toEqual([1, expect.stringMatching(/is revoked; create a new key/)]);
+    // Nor can a PutKey of the record marked active bring it back.
+    const record = (await edge.sync.listKeys({})).keys.find((k) => k.id === id)!;
+    await expect(edge.sync.putKey({ key: { ...record, revoked: false } })).rejects.toThrow(/is revoked/);
+    await expect(ask()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+  }, 60_000);
+
   it("empties the edge's endpoint set only with --allow-empty", async () => {
     const empty = join(tmpdir(), `no-endpoints-${process.pid}.yaml`);
     writeFileSync(empty, "[]\n");
