@@ -2,11 +2,11 @@ import type { Context } from "hono";
 import type { Env } from "./env.ts";
 import { authenticate } from "./keys/auth.ts";
 import { revocationLog, revocationWatch } from "./keys/revocations.ts";
-import type { KeyRecord } from "./keys/rules.ts";
+import { expired, type KeyRecord } from "./keys/rules.ts";
 import { errors } from "./openai-errors.ts";
 
 /**
- * Who is calling: the key behind the Authorization header, refused if
+ * Who is calling: the key behind the Authorization header, refused if expired or
  * revoked. Revocation is checked against the isolate's view of the
  * RevocationLog, refreshed every few seconds by the request that finds it
  * due, in the background: that request goes on with the view it has, as
@@ -40,5 +40,8 @@ async function checkedAfterRefresh(env: Env, pending: KeyRecord | Promise<KeyRec
 
 function notRevoked(key: KeyRecord): KeyRecord {
   if (revocationWatch.isRevoked(key.id)) throw errors.unauthorized("This API key has been revoked.");
+  if (expired(key, Date.now())) {
+    throw errors.unauthorized(`This API key expired at ${new Date(key.expires_at_unix_ms).toISOString()}.`);
+  }
   return key;
 }

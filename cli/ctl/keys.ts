@@ -20,8 +20,10 @@ commands:
   create --name N --band BAND [--default-band B] [--tenant T] [--models a,b]
          [--rpm N] [--tpm N] [--budget TOKENS/PERIOD]   e.g. --budget 1000000/30d
          [--max-concurrent N]   requests in flight at once; more get 429 concurrency_limit
+         [--expires 30d|2027-01-31T00:00:00Z]   from then on the key gets 401
   update ID [--name N] [--band BAND] [--default-band B] [--tenant T] [--models a,b|*]
          [--rpm N] [--tpm N] [--budget TOKENS/PERIOD|none] [--max-concurrent N]
+         [--expires DURATION|DATE|never]
          change a key in place, its secret unchanged; 0 (or none) lifts a limit
   list [--json]
   revoke ID
@@ -46,6 +48,31 @@ function positiveInt(name: string, v: string | undefined): number {
   return n;
 }
 
+/**
+ * `--expires`: a duration from now (`30d`) or a date (`2027-01-31`, or with
+ * a time and zone); `never` (update only) lifts it. In ms since the epoch, 0 for never.
+ */
+export function parseExpiry(v: string | undefined, now: number, allowNever: boolean): bigint | undefined {
+  if (v === undefined) return undefined;
+  if (v === "never" && allowNever) return 0n;
+  let at: number;
+  if (/^\d{4}-\d{2}-\d{2}/.test(v)) at = Date.parse(v);
+  else {
+    try {
+      at = now + parseDuration(v);
+    } catch {
+      at = Number.NaN;
+    }
+  }
+  if (!Number.isFinite(at)) {
+    throw new Error(
+      `--expires: expected a duration such as 30d or a date such as 2027-01-31${allowNever ? ", or never" : ""}, got "${v}"`,
+    );
+  }
+  if (at <= now) throw new Error(`--expires: ${new Date(at).toISOString()} is not in the future`);
+  return BigInt(at);
+}
+
 export function parseBudget(v: string | undefined): { tokens: bigint; period: string } | undefined {
   if (v === undefined) return undefined;
   const m = /^(\d+)\/(\S+)$/.exec(v);
@@ -59,6 +86,7 @@ function keyJson(k: ApiKey) {
     ...recordFields(k),
     budget: k.budget ? { tokens: Number(k.budget.tokens), period: k.budget.period } : null,
     created_at: new Date(Number(k.createdAtUnixMs)).toISOString(),
+    expires_at: k.expiresAtUnixMs > 0n ? new Date(Number(k.expiresAtUnixMs)).toISOString() : null,
     revoked: k.revoked,
   };
 }
@@ -74,6 +102,7 @@ const FLAGS = {
   tpm: { type: "string" },
   budget: { type: "string" },
   "max-concurrent": { type: "string" },
+  expires: { type: "string" },
 } as const;
 
 type Values = Exclude<ReturnType<typeof openCommand<typeof FLAGS>>, number>["values"];
@@ -119,6 +148,8 @@ async function createKey(client: EdgeSyncClient, values: Values): Promise<number
   if (!values.band) throw new Error("--band is required (the highest band this key may use)");
   const secret = newSecret();
   const id = `key_${randomBytes(8).toString("hex")}`;
+  // One instant for both, so `--expires 30d` is exactly 30 days after creation.
+  const now = Date.now();
   const key = {
     id,
     hash: hashSecret(secret),
@@ -131,7 +162,8 @@ async function createKey(client: EdgeSyncClient, values: Values): Promise<number
     tpm: positiveInt("tpm", values.tpm),
     maxConcurrent: positiveInt("max-concurrent", values["max-concurrent"]),
     budget: parseBudget(values.budget),
-    createdAtUnixMs: BigInt(Date.now()),
+    createdAtUnixMs: BigInt(now),
+    expiresAtUnixMs: parseExpiry(values.expires, now, false) ?? 0n,
   };
   await client.putKey({ key });
   if (values.json) process.stdout.write(`${JSON.stringify({ id, secret })}\n`);
@@ -167,6 +199,8 @@ function changesOf(values: Values): KeyChanges {
   }
   if (values.budget !== undefined)
     out.budget = values.budget === "none" ? undefined : parseBudget(values.budget);
+  const expires = parseExpiry(values.expires, Date.now(), true);
+  if (expires !== undefined) out.expiresAtUnixMs = expires;
   return out;
 }
 
@@ -186,7 +220,7 @@ async function updateKey(client: EdgeSyncClient, id: string, values: Values): Pr
   const changes = changesOf(values);
   if (Object.keys(changes).length === 0) {
     throw new Error(
-      "nothing to change: give one or more of --name --band --default-band --tenant --models --rpm --tpm --budget --max-concurrent",
+      "nothing to change: give one or more of --name --band --default-band --tenant --models --rpm --tpm --budget --max-concurrent --expires",
     );
   }
   const current = (await client.listKeys({})).keys.find((k) => k.id === id);
@@ -207,6 +241,11 @@ async function updateKey(client: EdgeSyncClient, id: string, values: Values): Pr
   return 0;
 }
 
+function keyState(k: ApiKey, now: number): string {
+  if (k.revoked) return "revoked";
+  return k.expiresAtUnixMs > 0n && now >= Number(k.expiresAtUnixMs) ? "expired" : "active";
+}
+
 async function listKeys(client: EdgeSyncClient, values: Values): Promise<number> {
   const { keys } = await client.listKeys({});
   if (values.json) {
@@ -224,11 +263,12 @@ async function listKeys(client: EdgeSyncClient, values: Values): Promise<number>
     k.rpm ? String(k.rpm) : "-",
     k.tpm ? String(k.tpm) : "-",
     k.budget ? `${k.budget.tokens}/${k.budget.period}` : "-",
-    k.revoked ? "revoked" : "active",
+    k.expiresAtUnixMs > 0n ? new Date(Number(k.expiresAtUnixMs)).toISOString() : "-",
+    keyState(k, Date.now()),
   ]);
   process.stdout.write(
     renderTable(
-      ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "STATE"],
+      ["ID", "NAME", "TENANT", "BAND", "DEFAULT BAND", "MODELS", "RPM", "TPM", "BUDGET", "EXPIRES", "STATE"],
       rows,
     ),
   );

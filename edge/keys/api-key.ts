@@ -40,6 +40,7 @@ export function apiKeyOf(k: KeyRecord) {
         ? { tokens: BigInt(k.budget_tokens), period: formatDuration(k.budget_period_ms) }
         : undefined,
     createdAtUnixMs: BigInt(k.created_at_unix_ms),
+    expiresAtUnixMs: BigInt(k.expires_at_unix_ms),
     revoked: k.revoked,
   };
 }

@@ -22,6 +22,8 @@ export const keyRecordSchema = z.object({
   budget_tokens: z.number().int().min(0).default(0),
   budget_period_ms: z.number().int().min(0).default(0),
   created_at_unix_ms: z.number().int().default(0),
+  // 0 means it never expires.
+  expires_at_unix_ms: z.number().int().min(0).default(0),
   revoked: z.boolean().default(false),
 });
 export type KeyRecord = z.output<typeof keyRecordSchema>;
@@ -38,6 +40,11 @@ export interface KeyLimits {
   budgetPeriodMs: number;
   /** Requests in flight at once; 0: no limit. */
   maxConcurrent: number;
+}
+
+/** Whether the key has expired at `now` (a key with no expiry never does). */
+export function expired(key: Pick<KeyRecord, "expires_at_unix_ms">, now: number): boolean {
+  return key.expires_at_unix_ms > 0 && now >= key.expires_at_unix_ms;
 }
 
 export function limitsOf(key: KeyRecord): KeyLimits {

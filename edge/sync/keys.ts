@@ -74,6 +74,7 @@ function keyFromMessage(k: ApiKey | undefined, settings: RouterConfig): KeyRecor
     budget_tokens: tokens,
     budget_period_ms: periodMs,
     created_at_unix_ms: Number(k.createdAtUnixMs) || Date.now(),
+    expires_at_unix_ms: Number(k.expiresAtUnixMs),
     revoked: false,
   });
   if (r.success) return r.data;

@@ -5,7 +5,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEndpointsFile } from "../../cli/ctl/endpoints.ts";
 import { checkCatalogNames } from "../../common/catalog-names.ts";
-import { runLlmgw } from "../harness/process.ts";
+import { runLlmgw, waitUntil } from "../harness/process.ts";
 import { clientFor, type Edge, type Sim, startEdge, startSim, stopStarted } from "./helpers.ts";
 
 /**
@@ -163,6 +163,51 @@ describe("keys and endpoints CLI", () => {
     const record = (await edge.sync.listKeys({})).keys.find((k) => k.id === id)!;
     await expect(edge.sync.putKey({ key: { ...record, revoked: false } })).rejects.toThrow(/is revoked/);
     await expect(ask()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+  }, 60_000);
+
+  it("a key with --expires gets 401 from then on, until update moves its expiry", async () => {
+    const keys = (...args: string[]) => runLlmgw(["keys", ...args, "--edge", edge.url], env);
+    const created = await keys("create", "--name", "trial", "--band", "gold", "--expires", "3s");
+    expect(created.code).toBe(0);
+    const id = /id:\s+(\S+)/.exec(created.stdout)![1]!;
+    const client = clientFor(edge, /secret:\s+(sk-\S+)/.exec(created.stdout)![1]!);
+    const ask = () =>
+      client.chat.completions
+        .create({ model: "hand", messages: [{ role: "user", content: "hi" }], max_tokens: 2 })
+        .then(
+          () => "ok",
+          (e: unknown) => (e instanceof OpenAI.AuthenticationError ? e.message : String(e)),
+        );
+    expect(await ask()).toBe("ok");
+    const [listed] = JSON.parse((await keys("list", "--json")).stdout).filter(
+      (k: { id: string }) => k.id === id,
+    );
+    const at = Date.parse(listed.expires_at);
+    expect(at - Date.parse(listed.created_at)).toBe(3_000);
+
+    const refused = await waitUntil("the key expired", async () => {
+      const r = await ask();
+      return r !== "ok" && r;
+    });
+    expect(refused).toBe(`401 This API key expired at ${new Date(at).toISOString()}.`);
+    expect(Date.now()).toBeGreaterThanOrEqual(at);
+    expect((await keys("list")).stdout).toMatch(new RegExp(`^${id}\\s.*\\sexpired\\s*$`, "m"));
+
+    const moved = await keys("update", id, "--expires", "1h");
+    expect(moved.stdout).toMatch(/expires_at: \S+ → \S+/);
+    expect(await ask()).toBe("ok");
+    expect((await keys("update", id, "--expires", "never")).stdout).toMatch(/expires_at: \S+ → -/);
+    for (const [args, message] of [
+      [["create", "--name", "x", "--band", "gold", "--expires", "2001-01-01"], /is not in the future/],
+      [
+        ["create", "--name", "x", "--band", "gold", "--expires", "never"],
+        /--expires: expected a duration such as 30d or a date such as 2027-01-31, got "never"/,
+      ],
+      [["update", id, "--expires", "soon"], /--expires: expected a duration .*, or never, got "soon"/],
+    ] as const) {
+      const r = await keys(...args);
+      expect([r.code, r.stderr]).toEqual([1, expect.stringMatching(message)]);
+    }
   }, 60_000);
 
   it("empties the edge's endpoint set only with --allow-empty", async () => {
