@@ -26,8 +26,11 @@ export const EXPOSED_HEADERS = [
   ...["limit", "remaining", "reset"].flatMap((k) => [`x-ratelimit-${k}-requests`, `x-ratelimit-${k}-tokens`]),
 ].join(", ");
 
-// Chromium caps a preflight's cache at two hours; asking for more buys nothing.
-const PREFLIGHT_MAX_AGE_S = 7200;
+// How long a browser may keep a preflight's answer: also how long a page
+// whose origin is taken off the list can still send requests (it can no
+// longer read the answers). Ten minutes: one preflight per page for most
+// sessions, and a narrowed list that holds soon enough.
+const PREFLIGHT_MAX_AGE_S = 600;
 
 /** The `Access-Control-Allow-Origin` an origin gets, or undefined if it is not allowed. */
 export function allowedOrigin(origin: string, allowed: readonly string[]): string | undefined {

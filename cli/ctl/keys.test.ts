@@ -18,6 +18,15 @@ describe("key expiry", () => {
       /2026-12-07T00:00:00.000Z is not in the future/,
     );
     expect(() => parseExpiry("2027-02-30x", now, false)).toThrow(/expected a duration/);
+    // A day that does not exist, and a time whose zone would be this machine's guess.
+    expect(() => parseExpiry("2027-02-30", now, false)).toThrow(/expected a duration/);
+    expect(() => parseExpiry("2027-01-31T09:00", now, false)).toThrow(/a time with its zone/);
+    expect(() => parseExpiry("2027-02-30T09:00:00Z", now, false)).toThrow(/expected a duration/);
+    expect(parseExpiry("2027-01-31T23:30:00-02:00", now, false)).toBe(
+      BigInt(Date.parse("2027-02-01T01:30:00Z")),
+    );
+    // Past the year 9999 no date can be written.
+    expect(() => parseExpiry("100000001d", now, false)).toThrow(/past the year 9999/);
   });
 
   it("a key expires at its instant, and one without an expiry never does", () => {

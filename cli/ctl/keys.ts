@@ -3,6 +3,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { parseDuration } from "../../common/duration.ts";
 import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { recordFields } from "../../edge/keys/api-key.ts";
+import { MAX_EXPIRY_MS } from "../../edge/keys/rules.ts";
 import { type ApiKey, ApiKeySchema } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
@@ -55,22 +56,40 @@ function positiveInt(name: string, v: string | undefined): number {
 export function parseExpiry(v: string | undefined, now: number, allowNever: boolean): bigint | undefined {
   if (v === undefined) return undefined;
   if (v === "never" && allowNever) return 0n;
-  let at: number;
-  if (/^\d{4}-\d{2}-\d{2}/.test(v)) at = Date.parse(v);
-  else {
-    try {
-      at = now + parseDuration(v);
-    } catch {
-      at = Number.NaN;
-    }
-  }
+  const at = /^\d{4}-\d{2}-\d{2}/.test(v) ? dateOf(v) : now + durationOrNaN(v);
   if (!Number.isFinite(at)) {
     throw new Error(
-      `--expires: expected a duration such as 30d or a date such as 2027-01-31${allowNever ? ", or never" : ""}, got "${v}"`,
+      `--expires: expected a duration such as 30d, a date such as 2027-01-31 or a time with its zone such as 2027-01-31T09:00:00Z${allowNever ? ", or never" : ""}, got "${v}"`,
     );
   }
   if (at <= now) throw new Error(`--expires: ${new Date(at).toISOString()} is not in the future`);
+  if (at > MAX_EXPIRY_MS) throw new Error(`--expires: "${v}" is past the year 9999`);
   return BigInt(at);
+}
+
+function durationOrNaN(v: string): number {
+  try {
+    return parseDuration(v);
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/**
+ * A calendar date (midnight UTC) or a date and time with its zone; NaN for
+ * anything else, a day that does not exist (`2027-02-30`) or a time
+ * without a zone, which would be read in whatever zone this machine has.
+ */
+function dateOf(v: string): number {
+  if (/^\d{4}-\d{2}-\d{2}$/.test(v)) {
+    const at = Date.parse(`${v}T00:00:00Z`);
+    return Number.isFinite(at) && new Date(at).toISOString().slice(0, 10) === v ? at : Number.NaN;
+  }
+  if (!/T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(v)) return Number.NaN;
+  const day = v.slice(0, 10);
+  const at = Date.parse(v);
+  // The day as written must exist; the zone may move the instant to another day.
+  return Number.isFinite(at) && Number.isFinite(dateOf(day)) ? at : Number.NaN;
 }
 
 export function parseBudget(v: string | undefined): { tokens: bigint; period: string } | undefined {

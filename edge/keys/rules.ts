@@ -5,6 +5,9 @@ import { ApiError, errors } from "../openai-errors.ts";
  * An API key as stored at the edge (KV `keys/<sha256 hex>`). The secret
  * itself is never stored anywhere; only its hash is the lookup key.
  */
+/** The last instant of the year 9999: a later expiry is no date a client or a log can write. */
+export const MAX_EXPIRY_MS = 253_402_300_799_999;
+
 export const keyRecordSchema = z.object({
   id: z.string().min(1),
   hash: z.string().regex(/^[0-9a-f]{64}$/),
@@ -23,7 +26,7 @@ export const keyRecordSchema = z.object({
   budget_period_ms: z.number().int().min(0).default(0),
   created_at_unix_ms: z.number().int().default(0),
   // 0 means it never expires.
-  expires_at_unix_ms: z.number().int().min(0).default(0),
+  expires_at_unix_ms: z.number().int().min(0).max(MAX_EXPIRY_MS).default(0),
   revoked: z.boolean().default(false),
 });
 export type KeyRecord = z.output<typeof keyRecordSchema>;

@@ -94,9 +94,15 @@ export function keyCalls(env: Env): KeyCalls {
       if (existing && existing !== key.hash) {
         throw new ConnectError(`key id ${key.id} already exists with another secret`, Code.AlreadyExists);
       }
-      // A revoked key stays revoked: its ledger and the RevocationLog say so
-      // for good, and a record put back as active would only disagree with them.
-      if (existing && (await readStored(kv, keyKvName(existing), keyRecordSchema))?.revoked) {
+      // The secret's record, whichever id it was put under: a secret belongs
+      // to one key, and a revoked one stays revoked (its ledger and the
+      // RevocationLog say so by id, for good; a record put back as active,
+      // under that id or another, would bring the secret back).
+      const held = await readStored(kv, keyKvName(key.hash), keyRecordSchema);
+      if (held && held.id !== key.id) {
+        throw new ConnectError(`this secret already belongs to key ${held.id}`, Code.AlreadyExists);
+      }
+      if (held?.revoked) {
         throw new ConnectError(`key ${key.id} is revoked; create a new key`, Code.FailedPrecondition);
       }
       await kv.put(keyKvName(key.hash), JSON.stringify(key));

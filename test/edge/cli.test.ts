@@ -162,12 +162,16 @@ describe("keys and endpoints CLI", () => {
     // Nor can a PutKey of the record marked active bring it back.
     const record = (await edge.sync.listKeys({})).keys.find((k) => k.id === id)!;
     await expect(edge.sync.putKey({ key: { ...record, revoked: false } })).rejects.toThrow(/is revoked/);
+    // Nor under another id: the secret is the revoked key's.
+    await expect(edge.sync.putKey({ key: { ...record, id: "key_reborn", revoked: false } })).rejects.toThrow(
+      new RegExp(`this secret already belongs to key ${id}`),
+    );
     await expect(ask()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
   }, 60_000);
 
   it("a key with --expires gets 401 from then on, until update moves its expiry", async () => {
     const keys = (...args: string[]) => runLlmgw(["keys", ...args, "--edge", edge.url], env);
-    const created = await keys("create", "--name", "trial", "--band", "gold", "--expires", "3s");
+    const created = await keys("create", "--name", "trial", "--band", "gold", "--expires", "1h");
     expect(created.code).toBe(0);
     const id = /id:\s+(\S+)/.exec(created.stdout)![1]!;
     const client = clientFor(edge, /secret:\s+(sk-\S+)/.exec(created.stdout)![1]!);
@@ -179,11 +183,16 @@ describe("keys and endpoints CLI", () => {
           (e: unknown) => (e instanceof OpenAI.AuthenticationError ? e.message : String(e)),
         );
     expect(await ask()).toBe("ok");
-    const [listed] = JSON.parse((await keys("list", "--json")).stdout).filter(
-      (k: { id: string }) => k.id === id,
-    );
-    const at = Date.parse(listed.expires_at);
-    expect(at - Date.parse(listed.created_at)).toBe(3_000);
+    const expiry = async () =>
+      JSON.parse((await keys("list", "--json")).stdout).find((k: { id: string }) => k.id === id) as {
+        created_at: string;
+        expires_at: string;
+      };
+    const listed = await expiry();
+    expect(Date.parse(listed.expires_at) - Date.parse(listed.created_at)).toBe(3_600_000);
+    // Brought forward to a moment from now: the same secret stops working then.
+    expect((await keys("update", id, "--expires", "2s")).code).toBe(0);
+    const at = Date.parse((await expiry()).expires_at);
 
     const refused = await waitUntil("the key expired", async () => {
       const r = await ask();
@@ -201,7 +210,7 @@ describe("keys and endpoints CLI", () => {
       [["create", "--name", "x", "--band", "gold", "--expires", "2001-01-01"], /is not in the future/],
       [
         ["create", "--name", "x", "--band", "gold", "--expires", "never"],
-        /--expires: expected a duration such as 30d or a date such as 2027-01-31, got "never"/,
+        /--expires: expected a duration such as 30d, .*09:00:00Z, got "never"/,
       ],
       [["update", id, "--expires", "soon"], /--expires: expected a duration .*, or never, got "soon"/],
     ] as const) {
