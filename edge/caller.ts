@@ -22,7 +22,7 @@ export function caller(c: Context<{ Bindings: Env }>): KeyRecord | Promise<KeyRe
   const key = authenticate(c.req.header("authorization") ?? null, c.env.LLMGW_KV, defer);
   if (!revocationWatch.loaded) return checkedAfterRefresh(c.env, key);
   if (revocationWatch.due()) defer(refreshRevocations(c.env));
-  return key instanceof Promise ? key.then(notRevoked) : notRevoked(key);
+  return key instanceof Promise ? key.then(usable) : usable(key);
 }
 
 async function refreshRevocations(env: Env): Promise<void> {
@@ -35,10 +35,10 @@ async function refreshRevocations(env: Env): Promise<void> {
 
 async function checkedAfterRefresh(env: Env, pending: KeyRecord | Promise<KeyRecord>): Promise<KeyRecord> {
   const [key] = await Promise.all([pending, refreshRevocations(env)]);
-  return notRevoked(key);
+  return usable(key);
 }
 
-function notRevoked(key: KeyRecord): KeyRecord {
+function usable(key: KeyRecord): KeyRecord {
   if (revocationWatch.isRevoked(key.id)) throw errors.unauthorized("This API key has been revoked.");
   if (expired(key, Date.now())) {
     throw errors.unauthorized(`This API key expired at ${new Date(key.expires_at_unix_ms).toISOString()}.`);

@@ -115,12 +115,21 @@ export class KeyLedger extends DurableObject<object> {
         this.requests.add(now, 1);
         if (holdsReservations(limits))
           this.reserve({ id: hold.id, tokens: hold.tokens, expiresAt: now + hold.ttlMs });
-        return { ...r, rate: rateLimitsOf(limits, this.view(), now) };
+        return { ...r, rate: this.standing(limits, now) };
       }
       const wait = waitBeforeRetry(r, now, deadline, this.holds.nextExpiry());
-      if (wait === undefined) return { ...r, rate: rateLimitsOf(limits, this.view(), now) };
+      if (wait === undefined) return { ...r, rate: this.standing(limits, now) };
       await this.nextChange(wait);
     }
+  }
+
+  /** Where the key stands after the decision: the windows and reservations only, no budget row read. */
+  private standing(limits: KeyLimits, now: number): RateLimits | undefined {
+    return rateLimitsOf(
+      limits,
+      { requests: this.requests, tokens: this.tokens, reserved: this.holds.tokens() },
+      now,
+    );
   }
 
   private view(): LedgerView {

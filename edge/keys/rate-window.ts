@@ -195,7 +195,11 @@ export function admit(limits: KeyLimits, view: LedgerView, now: number): AdmitRe
  * requests running, the tokens' reset is at least a window away. Undefined
  * for a key with neither RPM nor TPM.
  */
-export function rateLimitsOf(limits: KeyLimits, view: LedgerView, now: number): RateLimits | undefined {
+export function rateLimitsOf(
+  limits: KeyLimits,
+  view: Pick<LedgerView, "requests" | "tokens" | "reserved">,
+  now: number,
+): RateLimits | undefined {
   if (limits.rpm <= 0 && limits.tpm <= 0) return undefined;
   const out: RateLimits = {};
   if (limits.rpm > 0) {
