@@ -3,7 +3,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { parseDuration } from "../../common/duration.ts";
 import { DEFAULT_EDGE, type EdgeSyncClient, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { recordFields } from "../../edge/keys/api-key.ts";
-import { MAX_EXPIRY_MS } from "../../edge/keys/rules.ts";
+import { expired, MAX_EXPIRY_MS } from "../../edge/keys/rules.ts";
 import { type ApiKey, ApiKeySchema } from "../../proto/gen/edge/v1/edgesync_pb.ts";
 import { EDGE_FLAGS, failure, openCommand } from "./command.ts";
 import { renderTable } from "./table.ts";
@@ -100,12 +100,17 @@ export function parseBudget(v: string | undefined): { tokens: bigint; period: st
   return { tokens: BigInt(m[1]!), period: m[2]! };
 }
 
+/** When the key expires, as ISO 8601, or null for never. */
+function expiresAt(k: ApiKey): string | null {
+  return k.expiresAtUnixMs > 0n ? new Date(Number(k.expiresAtUnixMs)).toISOString() : null;
+}
+
 function keyJson(k: ApiKey) {
   return {
     ...recordFields(k),
     budget: k.budget ? { tokens: Number(k.budget.tokens), period: k.budget.period } : null,
     created_at: new Date(Number(k.createdAtUnixMs)).toISOString(),
-    expires_at: k.expiresAtUnixMs > 0n ? new Date(Number(k.expiresAtUnixMs)).toISOString() : null,
+    expires_at: expiresAt(k),
     revoked: k.revoked,
   };
 }
@@ -233,7 +238,7 @@ function shown(v: unknown): string {
 /**
  * A key changed in place: the record as the edge has it, the flags given
  * laid over it, put back under the same id and hash, so its holder keeps
- * the secret. Other isolates see it within their key cache's 10 s.
+ * the secret. How soon each isolate applies it: docs/edge.md, "Auth and keys".
  */
 async function updateKey(client: EdgeSyncClient, id: string, values: Values): Promise<number> {
   const changes = changesOf(values);
@@ -260,9 +265,9 @@ async function updateKey(client: EdgeSyncClient, id: string, values: Values): Pr
   return 0;
 }
 
-function keyState(k: ApiKey, now: number): string {
+function keyState(k: ApiKey, now: number): "revoked" | "expired" | "active" {
   if (k.revoked) return "revoked";
-  return k.expiresAtUnixMs > 0n && now >= Number(k.expiresAtUnixMs) ? "expired" : "active";
+  return expired({ expires_at_unix_ms: Number(k.expiresAtUnixMs) }, now) ? "expired" : "active";
 }
 
 async function listKeys(client: EdgeSyncClient, values: Values): Promise<number> {
@@ -282,7 +287,7 @@ async function listKeys(client: EdgeSyncClient, values: Values): Promise<number>
     k.rpm ? String(k.rpm) : "-",
     k.tpm ? String(k.tpm) : "-",
     k.budget ? `${k.budget.tokens}/${k.budget.period}` : "-",
-    k.expiresAtUnixMs > 0n ? new Date(Number(k.expiresAtUnixMs)).toISOString() : "-",
+    expiresAt(k) ?? "-",
     keyState(k, Date.now()),
   ]);
   process.stdout.write(
