@@ -1,13 +1,12 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { SyntaxNode } from "@lezer/common";
-import { parser } from "@prometheus-io/lezer-promql";
 import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { REPO } from "../../common/processes.ts";
 import { documentedMetrics } from "../harness/prometheus.ts";
+import { readPromql } from "../harness/promql.ts";
 
 /**
  * infra/prometheus/alerts.yaml against what it alerts on: every
@@ -44,57 +43,13 @@ const SCRAPE_JOBS = [...metricsDoc.matchAll(/job_name: ([a-z-]+)/g)].map((m) => 
 /** What Prometheus adds to every scraped series. */
 const TARGET_LABELS = ["job", "instance"];
 
-interface Selector {
-  metric: string;
-  matchers: { label: string; op: string; value: string }[];
-}
-
-function children(n: SyntaxNode): SyntaxNode[] {
-  const out: SyntaxNode[] = [];
-  for (let c = n.firstChild; c; c = c.nextSibling) out.push(c);
-  return out;
-}
-
-/** The expression's selectors, grouping labels and the labels its first aggregation keeps; or its syntax errors. */
-function read(expr: string) {
-  const tree = parser.parse(expr);
-  const errors: string[] = [];
-  const selectors: Selector[] = [];
-  const grouping: string[] = [];
-  let first: { by: string[] } | Selector | undefined;
-  const text = (n: SyntaxNode) => expr.slice(n.from, n.to);
-  tree.iterate({
-    enter: (ref) => {
-      const n = ref.node;
-      if (n.type.isError) errors.push(`at ${n.from}: ${JSON.stringify(expr.slice(n.from, n.from + 20))}`);
-      if (n.name === "VectorSelector") {
-        const id = n.getChild("Identifier");
-        const s: Selector = { metric: id ? text(id) : "", matchers: [] };
-        for (const m of n.getChild("LabelMatchers")?.getChildren("UnquotedLabelMatcher") ?? []) {
-          const [label, op, value] = children(m);
-          s.matchers.push({ label: text(label!), op: text(op!), value: JSON.parse(text(value!)) as string });
-        }
-        selectors.push(s);
-        first ??= s;
-      }
-      if (n.name === "GroupingLabels") {
-        const labels = n.getChildren("LabelName").map(text);
-        grouping.push(...labels);
-        if (n.parent?.name === "AggregateModifier" && n.parent.firstChild?.name === "By")
-          first ??= { by: labels };
-      }
-    },
-  });
-  return { errors, selectors, grouping, first };
-}
-
 /** Labels a selector's metric carries: the documented ones and the target's. */
 function labelsOf(metric: string): string[] {
   return [...(metrics.get(metric)?.labels ?? []), ...TARGET_LABELS];
 }
 
 function problemsOf(rule: Rule): string[] {
-  const { errors, selectors, grouping, first } = read(rule.expr);
+  const { errors, selectors, grouping, first } = readPromql(rule.expr);
   if (errors.length > 0) return errors.map((e) => `not PromQL ${e}`);
   const out: string[] = [];
   for (const s of selectors) {
@@ -129,7 +84,7 @@ describe("infra/prometheus/alerts.yaml", () => {
   it("has alerts for the control plane, the edge and the agents, each named once", () => {
     expect(rules.length).toBeGreaterThan(15);
     expect(new Set(rules.map((r) => r.alert)).size).toBe(rules.length);
-    const names = new Set(rules.flatMap((r) => read(r.expr).selectors.map((s) => s.metric)));
+    const names = new Set(rules.flatMap((r) => readPromql(r.expr).selectors.map((s) => s.metric)));
     for (const part of ["llmgw_nodes", "llmgw_edge_pool_up", "llmgw_agent_engines"])
       expect(names).toContain(part);
   });
