@@ -123,13 +123,13 @@ function upstreamBody(input: ProxyInput, model: string): string {
 export async function connect(call: Call): Promise<Response | Failure> {
   const { input, endpoint, watchdog } = call;
   const t = input.settings.timeouts;
-  let res: Response;
-  try {
-    // Non-streamed answers come back whole, headers and all, so the header
-    // wait of a non-streamed request is the generation itself: bounded by
-    // `total` only. Streams get headers as soon as the engine accepts, and
-    // their first token is due within `first_token` of now in any case.
-    watchdog?.arm(...headerWait(t.response_header, t.first_token));
+  // Non-streamed answers come back whole, headers and all, so the header
+  // wait of a non-streamed request is the generation itself: bounded by
+  // `total` only. Streams get headers as soon as the engine accepts, and
+  // their first token is due within `first_token` of now in any case.
+  watchdog?.arm(...headerWait(t.response_header, t.first_token));
+  const body = upstreamBody(input, endpoint.servedModelName ?? call.model);
+  const send = async (): Promise<Response> => {
     const sent = input.upstream(endpoint)(engineUrl(endpoint.url, input.apiPath), {
       method: "POST",
       headers: {
@@ -137,12 +137,19 @@ export async function connect(call: Call): Promise<Response | Failure> {
         accept: input.stream ? "text/event-stream" : "application/json",
         "x-request-id": input.requestId,
       },
-      body: upstreamBody(input, endpoint.servedModelName ?? call.model),
+      body,
       signal: call.signal,
     });
-    res = await (watchdog
+    return watchdog
       ? sent
-      : withTimeout(sent, ...tighter("total", t.total, call.totalDeadline, call.started), call.abort));
+      : withTimeout(sent, ...tighter("total", t.total, call.totalDeadline, Date.now()), call.abort);
+  };
+  let res: Response;
+  try {
+    res = await send().catch((err: unknown) => {
+      if (!mayReconnect(call, err)) throw err;
+      return send();
+    });
   } catch (err) {
     return stop(call, thrownFailure(endpoint.id, "connect", err, watchdog?.fired));
   }
@@ -154,6 +161,19 @@ export async function connect(call: Call): Promise<Response | Failure> {
     // The status is what matters; a truncated body just gets a generic message.
   }
   return stop(call, statusFailure(res.status, text));
+}
+
+/**
+ * A send that failed with neither a timer nor the client behind it is sent
+ * once more, to the same engine, before it counts as a failure. Engines
+ * close idle keep-alive connections (vLLM's uvicorn after 5 s), and one
+ * that closes as the next request goes out on it loses that request with
+ * "Network connection lost" though the engine is fine: the runtime then
+ * dials a fresh connection. An engine that is really down refuses the
+ * second send too, at once, and that one is the failure its breaker hears.
+ */
+function mayReconnect(call: Call, err: unknown): boolean {
+  return !call.signal.aborted && !(err instanceof PhaseTimeout) && call.watchdog?.fired === undefined;
 }
 
 function stop(call: Call, f: Failure): Failure {

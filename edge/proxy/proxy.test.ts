@@ -163,6 +163,50 @@ describe("proxy", () => {
     ]);
   });
 
+  it("sends a request whose connection was lost once more to the same engine, on the same attempt", async () => {
+    let sends = 0;
+    const { result, verdicts, calls } = run(
+      {
+        a: () => {
+          // The engine closed its idle connection as the request went out on it.
+          if (++sends === 1) throw new TypeError("Network connection lost.");
+          return Response.json({
+            choices: [],
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          });
+        },
+      },
+      ["a", "b"],
+    );
+    const r = await result;
+    expect(r.response.status).toBe(200);
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("1");
+    await r.outcome;
+    expect(calls).toEqual(["http://a.test/v1/chat/completions", "http://a.test/v1/chat/completions"]);
+    expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
+  it("counts a connection lost twice as the attempt's failure, and never resends after a timeout", async () => {
+    const { result, verdicts, calls } = run(
+      {
+        // Headers that never come: first_token (200 ms) aborts the attempt.
+        b: (init) =>
+          new Promise<Response>((_, reject) =>
+            init.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))),
+          ),
+        c: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]),
+      },
+      ["a", "b", "c"],
+      { stream: true, settings: routerSchema.parse({ ...settingsInput, stream_commit: "first_token" }) },
+    );
+    const r = await result;
+    expect(r.response.headers.get("x-llmgw-attempts")).toBe("3");
+    expect(await r.response.text()).toContain("data: [DONE]");
+    await r.outcome;
+    expect(calls.map((u) => new URL(u).host)).toEqual(["a.test", "a.test", "b.test", "c.test"]);
+    expect(verdicts.map(([e, v]) => `${e} ${v}`)).toEqual(["a fail", "b fail", "c ok"]);
+  });
+
   it("returns an engine's 4xx at once, normalised, without a retry: the engine is alive", async () => {
     const { result, verdicts, calls } = run(
       {

@@ -1,3 +1,4 @@
+import { connect, createServer, type Server, type Socket } from "node:net";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitUntil } from "../harness/process.ts";
@@ -40,9 +41,56 @@ const LOAD_REQUESTS = 40;
 
 const model = (name: string, cut = false) => `${cut ? "qcut" : "q"}-${name}`;
 
+/**
+ * A link to an engine that closes kept-alive connections the way vLLM's
+ * uvicorn does after 5 s idle, at the worst moment: as the next request
+ * goes out on one. From the edge's side that request is written and the
+ * connection closes unanswered. `reused` does that to every request that
+ * comes on a connection already answered once; `all` to every request,
+ * a link to an engine that is gone.
+ */
+interface ClosingLink {
+  url: string;
+  /** Connections the edge opened. */
+  opened: number;
+  /** Requests closed unanswered. */
+  dropped: number;
+  server: Server;
+}
+
+async function closingLink(engine: { port: number }, drop: "reused" | "all"): Promise<ClosingLink> {
+  const link = { url: "", opened: 0, dropped: 0 } as ClosingLink;
+  link.server = createServer((edgeSide: Socket) => {
+    link.opened++;
+    let answered = false;
+    const engineSide = connect(engine.port, "127.0.0.1");
+    const close = () => {
+      edgeSide.destroy();
+      engineSide.destroy();
+    };
+    edgeSide.on("data", (bytes: Buffer) => {
+      if (drop === "all" || answered) {
+        link.dropped++;
+        close();
+      } else engineSide.write(bytes);
+    });
+    engineSide.on("data", (bytes: Buffer) => {
+      answered = true;
+      edgeSide.write(bytes);
+    });
+    edgeSide.on("error", close).on("close", close);
+    engineSide.on("error", close).on("close", close);
+  });
+  await new Promise<void>((resolve) => link.server.listen(0, "127.0.0.1", resolve));
+  const address = link.server.address();
+  link.url = `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`;
+  return link;
+}
+
 describe("edge in front of engines with other servers' quirks", () => {
   let edge: Edge;
   let client: OpenAI;
+  const links: Record<"reused" | "all", ClosingLink | undefined> = { reused: undefined, all: undefined };
 
   beforeAll(async () => {
     const edgeUp = startEdge({ failure_threshold: THRESHOLD, cooldown: "30s" });
@@ -63,12 +111,26 @@ describe("edge in front of engines with other servers' quirks", () => {
         { id: `qcut-${name}`, url: cut.url, models: [model(name, true)], ...served },
       );
     }
+    const idle = await startSim("idle", ["--sim-speed", "50"]);
+    for (const drop of ["reused", "all"] as const) {
+      const link = await closingLink(idle, drop);
+      links[drop] = link;
+      endpoints.push({
+        id: `idle-${drop}`,
+        url: link.url,
+        models: [`idle-${drop}`],
+        servedModelName: "idle",
+      });
+    }
     edge = await edgeUp;
     await setEndpoints(edge, endpoints);
     client = clientFor(edge, (await createKey(edge)).secret);
   }, 120_000);
 
-  afterAll(stopStarted);
+  afterAll(async () => {
+    for (const link of Object.values(links)) link?.server.close();
+    await stopStarted();
+  });
 
   describe.each(Object.keys(QUIRK_SETS))("quirks: %s", (name) => {
     it("streams cleanly, with usage exactly as asked, and the breaker stays closed", async () => {
@@ -194,5 +256,46 @@ describe("edge in front of engines with other servers' quirks", () => {
     const text = await r.text();
     expect(text.trim().endsWith("data: [DONE]")).toBe(true);
     expect(text).not.toContain('"error"');
+  });
+
+  describe("an engine that closes a kept-alive connection as a request goes out on it", () => {
+    it("sends that request once more on a new connection: served, on the same attempt, the breaker told nothing", async () => {
+      const link = links.reused!;
+      const ask = (i: number) => ({
+        model: "idle-reused",
+        messages: [{ role: "user" as const, content: `Request ${i}.` }],
+        max_tokens: 4,
+      });
+      for (let i = 0; i < 3; i++) {
+        const whole = await client.chat.completions.create(ask(i)).withResponse();
+        expect(whole.data.usage?.completion_tokens).toBe(4);
+        expect(whole.response.headers.get("x-llmgw-attempts")).toBe("1");
+        const streamed = await client.chat.completions.create({ ...ask(i), stream: true }).withResponse();
+        let finish: string | null = null;
+        for await (const c of streamed.data) finish = c.choices[0]?.finish_reason ?? finish;
+        expect(finish).toBe("length");
+        expect(streamed.response.headers.get("x-llmgw-attempts")).toBe("1");
+      }
+      // The runtime kept its connection, and the link closed it under a request.
+      expect(link.dropped).toBeGreaterThan(0);
+      const { pools } = await edge.sync.getPoolStatus({ model: "idle-reused" });
+      expect(pools[0]!.endpoints.map((e) => [e.breaker, e.breakerReason])).toEqual([["closed", ""]]);
+    });
+
+    it("sends it once more only: an engine that is gone still fails, and its breaker opens", async () => {
+      const link = links.all!;
+      for (let i = 0; i < THRESHOLD; i++) {
+        const opened = link.opened;
+        const err = await client.chat.completions
+          .create({ model: "idle-all", messages: [{ role: "user", content: "hi" }], max_tokens: 4 })
+          .catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(OpenAI.APIError);
+        expect((err as InstanceType<typeof OpenAI.APIError>).code).toBe("upstream_unreachable");
+        expect(link.opened - opened, "connections for one request").toBe(2);
+      }
+      const { pools } = await edge.sync.getPoolStatus({ model: "idle-all" });
+      expect(pools[0]!.endpoints[0]!.breaker).toBe("open");
+      expect(pools[0]!.endpoints[0]!.breakerReason).toMatch(/^upstream_unreachable/);
+    });
   });
 });
