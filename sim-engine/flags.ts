@@ -162,6 +162,8 @@ export interface SimEngineFlags {
     /** `--sim-quirks`: how this engine differs from vLLM (quirks.ts). */
     quirks: Set<Quirk>;
   };
+  /** `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`: how long an idle connection is kept before the engine closes it. */
+  httpKeepAliveSeconds: number;
   /** Flags accepted but not modelled, as given. */
   ignored: string[];
 }
@@ -180,7 +182,29 @@ const BOOL_TEXT: Record<string, boolean> = {
   no: false,
 };
 
-export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
+/**
+ * vLLM's API server is uvicorn with `timeout_keep_alive` from this variable
+ * (seconds, default 5): idle connections are closed that soon, which is
+ * what a gateway in front of vLLM meets, so the sim does the same.
+ */
+export const KEEP_ALIVE_ENV = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE";
+const DEFAULT_KEEP_ALIVE_SECONDS = 5;
+
+function keepAliveSeconds(env: Readonly<Record<string, string | undefined>>): number {
+  const text = env[KEEP_ALIVE_ENV];
+  if (text === undefined || text === "") return DEFAULT_KEEP_ALIVE_SECONDS;
+  const seconds = Number(text);
+  if (!Number.isFinite(seconds) || seconds <= 0) {
+    throw new FlagError(`${KEEP_ALIVE_ENV}: expected a number of seconds above 0, got "${text}"`);
+  }
+  return seconds;
+}
+
+/** `env` is read only for vLLM's own variables (KEEP_ALIVE_ENV). */
+export function parseServeArgs(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = {},
+): SimEngineFlags {
   const { raw, ignored, positional } = readWords(argv);
   if (positional.length > 1) throw new FlagError(`unexpected arguments: ${positional.slice(1).join(" ")}`);
   if (positional[0] !== undefined) {
@@ -204,7 +228,7 @@ export function parseServeArgs(argv: readonly string[]): SimEngineFlags {
   if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
     throw new FlagError("--enable-auto-tool-choice requires --tool-call-parser");
   }
-  return flagsOf(f, ignored);
+  return { ...flagsOf(f, ignored), httpKeepAliveSeconds: keepAliveSeconds(env) };
 }
 
 /**
@@ -266,7 +290,10 @@ function readWords(argv: readonly string[]) {
 }
 
 /** The validated flags in the shape the engine is built from. */
-function flagsOf(f: z.output<typeof Schema>, ignored: string[]): SimEngineFlags {
+function flagsOf(
+  f: z.output<typeof Schema>,
+  ignored: string[],
+): Omit<SimEngineFlags, "httpKeepAliveSeconds"> {
   return {
     model: f.model,
     host: f.host,

@@ -113,7 +113,7 @@ function parseCommand(argv: string[]): { flags: SimEngineFlags; setup: EngineSet
     return 0;
   }
   try {
-    const flags = parseServeArgs(rest);
+    const flags = parseServeArgs(rest, process.env);
     return { flags, setup: engineSetup(flags) };
   } catch (err) {
     if (!(err instanceof FlagError)) throw err;
@@ -168,6 +168,7 @@ function simServer(
     promptTokensDetails: flags.enablePromptTokensDetails,
     autoToolChoice: flags.enableAutoToolChoice,
     quirks: flags.sim.quirks,
+    keepAliveMs: flags.httpKeepAliveSeconds * 1000,
     faults: new FaultPlan({
       seed: flags.seed,
       failRate: flags.sim.failRate,

@@ -56,6 +56,8 @@ export interface ServerOptions {
   crash?: () => void;
   /** `--sim-quirks`: how this engine differs from vLLM. */
   quirks?: Quirks;
+  /** How long an idle connection stays open (flags.ts, KEEP_ALIVE_ENV); 65 s when not given. */
+  keepAliveMs?: number;
 }
 
 export class SimServer {
@@ -76,7 +78,10 @@ export class SimServer {
   constructor(opts: ServerOptions) {
     this.opts = opts;
     this.quirks = opts.quirks ?? new Set();
-    this.http = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
+    // No buffer past the keep-alive: uvicorn closes at its timeout exactly,
+    // where Node 24 would wait a second more by default.
+    const keepAlive = { keepAliveTimeout: opts.keepAliveMs ?? 65_000, keepAliveTimeoutBuffer: 0 };
+    this.http = createServer({ ...keepAlive, requestTimeout: 0 }, (req, res) => {
       // A client that vanished mid-write must cost an aborted request, never the process.
       res.on("error", () => {});
       req.on("error", () => {});

@@ -124,4 +124,16 @@ describe("fault plan", () => {
     const crash = new FaultPlan({ seed: 0, failRate: 0, crashAfter: 0, hangPhase: "first-token" });
     expect(crash.next()).toBe("crash");
   });
+
+  it("keeps idle connections for VLLM_HTTP_TIMEOUT_KEEP_ALIVE seconds, 5 by default, as vLLM does", () => {
+    expect(parseServeArgs(["m"]).httpKeepAliveSeconds).toBe(5);
+    expect(parseServeArgs(["m"], { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: "" }).httpKeepAliveSeconds).toBe(5);
+    expect(parseServeArgs(["m"], { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: "30" }).httpKeepAliveSeconds).toBe(30);
+    expect(parseServeArgs(["m"], { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: "0.5" }).httpKeepAliveSeconds).toBe(0.5);
+    for (const bad of ["0", "-1", "5s", "never"]) {
+      expect(() => parseServeArgs(["m"], { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: bad })).toThrow(
+        /^VLLM_HTTP_TIMEOUT_KEEP_ALIVE: expected a number of seconds above 0/,
+      );
+    }
+  });
 });

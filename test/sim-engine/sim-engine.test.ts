@@ -4,6 +4,7 @@
  * --sim-speed so the whole file stays well under 30 s.
  */
 import { mkdtempSync, readFileSync } from "node:fs";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
@@ -22,12 +23,17 @@ interface Engine {
   client: OpenAI;
 }
 
-async function engine(name: string, flags: string[], viaShim = false): Promise<Engine> {
+async function engine(
+  name: string,
+  flags: string[],
+  viaShim = false,
+  env: NodeJS.ProcessEnv = {},
+): Promise<Engine> {
   const port = await freePort();
   const args = ["serve", MODEL, "--host", "127.0.0.1", "--port", String(port), ...flags];
   const proc = viaShim
-    ? startProcess(name, join(REPO, "test", "bin", "vllm"), args)
-    : startLlmgw(name, ["sim-engine", ...args]);
+    ? startProcess(name, join(REPO, "test", "bin", "vllm"), args, env)
+    : startLlmgw(name, ["sim-engine", ...args], env);
   procs.push(proc);
   const url = `http://127.0.0.1:${port}`;
   return { proc, port, url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
@@ -476,5 +482,42 @@ describe("--sim-trace", () => {
     procs.push(bad);
     expect(await bad.exited).toBe(2);
     expect(bad.output()).toMatch(/--sim-trace: cannot open .*no-such-dir-llmgw.*ENOENT/);
+  });
+});
+
+describe("idle connections", () => {
+  it("closes a kept-alive connection after VLLM_HTTP_TIMEOUT_KEEP_ALIVE seconds idle, as vLLM's uvicorn does", async () => {
+    const e = await engine("keep-alive", [], false, { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: "0.5" });
+    await healthy(e);
+    const socket = connect(e.port, "127.0.0.1");
+    let closed = false;
+    let answer = "";
+    socket.on("close", () => {
+      closed = true;
+    });
+    socket.on("data", (bytes: Buffer) => {
+      answer += bytes.toString("utf8");
+    });
+    socket.write("GET /health HTTP/1.1\r\nHost: engine\r\n\r\n");
+    await waitUntil("the health answer", async () => answer.includes("\r\n\r\n"), 10_000, 20);
+    // Answered and kept open, as HTTP/1.1 is by default: the engine, not the answer, ends it.
+    expect(answer).toMatch(/^HTTP\/1\.1 200/);
+    expect(answer.toLowerCase()).not.toContain("connection: close");
+    expect(closed).toBe(false);
+    // Well before the 5 s default: the variable, not the default, closed it.
+    await waitUntil("the engine closed the idle connection", async () => closed, 4_000, 50);
+  });
+
+  it("refuses a VLLM_HTTP_TIMEOUT_KEEP_ALIVE that is not a number of seconds, at startup", async () => {
+    const bad = startLlmgw(
+      "bad-keep-alive",
+      ["sim-engine", "serve", MODEL, "--port", String(await freePort())],
+      { VLLM_HTTP_TIMEOUT_KEEP_ALIVE: "5s" },
+    );
+    procs.push(bad);
+    expect(await bad.exited).toBe(2);
+    expect(bad.output()).toContain(
+      'VLLM_HTTP_TIMEOUT_KEEP_ALIVE: expected a number of seconds above 0, got "5s"',
+    );
   });
 });
