@@ -1,5 +1,5 @@
 /**
- * One chat or completion request in flight: its `n` choices, each an
+ * One chat, completion or Responses request in flight: its `n` choices, each an
  * engine sequence of its own (as vLLM forks `n > 1` into child requests
  * that share the prompt through the prefix cache), what each writes, and
  * the end of the response once every choice has ended.
@@ -35,12 +35,13 @@ import {
 } from "./protocol.ts";
 import type { Quirks } from "./quirks.ts";
 import type { TraceSpan } from "./request-trace.ts";
+import { type ResponseEcho, ResponseWriter } from "./responses.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent, SeqGroup } from "./scheduler.ts";
 
 export interface GenerationSpec {
-  kind: "chat" | "completion";
-  /** The response id (chatcmpl-…, cmpl-…). */
+  kind: "chat" | "completion" | "response";
+  /** The response id (chatcmpl-…, cmpl-…, resp_…). */
   id: string;
   created: number;
   model: string;
@@ -59,6 +60,8 @@ export interface GenerationSpec {
   fate: Exclude<Fate, "fail" | "hang-first-token">;
   /** `--sim-quirks`: how this engine's streams differ from vLLM's. */
   quirks?: Quirks;
+  /** Kind "response": what the response object repeats of the request (one choice, text only). */
+  response?: Omit<ResponseEcho, "id" | "created" | "model" | "itemId">;
 }
 
 export interface GenerationIo {
@@ -94,6 +97,8 @@ export class Generation {
   private readonly writer: ChunkWriter;
   private readonly choices: Choice[];
   private readonly chat: boolean;
+  /** Set for the Responses API, whose bodies and events replace chat's chunks. */
+  private readonly response: ResponseWriter | undefined;
   /** The response ended, or the client left: events are dropped. */
   private done = false;
   private started = false;
@@ -104,6 +109,15 @@ export class Generation {
     this.spec = spec;
     this.io = io;
     this.chat = spec.kind === "chat";
+    this.response = spec.response
+      ? new ResponseWriter({
+          ...spec.response,
+          id: spec.id,
+          itemId: `msg_${randomUUID().replace(/-/g, "")}`,
+          created: spec.created,
+          model: spec.model,
+        })
+      : undefined;
     this.writer = (this.chat ? chatChunks : completionChunks)(
       spec.id,
       spec.created,
@@ -133,6 +147,8 @@ export class Generation {
     if (spec.stream || spec.fate === "crash") {
       res.writeHead(200, { ...(spec.stream ? SSE_HEADERS : JSON_HEADERS), ...io.headers() });
       res.flushHeaders();
+      // vLLM sends these before it awaits the engine's first output.
+      if (spec.stream && this.response) res.write(this.response.opening());
     }
     res.on("close", () => {
       // A no-op after finish: the span was already written.
@@ -260,6 +276,7 @@ export class Generation {
 
   /** The chunk for choice `c`'s latest token; the request's first also carries every choice's role chunk. */
   private chunk(c: Choice, piece: string, lp: string | null, first: boolean): string {
+    if (this.response) return this.response.delta(piece, first);
     const continuous = this.spec.usageMode === "continuous";
     let out = "";
     if (first && this.chat) {
@@ -284,6 +301,10 @@ export class Generation {
     this.done = true;
     const completion = this.completionTokens();
     io.span?.end("finished", spec.promptIds.length, completion);
+    if (this.response) {
+      this.finishResponse(this.response, completion);
+      return;
+    }
     const usage = this.usage(completion);
     const res = io.res;
     if (spec.stream) {
@@ -306,5 +327,20 @@ export class Generation {
     const json = responseBody(this.chat, spec.id, spec.created, spec.model, choices, body);
     res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
     res.end(json);
+  }
+
+  /** A Responses answer: its closing events, or the whole response object. */
+  private finishResponse(writer: ResponseWriter, output: number): void {
+    const { spec, io } = this;
+    const c = this.choices[0]!;
+    const usage = { input: spec.promptIds.length, cached: this.cached, output };
+    const finish = c.finish ?? "stop";
+    if (spec.stream) {
+      io.res.end(writer.closing(c.text, finish, usage));
+      return;
+    }
+    const json = writer.body(c.text, finish, usage);
+    io.res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
+    io.res.end(json);
   }
 }

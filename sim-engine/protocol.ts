@@ -53,7 +53,7 @@ const Stop = z.union([z.string(), z.array(z.string()).max(64)]).nullish();
  * At least 1, as vLLM's SamplingParams and OpenAI's chat API have it; the
  * edge applies the same rule with the same message (edge/request-schema.ts).
  */
-const MaxTokens = z
+export const MaxTokens = z
   .number()
   .int()
   .min(1, { error: (iss) => `must be at least 1, got ${String(iss.input)}` })
@@ -215,9 +215,11 @@ export function embeddingsBody(
   return `{"id":"${id}","object":"list","created":${created},"model":${JSON.stringify(model)},"data":[${data}],"usage":${usage}}`;
 }
 
-export function zodToApiError(err: z.ZodError): ApiError {
+/** `prefix`: where the parsed value sits in the request body, when it is not the body itself. */
+export function zodToApiError(err: z.ZodError, prefix: readonly PropertyKey[] = []): ApiError {
   const issue = err.issues[0]!;
-  const param = issue.path.length > 0 ? issue.path.map(String).join(".") : null;
+  const path = [...prefix, ...issue.path];
+  const param = path.length > 0 ? path.map(String).join(".") : null;
   return new ApiError(400, param ? `${param}: ${issue.message}` : issue.message, param);
 }
 

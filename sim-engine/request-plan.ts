@@ -16,6 +16,7 @@ import {
   promptOf,
   type ResponseFormat,
 } from "./protocol.ts";
+import { type ResponsesRequest, responseFormatOf, responsesMessages } from "./responses.ts";
 import { chatPromptTokens, completionPromptTokens } from "./text.ts";
 import { type ToolFunction, toolToCall } from "./tool-choice.ts";
 
@@ -79,6 +80,36 @@ export function completionPlan(r: CompletionRequest, o: PlanOptions): RequestPla
 }
 
 /**
+ * A Responses request's plan: its input as chat messages, so it costs and
+ * says what the chat request with those messages would (one choice).
+ * What the sim cannot serve is refused before anything is scheduled.
+ */
+export function responsesPlan(r: ResponsesRequest, o: PlanOptions): RequestPlan {
+  if (r.previous_response_id !== null && r.previous_response_id !== undefined) {
+    throw new ApiError(
+      400,
+      `previous_response_id: the sim engine stores no responses, so response \`${r.previous_response_id}\` cannot be continued; send the whole conversation in \`input\``,
+      "previous_response_id",
+    );
+  }
+  if (r.tools?.length) {
+    throw new ApiError(
+      400,
+      "tools: tools are not supported by the sim engine's Responses API; use /v1/chat/completions for tool calls",
+      "tools",
+    );
+  }
+  const promptIds = chatPromptTokens(responsesMessages(r.instructions, r.input));
+  const param = "text.format.schema";
+  return {
+    promptIds,
+    choices: plans({ seed: r.seed }, promptIds, outputShape(responseFormatOf(r), param), param, o),
+    maxTokens: r.max_output_tokens ?? undefined,
+    logprobs: null,
+  };
+}
+
+/**
  * The tool a chat request's answer calls (tool-choice.ts), after vLLM's
  * checks: `tool_choice` needs `tools`, a named function must be among
  * them, and "auto" (the default when tools are given) needs
@@ -114,7 +145,11 @@ function toolCall(
 
 /** One plan per choice; `param` names the schema a plan could not be drawn from. */
 function plans(
-  r: ChatRequest | CompletionRequest,
+  r: {
+    seed?: number | null | undefined;
+    n?: number | null | undefined;
+    ignore_eos?: boolean | null | undefined;
+  },
   promptIds: number[],
   shape: OutputShape,
   param: string,
@@ -132,12 +167,12 @@ function plans(
 }
 
 /** What `response_format` asks of the output; a json_schema without a schema is any JSON object. */
-function outputShape(format: ResponseFormat | null | undefined): OutputShape {
+function outputShape(format: ResponseFormat | null | undefined, param = SCHEMA_PARAM): OutputShape {
   if (!format || format.type === "text") return { kind: "text" };
   if (format.type === "json_object") return { kind: "json_object" };
   const schema = format.json_schema.schema;
   if (!schema) return { kind: "json_object" };
-  return { kind: "json_schema", schema: checked(schema, SCHEMA_PARAM) };
+  return { kind: "json_schema", schema: checked(schema, param) };
 }
 
 /** A schema the generator can honour, or the 400 naming where it cannot. */

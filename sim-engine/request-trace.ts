@@ -16,7 +16,7 @@
 import { createWriteStream, openSync, readFileSync, type WriteStream } from "node:fs";
 
 export interface TraceRecord {
-  /** The engine's response id (chatcmpl-…, cmpl-…). */
+  /** The engine's response id (chatcmpl-…, cmpl-…, resp_…). */
   id: string;
   user: string | null;
   request_id: string | null;

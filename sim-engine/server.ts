@@ -1,14 +1,14 @@
 /**
  * The sim engine's HTTP surface, shaped like vLLM's OpenAI server:
- * /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health,
- * /metrics (+ /ping, /version). Plain node:http: an engine streams one small write per
- * token per request, and every layer in between would be paid per token.
+ * /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
+ * /v1/models, /health, /metrics (+ /ping, /version). Plain node:http: an
+ * engine streams one small write per token per request, and every layer in
+ * between would be paid per token.
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../common/log.ts";
 import { usageModeOf } from "../common/usage-mode.ts";
-import type { ChoicePlan } from "./choice-plan.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
@@ -29,8 +29,9 @@ import {
   zodToApiError,
 } from "./protocol.ts";
 import { fastApiErrorBody, type Quirks, streamedUsageMode } from "./quirks.ts";
-import { chatPlan, completionPlan } from "./request-plan.ts";
+import { chatPlan, completionPlan, type RequestPlan, responsesPlan } from "./request-plan.ts";
 import { type Arrival, type RequestTrace, TraceSpan, wallMs } from "./request-trace.ts";
+import { ResponsesRequest, ResponseWriter } from "./responses.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent } from "./scheduler.ts";
 import { completionPromptTokens, fnv1a } from "./text.ts";
@@ -59,6 +60,13 @@ export interface ServerOptions {
   /** How long an idle connection stays open (flags.ts, KEEP_ALIVE_ENV); 65 s when not given. */
   keepAliveMs?: number;
 }
+
+/** What generate() reads of a request besides its plan. */
+type GenerationParams = Pick<ChatRequest, "stream" | "stop" | "stream_options" | "cache_salt" | "user">;
+
+/** A Responses request's defaults for what its response object echoes, as vLLM's sampling defaults. */
+const DEFAULT_TEMPERATURE = 1;
+const DEFAULT_TOP_P = 1;
 
 export class SimServer {
   private readonly opts: ServerOptions;
@@ -130,7 +138,10 @@ export class SimServer {
       return this.sendText(res, 200, '{"version":"0.0.0+llmgw-sim"}', "application/json");
     }
     const inference =
-      path === "/v1/chat/completions" || path === "/v1/completions" || path === "/v1/embeddings";
+      path === "/v1/chat/completions" ||
+      path === "/v1/completions" ||
+      path === "/v1/responses" ||
+      path === "/v1/embeddings";
     if (!inference && path !== "/v1/models") {
       req.resume();
       throw new ApiError(404, `Not Found: ${method} ${path}`);
@@ -159,6 +170,7 @@ export class SimServer {
     if (orca === "text" || orca === "json") this.orcaFormat.set(res, orca);
     if (path === "/v1/chat/completions") return this.chat(body, res);
     if (path === "/v1/embeddings") return this.embeddings(body, res);
+    if (path === "/v1/responses") return this.responses(body, res);
     return this.completions(body, res);
   }
 
@@ -169,8 +181,7 @@ export class SimServer {
     const model = this.checkModel(r.model);
     // The tools as the client wrote them: what a chat template would render.
     const toolsJson = r.tools?.length ? JSON.stringify((body as { tools: unknown }).tools) : undefined;
-    const plan = chatPlan(r, toolsJson, this.opts);
-    this.generate("chat", model, plan.promptIds, plan.maxTokens, plan.choices, plan.logprobs, r, res);
+    this.generate("chat", model, chatPlan(r, toolsJson, this.opts), r, res);
   }
 
   private completions(body: unknown, res: ServerResponse): void {
@@ -178,8 +189,29 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    const plan = completionPlan(r, this.opts);
-    this.generate("completion", model, plan.promptIds, plan.maxTokens, plan.choices, plan.logprobs, r, res);
+    this.generate("completion", model, completionPlan(r, this.opts), r, res);
+  }
+
+  /** OpenAI's Responses API: chat underneath (responses.ts), with its own bodies and events. */
+  private responses(body: unknown, res: ServerResponse): void {
+    const parsed = ResponsesRequest.safeParse(body);
+    if (!parsed.success) throw zodToApiError(parsed.error);
+    const r = parsed.data;
+    const model = this.checkModel(r.model);
+    const plan = responsesPlan(r, this.opts);
+    this.generate(
+      "response",
+      model,
+      plan,
+      { stream: r.stream, cache_salt: r.cache_salt, user: r.user },
+      res,
+      {
+        instructions: r.instructions ?? null,
+        maxOutputTokens: r.max_output_tokens ?? null,
+        temperature: r.temperature ?? DEFAULT_TEMPERATURE,
+        topP: r.top_p ?? DEFAULT_TOP_P,
+      },
+    );
   }
 
   /**
@@ -273,43 +305,66 @@ export class SimServer {
     return model;
   }
 
-  private generate(
-    kind: "chat" | "completion",
-    model: string,
-    promptIds: number[],
-    maxTokensAsked: number | undefined,
-    plans: ChoicePlan[],
-    logprobs: GenerationSpec["logprobs"],
-    r: ChatRequest | CompletionRequest,
-    res: ServerResponse,
-  ): void {
-    const o = this.opts;
-    const limit = o.maxModelLen;
-    if (
-      promptIds.length >= limit ||
-      (maxTokensAsked !== undefined && promptIds.length + maxTokensAsked > limit)
-    ) {
-      const asked = maxTokensAsked ?? 1;
+  /**
+   * The output limit of a request whose prompt is `prompt` tokens long, or
+   * vLLM's 400 when it does not fit. Chat and completions refuse a
+   * `max_tokens` past the context; vLLM's Responses API cuts
+   * `max_output_tokens` to what is left (its get_max_tokens) and refuses
+   * only a prompt that fills the context, with a message of its own.
+   */
+  private outputLimit(kind: GenerationSpec["kind"], prompt: number, asked: number | undefined): number {
+    const limit = this.opts.maxModelLen;
+    if (kind === "response") {
+      if (prompt >= limit) {
+        throw new ApiError(
+          400,
+          `The engine prompt length ${prompt} exceeds the max_model_len ${limit}. Please reduce prompt.`,
+          "input",
+        );
+      }
+      return Math.min(asked ?? limit, limit - prompt);
+    }
+    if (prompt >= limit || (asked !== undefined && prompt + asked > limit)) {
+      const n = asked ?? 1;
       throw new ApiError(
         400,
-        `This model's maximum context length is ${limit} tokens. However, you requested ${promptIds.length + asked} tokens (${promptIds.length} in the messages, ${asked} in the completion). Please reduce the length of the messages or completion.`,
-        maxTokensAsked !== undefined && promptIds.length < limit ? "max_tokens" : "messages",
+        `This model's maximum context length is ${limit} tokens. However, you requested ${prompt + n} tokens (${prompt} in the messages, ${n} in the completion). Please reduce the length of the messages or completion.`,
+        asked !== undefined && prompt < limit ? "max_tokens" : "messages",
       );
     }
+    return asked ?? limit - prompt;
+  }
+
+  private generate(
+    kind: GenerationSpec["kind"],
+    model: string,
+    plan: RequestPlan,
+    r: GenerationParams,
+    res: ServerResponse,
+    response?: GenerationSpec["response"],
+  ): void {
+    const o = this.opts;
+    const { promptIds } = plan;
+    const maxTokens = this.outputLimit(kind, promptIds.length, plan.maxTokens);
     const fate = o.faults.next();
     if (fate === "fail") throw new ApiError(500, "Simulated engine failure (--sim-fail-rate)");
 
     const stream = r.stream === true;
+    const hex = randomUUID().replace(/-/g, "");
+    const id = kind === "response" ? `resp_${hex}` : `${kind === "chat" ? "chatcmpl" : "cmpl"}-${hex}`;
+    const created = Math.floor(Date.now() / 1000);
     if (fate === "hang-first-token") {
       if (stream) {
         res.writeHead(200, { ...SSE_HEADERS, ...this.loadHeader(res) });
         res.flushHeaders();
+        // vLLM's API server sends these itself, before it waits on the engine (no item yet, so no item id).
+        if (response)
+          res.write(new ResponseWriter({ ...response, id, itemId: "", created, model }).opening());
       }
       this.hang(res);
       return;
     }
 
-    const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`;
     const arrived = this.arrivals.get(res);
     const span = o.trace && arrived ? new TraceSpan(o.trace, id, r.user ?? null, arrived) : undefined;
     const runner = o.runner;
@@ -320,19 +375,23 @@ export class SimServer {
       {
         kind,
         id,
-        created: Math.floor(Date.now() / 1000),
+        created,
         model,
         promptIds,
-        plans,
-        maxTokens: maxTokensAsked ?? limit - promptIds.length,
+        plans: plan.choices,
+        maxTokens,
         stops:
           r.stop === undefined || r.stop === null
             ? []
             : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== ""),
         stream,
-        usageMode: stream ? streamedUsageMode(usageModeOf(r.stream_options), this.quirks) : "none",
-        quirks: this.quirks,
-        logprobs,
+        // The quirks are other servers' chat and completions; a response is vLLM's.
+        usageMode:
+          stream && kind !== "response"
+            ? streamedUsageMode(usageModeOf(r.stream_options), this.quirks)
+            : "none",
+        ...(kind === "response" ? { response } : { quirks: this.quirks }),
+        logprobs: plan.logprobs,
         ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
         promptTokensDetails: o.promptTokensDetails,
         fate,
