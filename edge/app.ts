@@ -4,7 +4,7 @@ import type { Env } from "./env.ts";
 import { inference } from "./inference.ts";
 import { listModels, retrieveModel } from "./models.ts";
 import { ApiError, errors } from "./openai-errors.ts";
-import { chatRequest, completionRequest, embeddingRequest } from "./request-schema.ts";
+import { chatRequest, completionRequest, embeddingRequest, responsesRequest } from "./request-schema.ts";
 import { EDGESYNC_PREFIX, handleEdgeSync } from "./sync/service.ts";
 import { newRequestId, unhandledError } from "./unhandled.ts";
 
@@ -23,7 +23,7 @@ app.onError((err) => {
 app.notFound(() =>
   errors
     .notFound(
-      "Unknown path. This gateway serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models and /v1/models/{model}.",
+      "Unknown path. This gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models and /v1/models/{model}.",
     )
     .toResponse(),
 );
@@ -40,10 +40,19 @@ app.get("/v1/models/:model{.+}", retrieveModel);
 
 app.post("/v1/chat/completions", inference("/v1/chat/completions", chatRequest));
 app.post("/v1/completions", inference("/v1/completions", completionRequest));
+app.post("/v1/responses", inference("/v1/responses", responsesRequest));
 app.post("/v1/embeddings", inference("/v1/embeddings", embeddingRequest));
-for (const path of ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]) {
+for (const path of ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"]) {
   app.all(path, () => errors.methodNotAllowed(`${path} accepts POST only.`).toResponse({ allow: "POST" }));
 }
+// A stored response lives on the engine that made it, which nothing here can name again.
+app.all("/v1/responses/:rest{.+}", () =>
+  errors
+    .notFound(
+      "This gateway keeps no responses: /v1/responses/{id} (retrieve, delete, cancel, input items) is not served. Send the conversation in `input` instead.",
+    )
+    .toResponse(),
+);
 app.all("/v1/models", () =>
   errors.methodNotAllowed("/v1/models accepts GET only.").toResponse({ allow: "GET" }),
 );

@@ -194,3 +194,13 @@ export function normaliseEngineError(status: number, text: string): OpenAIErrorB
 export function sseErrorEvent(err: OpenAIErrorBody): string {
   return `data: ${JSON.stringify({ error: err })}\n\n`;
 }
+
+/**
+ * The same for a Responses API stream: its `error` event (`type`, `code`,
+ * `message`, `param`), which also carries the `error` object openai-node
+ * throws on, so the SDK raises it as it does a chat stream's.
+ */
+export function responsesErrorEvent(err: OpenAIErrorBody): string {
+  const { code, message, param } = err;
+  return `event: error\ndata: ${JSON.stringify({ type: "error", code, message, param, error: err })}\n\n`;
+}

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ApiError } from "./openai-errors.ts";
-import { readBodyLimited } from "./request-schema.ts";
+import { completionRequest, readBodyLimited, responsesRequest, validate } from "./request-schema.ts";
 
 const LIMIT = 1000;
 
@@ -66,5 +66,42 @@ describe("readBodyLimited on an oversized body", () => {
     expect((err as ApiError).status).toBe(413);
     // At most the one chunk a stream pulls ahead as it is made.
     expect(seen.pulled).toBeLessThanOrEqual(1);
+  });
+});
+
+describe("validate", () => {
+  const message = (f: () => unknown) => {
+    try {
+      f();
+    } catch (err) {
+      return err instanceof ApiError ? [err.status, err.body().message, err.body().param] : err;
+    }
+    return "accepted";
+  };
+
+  it("says a missing field is required, a union's (input, prompt) too, and names a present one's fault", () => {
+    expect(message(() => validate(responsesRequest, { model: "m" }))).toEqual([
+      400,
+      "input: is required",
+      "input",
+    ]);
+    expect(message(() => validate(completionRequest, { model: "m" }))).toEqual([
+      400,
+      "prompt: is required",
+      "prompt",
+    ]);
+    expect(message(() => validate(responsesRequest, { model: "m", input: 3 }))).toEqual([
+      400,
+      "input: Invalid input",
+      "input",
+    ]);
+    expect(message(() => validate(responsesRequest, { model: "m", input: [] }))).toEqual([
+      400,
+      "input: must contain at least one item",
+      "input",
+    ]);
+    expect(
+      message(() => validate(responsesRequest, { model: "m", input: "hi", max_output_tokens: 0 })),
+    ).toEqual([400, "max_output_tokens: must be at least 1, got 0", "max_output_tokens"]);
   });
 });

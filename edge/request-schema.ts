@@ -75,6 +75,28 @@ export const embeddingRequest = z.looseObject({
   dimensions: z.number().int().min(1).nullish(),
 });
 
+/**
+ * The Responses API: `input` a string or a list of items (messages with a
+ * role, or a function call's output), `instructions` its system message,
+ * `max_output_tokens` its length limit. Everything else (tools, `store`,
+ * `previous_response_id`, reasoning, text format) is the engine's to read.
+ */
+const responseItem = z.looseObject({
+  type: z.string().min(1).optional(),
+  role: z.enum(["system", "developer", "user", "assistant"]).optional(),
+  content: z.union([z.string(), z.array(contentPart)]).optional(),
+});
+export const responsesRequest = z.looseObject({
+  model: modelName,
+  input: z.union([z.string(), z.array(responseItem).min(1, "must contain at least one item")]),
+  instructions: z.string().nullish(),
+  max_output_tokens: maxTokens.nullish(),
+  stream: z.boolean().nullish(),
+  temperature: sampling.temperature,
+  top_p: sampling.top_p,
+  user: sampling.user,
+});
+
 export type ChatRequest = z.output<typeof chatRequest>;
 export type CompletionRequest = z.output<typeof completionRequest>;
 export type EmbeddingRequest = z.output<typeof embeddingRequest>;
@@ -92,7 +114,9 @@ export function validate<T>(schema: z.ZodType<T>, body: unknown): T {
   if (r.success) return r.data;
   const issue = r.error.issues[0]!;
   const param = formatPath(issue.path);
-  const missing = issue.code === "invalid_type" && (body as Record<string, unknown>)[param] === undefined;
+  // A union (`input`, `prompt`) reports a missing field as no member matching.
+  const typed = issue.code === "invalid_type" || issue.code === "invalid_union";
+  const missing = typed && issue.path.length === 1 && (body as Record<string, unknown>)[param] === undefined;
   const what = missing ? "is required" : issue.message;
   throw errors.invalid(`${param || "body"}: ${what}`, param || null);
 }

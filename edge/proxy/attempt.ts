@@ -11,7 +11,7 @@
  */
 import { SseSplitter } from "../../common/sse.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
-import { sseErrorEvent } from "../openai-errors.ts";
+import type { OpenAIErrorBody } from "../openai-errors.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import {
   type End,
@@ -22,8 +22,11 @@ import {
   thrownFailure,
   type Verdicted,
 } from "./failure.ts";
+import type { ApiPath } from "./input.ts";
 import { choicesAsked, type ProxyInput } from "./input.ts";
+import { ResponseEvents } from "./response-events.ts";
 import { readUsage, StreamUsage } from "./sse-usage.ts";
+import type { StreamTracker } from "./stream-tracker.ts";
 import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl } from "./upstream.ts";
 import { answerText, countedUsage } from "./usage-estimate.ts";
@@ -35,7 +38,6 @@ const STREAM_BUFFER_BYTES = 4 * 1024 * 1024;
 // already in the buffer) before the connection is given up.
 const TAIL_WAIT_MS = 250;
 const TAIL_BYTES = 16 * 1024;
-const DONE = "data: [DONE]\n\n";
 const encoder = new TextEncoder();
 
 /** One attempt's fixed facts and its means to stop. */
@@ -66,7 +68,7 @@ export interface Committed {
 export interface Held {
   reader: ReadableStreamDefaultReader<Uint8Array>;
   splitter: SseSplitter;
-  tracker: StreamUsage;
+  tracker: StreamTracker;
   decoder: TextDecoder;
   /** What to send first: the events read so far. */
   head: string;
@@ -106,13 +108,27 @@ export function newCall(
   };
 }
 
+function trackerFor(input: ProxyInput): StreamTracker {
+  if (input.apiPath === "/v1/responses") return new ResponseEvents();
+  return new StreamUsage(usageModeOf(input.body.stream_options as never));
+}
+
+/** The error event a stream of this API ends with when none of its engines' events were read. */
+export function errorEventFor(apiPath: ApiPath, err: OpenAIErrorBody): string {
+  return apiPath === "/v1/responses"
+    ? new ResponseEvents().errorEvent(err)
+    : new StreamUsage("none").errorEvent(err);
+}
+
 function where(call: Call) {
   return { endpoint: call.endpoint.id, model: call.model, attempts: call.attempts };
 }
 
 function upstreamBody(input: ProxyInput, model: string): string {
   const body: Record<string, unknown> = { ...input.body, model };
-  if (input.stream && input.settings.inject_usage && input.apiPath !== "/v1/embeddings") {
+  // A Responses stream always ends with its usage: nothing to ask for.
+  const asks = input.apiPath === "/v1/chat/completions" || input.apiPath === "/v1/completions";
+  if (input.stream && input.settings.inject_usage && asks) {
     const asked = (input.body.stream_options ?? {}) as Record<string, unknown>;
     body.stream_options = { ...asked, include_usage: true, continuous_usage_stats: true };
   }
@@ -239,7 +255,7 @@ export async function holdFirstToken(call: Call, res: Response): Promise<Held | 
   const held: Held = {
     reader: res.body.getReader(),
     splitter: new SseSplitter(),
-    tracker: new StreamUsage(usageModeOf(input.body.stream_options as never)),
+    tracker: trackerFor(input),
     decoder: new TextDecoder(),
     head: "",
   };
@@ -436,11 +452,12 @@ export function relay(call: Call, held: Held, client: ClientSide): Promise<Verdi
     .then(async (end) => {
       const counted = countedUsage(tracker.usage, input.body, tracker.relayed);
       if (end.kind === "answered") {
-        client.close(tracker.finalUsageEvent(counted.usage) + DONE);
+        client.close(tracker.closing(counted.usage));
         if (tracker.done) await readToEnd(reader);
       }
       // An engine's own error event has gone out already.
-      else if (end.kind === "cut") client.close(tracker.error ? "" : sseErrorEvent(end.failure.error.body()));
+      else if (end.kind === "cut")
+        client.close(tracker.error ? "" : tracker.errorEvent(end.failure.error.body()));
       else client.close("");
       return { ...outcomeOf(where(call), end, counted), firstByteAt };
     });

@@ -8,7 +8,7 @@ import type { EndpointSpec } from "../routing/types.ts";
 import type { Target } from "./attempt-plan.ts";
 import type { UpstreamFetch } from "./upstream.ts";
 
-export type ApiPath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+export type ApiPath = "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/embeddings";
 
 export interface Targets {
   take(): Promise<Target | undefined>;

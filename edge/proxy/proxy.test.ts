@@ -207,6 +207,55 @@ describe("proxy", () => {
     expect(verdicts.map(([e, v]) => `${e} ${v}`)).toEqual(["a fail", "b fail", "c ok"]);
   });
 
+  it("relays a Responses API stream as it came, adds no [DONE], and takes its usage from response.completed", async () => {
+    const ev = (type: string, fields: Record<string, unknown>) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`;
+    const events = [
+      ev("response.created", { response: { id: "resp_1", status: "in_progress", usage: null } }),
+      ev("response.output_text.delta", { item_id: "msg_1", delta: "Hi" }),
+      ev("response.completed", {
+        response: {
+          id: "resp_1",
+          status: "completed",
+          usage: { input_tokens: 4, output_tokens: 1, total_tokens: 5 },
+        },
+      }),
+    ];
+    let sent: Record<string, unknown> = {};
+    const { result } = run(
+      {
+        a: (init) => {
+          sent = JSON.parse(String(init.body)) as Record<string, unknown>;
+          return sse(events);
+        },
+      },
+      ["a"],
+      {
+        apiPath: "/v1/responses",
+        stream: true,
+        body: { model: "m", input: "hi", stream: true },
+      },
+    );
+    const r = await result;
+    expect(await r.response.text()).toBe(events.join(""));
+    const o = await r.outcome;
+    expect(o.usage).toEqual({ prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 });
+    expect(o.usageEstimated).toBe(false);
+    // Nothing to ask for: a Responses stream always ends with its usage.
+    expect(sent.stream_options).toBeUndefined();
+  });
+
+  it("charges a non-streamed response what its usage says, in the Responses API's names", async () => {
+    const body = { id: "resp_1", output: [], usage: { input_tokens: 7, output_tokens: 2, total_tokens: 9 } };
+    const { result } = run({ a: () => Response.json(body) }, ["a"], {
+      apiPath: "/v1/responses",
+      body: { model: "m", input: "hi" },
+    });
+    const r = await result;
+    expect(await r.response.json()).toEqual(body);
+    expect((await r.outcome).usage).toEqual({ prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });
+  });
+
   it("returns an engine's 4xx at once, normalised, without a retry: the engine is alive", async () => {
     const { result, verdicts, calls } = run(
       {

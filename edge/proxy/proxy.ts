@@ -1,4 +1,4 @@
-import { errors, sseErrorEvent } from "../openai-errors.ts";
+import { errors } from "../openai-errors.ts";
 import { ClientGone } from "../pool/client.ts";
 import { gatewayFailure } from "../unhandled.ts";
 import {
@@ -6,6 +6,7 @@ import {
   ClientSide,
   type Committed,
   connect,
+  errorEventFor,
   holdFirstToken,
   isFailure,
   newCall,
@@ -132,7 +133,7 @@ function committedAtHeaders(tries: Tries, first: Accepted): ProxyResult {
   const ended = (last: Failure): Outcome => {
     const end =
       last.verdict === "abandon" ? { kind: "left" as const } : { kind: "cut" as const, failure: last };
-    client.close(end.kind === "cut" ? sseErrorEvent(last.error.body()) : "");
+    client.close(end.kind === "cut" ? errorEventFor(tries.input.apiPath, last.error.body()) : "");
     return outcomeOf(tries.where(), end);
   };
   const outcome = (async (): Promise<Outcome> => {

@@ -1,6 +1,7 @@
 import { eventFields } from "../../common/sse.ts";
 import type { UsageMode } from "../../common/usage-mode.ts";
-import { normaliseEngineError, type OpenAIErrorBody } from "../openai-errors.ts";
+import { normaliseEngineError, type OpenAIErrorBody, sseErrorEvent } from "../openai-errors.ts";
+import type { StreamTracker } from "./stream-tracker.ts";
 
 /**
  * Server-sent events from an engine, split into whole events and read for
@@ -29,11 +30,12 @@ export interface Usage {
   total_tokens: number;
 }
 
+/** Usage in chat's names, or the Responses API's (`input_tokens`, `output_tokens`). */
 export function readUsage(v: unknown): Usage | undefined {
   if (typeof v !== "object" || v === null) return undefined;
   const u = v as Record<string, unknown>;
-  const p = u.prompt_tokens;
-  const c = u.completion_tokens ?? 0;
+  const p = u.prompt_tokens ?? u.input_tokens;
+  const c = u.completion_tokens ?? u.output_tokens ?? 0;
   if (typeof p !== "number" || typeof c !== "number") return undefined;
   const t = typeof u.total_tokens === "number" ? u.total_tokens : p + c;
   return { prompt_tokens: p, completion_tokens: c, total_tokens: t };
@@ -110,7 +112,9 @@ function settle(slot: UsageSlot | undefined): Usage | undefined {
   return slot.parsed;
 }
 
-export class StreamUsage {
+const DONE = "data: [DONE]\n\n";
+
+export class StreamUsage implements StreamTracker {
   // The usage object of each choice's latest chunk, as text: with usage on
   // every chunk only the last one matters, so it is parsed when asked for, once.
   private readonly choices = new Map<number, UsageSlot>();
@@ -156,6 +160,15 @@ export class StreamUsage {
     }
     const { id, object, created, model } = head;
     return `data: ${JSON.stringify({ id, object, created, model, choices: [], usage })}\n\n`;
+  }
+
+  /** The final usage chunk if it is still owed, then the stream's own `[DONE]`. */
+  closing(usage: Usage | undefined): string {
+    return this.finalUsageEvent(usage) + DONE;
+  }
+
+  errorEvent(err: OpenAIErrorBody): string {
+    return sseErrorEvent(err);
   }
 
   /** Whether an engine's `choices: []` usage chunk goes to the client: once, when it asked for usage. */

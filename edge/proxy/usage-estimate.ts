@@ -39,11 +39,22 @@ export function countedUsage(
   return { usage: estimateUsage(body, relayed), estimated: true };
 }
 
-/** Answer text of a whole (non-streamed) answer, for when its body carries no usage. */
+/** Answer text of a whole (non-streamed) answer, for when its body carries no usage: choices, or a response's output items. */
 export function answerText(answer: Readonly<Record<string, unknown>>): Relayed {
   let chars = 0;
   const choices = Array.isArray(answer.choices) ? (answer.choices as unknown[]) : [];
   for (const c of choices)
     if (typeof c === "object" && c !== null) chars += answerChars(c as Record<string, unknown>);
+  const output = Array.isArray(answer.output) ? (answer.output as Record<string, unknown>[]) : [];
+  for (const item of output) chars += outputItemChars(item);
   return { chars, chunks: 0 };
+}
+
+/** A Responses output item's text: a message's parts, a function call's arguments. */
+function outputItemChars(item: Record<string, unknown> | null): number {
+  if (typeof item !== "object" || item === null) return 0;
+  let n = typeof item.arguments === "string" ? item.arguments.length : 0;
+  const parts = Array.isArray(item.content) ? (item.content as { text?: unknown }[]) : [];
+  for (const p of parts) if (typeof p?.text === "string") n += p.text.length;
+  return n;
 }

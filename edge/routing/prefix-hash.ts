@@ -14,6 +14,7 @@
  * Hashes are 53-bit integers (two 32-bit lanes), exact in a JS number and
  * cheap to send to the pool.
  */
+import { messagesOf } from "./conversation.ts";
 
 export const BLOCK_CHARS = 64;
 export const MAX_BLOCKS = 256;
@@ -64,21 +65,23 @@ function contentText(content: unknown): string {
 }
 
 /**
- * The text a request's prefix is made of: chat messages as role and
- * content in order, or a completion's prompt (token ids as text). Built only
+ * The text a request's prefix is made of: chat messages (or a Responses
+ * request's, conversation.ts) as role and content in order, or a
+ * completion's prompt (token ids as text). Built only
  * as far as the hashes reach.
  */
 export function promptText(body: Record<string, unknown>): string {
-  const messages = body.messages;
-  if (Array.isArray(messages)) {
+  const messages = messagesOf(body);
+  if (messages) {
     let s = "";
-    for (const m of messages as { role?: unknown; content?: unknown }[]) {
+    for (const m of messages) {
       s += `${String(m?.role ?? "")}\n${contentText(m?.content)}\n`;
       if (s.length >= LIMIT) break;
     }
     return s;
   }
-  const prompt = body.prompt;
+  // A Responses request's input may be one string, like a prompt.
+  const prompt = body.prompt ?? body.input;
   if (typeof prompt === "string") return prompt;
   if (Array.isArray(prompt) && prompt.length > 0) {
     const first = prompt[0];
