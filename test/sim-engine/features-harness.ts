@@ -7,7 +7,7 @@
 import OpenAI from "openai";
 import { expect } from "vitest";
 import { z } from "zod";
-import { freePort, type Proc, startLlmgw, waitForHttp } from "../harness/process.ts";
+import { freePort, type Proc, startLlmgw, waitForHttp, waitUntil } from "../harness/process.ts";
 
 export const MODEL = "sim";
 const procs: Proc[] = [];
@@ -18,11 +18,13 @@ export async function stopEngines(): Promise<void> {
 }
 
 export interface Engine {
+  proc: Proc;
   url: string;
   client: OpenAI;
 }
 
-export async function engine(name: string, flags: string[]): Promise<Engine> {
+/** An engine on a free loopback port; `ready: false` returns as soon as it listens (a starting engine's 503s). */
+export async function engine(name: string, flags: string[], ready = true): Promise<Engine> {
   const port = await freePort();
   const proc = startLlmgw(name, [
     "sim-engine",
@@ -38,8 +40,9 @@ export async function engine(name: string, flags: string[]): Promise<Engine> {
   ]);
   procs.push(proc);
   const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(proc, `${url}/health`);
-  return { url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
+  if (ready) await waitForHttp(proc, `${url}/health`);
+  else await waitUntil(`${name} listening`, async () => (await fetch(`${url}/metrics`)).ok, 20_000, 50);
+  return { proc, url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
 }
 
 export async function metrics(e: Engine): Promise<Record<string, number>> {

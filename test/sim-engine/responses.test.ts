@@ -5,41 +5,10 @@
  * engine's counters must move by exactly the usage each response reports,
  * as for chat.
  */
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, type Proc, startLlmgw, waitForHttp, waitUntil } from "../harness/process.ts";
-import { counted, metrics } from "./features-harness.ts";
-
-const MODEL = "sim";
-const procs: Proc[] = [];
-
-interface Engine {
-  proc: Proc;
-  url: string;
-  client: OpenAI;
-}
-
-/** An engine on a free loopback port; `ready: false` returns as soon as it listens. */
-async function engine(name: string, flags: string[], ready = true): Promise<Engine> {
-  const port = await freePort();
-  const proc = startLlmgw(name, [
-    "sim-engine",
-    "serve",
-    MODEL,
-    "--host",
-    "127.0.0.1",
-    "--port",
-    String(port),
-    "--sim-speed",
-    "50",
-    ...flags,
-  ]);
-  procs.push(proc);
-  const url = `http://127.0.0.1:${port}`;
-  if (ready) await waitForHttp(proc, `${url}/health`);
-  else await waitUntil(`${name} listening`, async () => (await fetch(`${url}/metrics`)).ok, 20_000, 50);
-  return { proc, url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
-}
+import { waitUntil } from "../harness/process.ts";
+import { counted, type Engine, engine, MODEL, metrics, stopEngines } from "./features-harness.ts";
 
 async function post(e: Engine, body: unknown): Promise<Response> {
   return fetch(`${e.url}/v1/responses`, {
@@ -106,9 +75,7 @@ beforeAll(async () => {
   ]);
 });
 
-afterAll(async () => {
-  await Promise.all(procs.map((p) => p.kill("SIGKILL")));
-});
+afterAll(stopEngines);
 
 describe("POST /v1/responses", () => {
   it("non-streamed: stops at max_output_tokens as incomplete; the counters move by its usage", async () => {
