@@ -28,9 +28,10 @@ import { AttemptPlan } from "./proxy/attempt-plan.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy/proxy.ts";
 import { upstreamFor } from "./proxy/upstream.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
+import { chatViewOf } from "./routing/conversation.ts";
 import { predictDemand } from "./routing/demand.ts";
 import { requestPrefixHashes } from "./routing/prefix-hash.ts";
-import type { Location } from "./routing/types.ts";
+import type { Demand, Location } from "./routing/types.ts";
 import { newRequestId, unhandledError } from "./unhandled.ts";
 
 type Ctx = Context<{ Bindings: Env }>;
@@ -44,6 +45,8 @@ interface Inbound {
   apiPath: ApiPath;
   key: KeyRecord;
   body: Record<string, unknown> & { model: string };
+  /** What the estimates read: the body, or the chat request a Responses request stands for. */
+  estimating: Readonly<Record<string, unknown>>;
   /** Bytes of the body as sent (a bound on its tokens, for the ledger). */
   size: number;
   /** The canonical model, then its fallbacks. */
@@ -103,6 +106,7 @@ async function inbound(
     apiPath,
     key,
     body: parsed,
+    estimating: apiPath === "/v1/responses" ? chatViewOf(parsed) : parsed,
     size,
     chain: model(config.table, parsed.model, key),
     band: band(c, key, config),
@@ -121,16 +125,21 @@ function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<Record<string
   return admitKey(
     c.env,
     req.key,
-    reservationFor(req.id, req.body, req.size, generates, config.settings.timeouts.total),
+    reservationFor(req.id, req.estimating, req.size, generates, config.settings.timeouts.total),
   );
 }
 
+/** What the request asks of an engine, as admission and a charge without usage estimate it. */
+function demandOf(config: EdgeConfig, req: Inbound): Demand {
+  const generates = req.apiPath !== "/v1/embeddings";
+  return predictDemand(req.estimating, generates, config.settings.scoring.assumed_output_tokens);
+}
+
 /** The model's pool (then its fallbacks') decides when and where: the plan holds the leases. */
-function admission(c: Ctx, config: EdgeConfig, req: Inbound): AttemptPlan {
+function admission(c: Ctx, config: EdgeConfig, req: Inbound, demand: Demand): AttemptPlan {
   const first = req.chain[0]!;
   const generates = req.apiPath !== "/v1/embeddings";
-  const prefix = generates ? requestPrefixHashes(first, req.body) : [];
-  const demand = predictDemand(req.body, generates, config.settings.scoring.assumed_output_tokens);
+  const prefix = generates ? requestPrefixHashes(first, req.estimating) : [];
   return new AttemptPlan(req.chain, async (m) => {
     const estimated = estimateTally.take(m);
     const lease = await admit({
@@ -175,7 +184,8 @@ export function inference(apiPath: ApiPath, schema: Schema) {
       const stream = access.entry.stream;
       access.set({ band: req.band });
       const rateHeaders = await ledger(c, config, req);
-      const plan = admission(c, config, req);
+      const demand = demandOf(config, req);
+      const plan = admission(c, config, req, demand);
       // Registered before the pool or an engine is asked: every request the
       // ledger admitted is charged once (failures for 0 tokens), every lease
       // released once and its access line written, even if the client
@@ -218,6 +228,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
         requestId,
         apiPath,
         body: req.body,
+        promptTokens: demand.promptTokens,
         stream,
         settings: config.settings,
         band: req.band,

@@ -103,5 +103,17 @@ describe("validate", () => {
     expect(
       message(() => validate(responsesRequest, { model: "m", input: "hi", max_output_tokens: 0 })),
     ).toEqual([400, "max_output_tokens: must be at least 1, got 0", "max_output_tokens"]);
+    // A nested field that is there but wrong is its fault, not a missing field.
+    expect(
+      message(() =>
+        validate(completionRequest, { model: "m", prompt: "p", stream_options: { include_usage: "y" } }),
+      ),
+    ).toEqual([
+      400,
+      "stream_options.include_usage: Invalid input: expected boolean, received string",
+      "stream_options.include_usage",
+    ]);
+    const reasoning = { type: "reasoning", content: null, summary: [] };
+    expect(message(() => validate(responsesRequest, { model: "m", input: [reasoning] }))).toBe("accepted");
   });
 });

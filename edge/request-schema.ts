@@ -84,7 +84,8 @@ export const embeddingRequest = z.looseObject({
 const responseItem = z.looseObject({
   type: z.string().min(1).optional(),
   role: z.enum(["system", "developer", "user", "assistant"]).optional(),
-  content: z.union([z.string(), z.array(contentPart)]).optional(),
+  // Replayed output items may carry `content: null` (a reasoning item's).
+  content: z.union([z.string(), z.array(contentPart)]).nullish(),
 });
 export const responsesRequest = z.looseObject({
   model: modelName,

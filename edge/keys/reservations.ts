@@ -43,20 +43,16 @@ function count(v: unknown): number | undefined {
  * An upper bound on a request's tokens: its body's size in bytes for the
  * prompt (a token is at least one byte of text, and the JSON around the
  * text is longer than a chat template's markers), plus n × max_tokens (or
- * max_completion_tokens, the larger if both, or the Responses API's
- * max_output_tokens), or n ×
+ * max_completion_tokens, the larger if both), or n ×
  * OPEN_ENDED_COMPLETION_TOKENS without either — then it is an assumption,
- * not a bound. Embeddings generate nothing.
+ * not a bound. Embeddings generate nothing. A Responses API request comes
+ * as the chat request it stands for (routing/conversation.ts).
  */
 export function estimateTokens(body: RequestBody, bodyBytes: number, generates: boolean): number {
   if (!generates) return bodyBytes;
   // Engines differ on which wins when both are given (vLLM: a non-zero
   // max_completion_tokens); the larger is a bound either way.
-  const named = [
-    count(body.max_completion_tokens),
-    count(body.max_tokens),
-    count(body.max_output_tokens),
-  ].filter((v) => v !== undefined);
+  const named = [count(body.max_completion_tokens), count(body.max_tokens)].filter((v) => v !== undefined);
   const max = named.length > 0 ? Math.max(...named) : OPEN_ENDED_COMPLETION_TOKENS;
   return bodyBytes + (count(body.n) ?? 1) * max;
 }

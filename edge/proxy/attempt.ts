@@ -11,7 +11,7 @@
  */
 import { SseSplitter } from "../../common/sse.ts";
 import { usageModeOf } from "../../common/usage-mode.ts";
-import type { OpenAIErrorBody } from "../openai-errors.ts";
+import { type OpenAIErrorBody, responsesErrorEvent, sseErrorEvent } from "../openai-errors.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import {
   type End,
@@ -28,7 +28,7 @@ import { ResponseEvents } from "./response-events.ts";
 import { readUsage, StreamUsage } from "./sse-usage.ts";
 import type { StreamTracker } from "./stream-tracker.ts";
 import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
-import { engineUrl } from "./upstream.ts";
+import { engineUrl, UpstreamConfigError } from "./upstream.ts";
 import { answerText, countedUsage } from "./usage-estimate.ts";
 
 const MAX_ERROR_BODY = 64 * 1024;
@@ -115,9 +115,7 @@ function trackerFor(input: ProxyInput): StreamTracker {
 
 /** The error event a stream of this API ends with when none of its engines' events were read. */
 export function errorEventFor(apiPath: ApiPath, err: OpenAIErrorBody): string {
-  return apiPath === "/v1/responses"
-    ? new ResponseEvents().errorEvent(err)
-    : new StreamUsage("none").errorEvent(err);
+  return apiPath === "/v1/responses" ? responsesErrorEvent(err) : sseErrorEvent(err);
 }
 
 function where(call: Call) {
@@ -161,9 +159,10 @@ export async function connect(call: Call): Promise<Response | Failure> {
       : withTimeout(sent, ...tighter("total", t.total, call.totalDeadline, Date.now()), call.abort);
   };
   let res: Response;
+  const sentAt = Date.now();
   try {
     res = await send().catch((err: unknown) => {
-      if (!mayReconnect(call, err)) throw err;
+      if (!mayReconnect(call, err, Date.now() - sentAt)) throw err;
       return send();
     });
   } catch (err) {
@@ -180,16 +179,27 @@ export async function connect(call: Call): Promise<Response | Failure> {
 }
 
 /**
- * A send that failed with neither a timer nor the client behind it is sent
- * once more, to the same engine, before it counts as a failure. Engines
- * close idle keep-alive connections (vLLM's uvicorn after 5 s), and one
- * that closes as the next request goes out on it loses that request with
- * "Network connection lost" though the engine is fine: the runtime then
- * dials a fresh connection. An engine that is really down refuses the
- * second send too, at once, and that one is the failure its breaker hears.
+ * A send that failed within RECONNECT_WITHIN_MS, with neither a timer nor
+ * the client behind it, is sent once more to the same engine before it
+ * counts as a failure. Engines close idle keep-alive connections (vLLM's
+ * uvicorn after 5 s), and one that closes as the next request goes out on
+ * it loses that request with "Network connection lost" though the engine
+ * is fine: the runtime then dials a fresh connection. That happens within
+ * a round trip of the send; a connection lost later was carrying work (a
+ * non-streamed answer's generation), which is not done twice on one
+ * engine. An engine that is really down refuses the second send too, at
+ * once, and that one is the failure its breaker hears.
  */
-function mayReconnect(call: Call, err: unknown): boolean {
-  return !call.signal.aborted && !(err instanceof PhaseTimeout) && call.watchdog?.fired === undefined;
+const RECONNECT_WITHIN_MS = 1_000;
+
+function mayReconnect(call: Call, err: unknown, afterMs: number): boolean {
+  return (
+    afterMs <= RECONNECT_WITHIN_MS &&
+    !call.signal.aborted &&
+    !(err instanceof PhaseTimeout) &&
+    !(err instanceof UpstreamConfigError) &&
+    call.watchdog?.fired === undefined
+  );
 }
 
 function stop(call: Call, f: Failure): Failure {
@@ -234,7 +244,7 @@ export async function readWhole(call: Call, res: Response): Promise<Committed | 
     const parsed: unknown = JSON.parse(text);
     if (typeof parsed === "object" && parsed !== null) answer = parsed as Record<string, unknown>;
   } catch {}
-  const counted = countedUsage(readUsage(answer.usage), call.input.body, answerText(answer));
+  const counted = countedUsage(readUsage(answer.usage), call.input.promptTokens, answerText(answer));
   return {
     response: new Response(text, {
       status: res.status,
@@ -450,7 +460,7 @@ export function relay(call: Call, held: Held, client: ClientSide): Promise<Verdi
   return pump()
     .catch((): End => ({ kind: "left" }))
     .then(async (end) => {
-      const counted = countedUsage(tracker.usage, input.body, tracker.relayed);
+      const counted = countedUsage(tracker.usage, input.promptTokens, tracker.relayed);
       if (end.kind === "answered") {
         client.close(tracker.closing(counted.usage));
         if (tracker.done) await readToEnd(reader);

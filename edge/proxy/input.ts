@@ -18,6 +18,8 @@ export interface ProxyInput {
   requestId: string;
   apiPath: ApiPath;
   body: Record<string, unknown>;
+  /** The prompt as admission estimated it: what a charge is made of when the engine reported no usage. */
+  promptTokens: number;
   stream: boolean;
   settings: RouterConfig;
   band: string;

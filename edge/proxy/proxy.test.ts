@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { routerSchema } from "../config/router.ts";
 import { ClientGone, type PoolLease } from "../pool/client.ts";
+import { promptTokens } from "../routing/demand.ts";
 import { plainEndpoint } from "../routing/plain-endpoint.ts";
 import type { Verdict } from "../routing/pool-core.ts";
 import type { EndpointSpec } from "../routing/types.ts";
@@ -109,8 +110,11 @@ function run(
         return Promise.resolve(f(init));
       }) as UpstreamFetch,
     pipe: () => new TransformStream<Uint8Array, Uint8Array>(),
+    promptTokens: 0,
     ...extra,
   };
+  // As the edge estimates it from the body admission read.
+  input.promptTokens = extra.promptTokens ?? promptTokens(input.body);
   return { result: proxy(input), verdicts, calls };
 }
 
@@ -184,6 +188,54 @@ describe("proxy", () => {
     await r.outcome;
     expect(calls).toEqual(["http://a.test/v1/chat/completions", "http://a.test/v1/chat/completions"]);
     expect(verdicts).toEqual([["a", "ok"]]);
+  });
+
+  it("does not resend a send that failed a while after it went out: that connection was carrying work", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      const { result, calls, verdicts } = run(
+        {
+          a: () => {
+            // Lost 2 s into a non-streamed answer's generation.
+            vi.setSystemTime(Date.now() + 2_000);
+            throw new TypeError("Network connection lost.");
+          },
+          b: () =>
+            Response.json({
+              choices: [],
+              usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+            }),
+        },
+        ["a", "b"],
+      );
+      const r = await result;
+      expect(r.response.headers.get("x-llmgw-attempts")).toBe("2");
+      await r.outcome;
+      expect(calls.map((u) => new URL(u).host)).toEqual(["a.test", "b.test"]);
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "ok"],
+      ]);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("does not resend when the client left", async () => {
+    const client = new AbortController();
+    const { result, calls } = run(
+      {
+        a: () => {
+          client.abort();
+          throw new TypeError("Network connection lost.");
+        },
+      },
+      ["a", "b"],
+      { stream: true, clientSignal: client.signal },
+    );
+    const r = await result;
+    await r.outcome;
+    expect(calls.map((u) => new URL(u).host)).toEqual(["a.test"]);
   });
 
   it("counts a connection lost twice as the attempt's failure, and never resends after a timeout", async () => {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { SseSplitter } from "../../common/sse.ts";
 import { estimateTokens } from "../keys/reservations.ts";
-import { messagesOf } from "../routing/conversation.ts";
+import { chatViewOf } from "../routing/conversation.ts";
 import { predictDemand, promptTokens } from "../routing/demand.ts";
-import { promptText } from "../routing/prefix-hash.ts";
+import { promptText, requestPrefixHashes } from "../routing/prefix-hash.ts";
 import { ResponseEvents } from "./response-events.ts";
 import { answerText } from "./usage-estimate.ts";
 
@@ -115,30 +115,62 @@ describe("a Responses API request's estimates", () => {
     input: [
       { role: "user", content: "What is a GPU?" },
       { type: "message", role: "assistant", content: [{ type: "output_text", text: "A processor." }] },
+      { type: "function_call", name: "count_gpus", arguments: "{}", call_id: "c1" },
+      { type: "function_call_output", call_id: "c1", output: "8" },
       { role: "user", content: [{ type: "input_text", text: "And a TPU?" }] },
     ],
     max_output_tokens: 50,
+    // Chat's fields: a Responses engine reads neither.
+    max_tokens: 1,
+    n: 0,
   };
-
-  it("reads instructions and input items as the conversation chat would send", () => {
-    expect(messagesOf(body)).toEqual([
+  // The chat request it stands for, written out.
+  const chat = {
+    model: "m",
+    messages: [
       { role: "system", content: "Be brief." },
       { role: "user", content: "What is a GPU?" },
       { role: "assistant", content: [{ type: "output_text", text: "A processor." }] },
+      { role: "function_call", content: "count_gpus\n{}" },
+      { role: "function_call_output", content: "8" },
       { role: "user", content: [{ type: "input_text", text: "And a TPU?" }] },
-    ]);
-    // The same prompt as the chat request with those messages.
-    const chat = { model: "m", messages: messagesOf(body) };
-    expect(promptTokens(body)).toBe(promptTokens(chat));
-    expect(promptText(body)).toBe(promptText(chat));
-    // An embedding's input list is not a conversation.
-    expect(messagesOf({ model: "m", input: ["a", "b"] })).toBeUndefined();
+    ],
+    max_tokens: 50,
+  };
+
+  it("reads instructions, input items and max_output_tokens as the chat request with those messages", () => {
+    const view = chatViewOf(body);
+    expect(view).toEqual({ messages: chat.messages, max_tokens: 50 });
+    expect(promptTokens(view)).toBe(promptTokens(chat));
+    expect(promptText(view)).toBe(promptText(chat));
   });
 
-  it("takes max_output_tokens as the answer's limit, for admission and for the key's reservation", () => {
-    expect(predictDemand(body, true, 300).outputTokens).toBe(50);
-    expect(estimateTokens(body, 400, true)).toBe(450);
-    expect(promptText({ model: "m", input: "Tell me a story." })).toBe("Tell me a story.");
+  it("bounds admission and the key's reservation by max_output_tokens alone", () => {
+    const view = chatViewOf(body);
+    expect(predictDemand(view, true, 300).outputTokens).toBe(50);
+    expect(estimateTokens(view, 400, true)).toBe(450);
+    // None named: the assumption, as for chat.
+    expect(
+      predictDemand(chatViewOf({ model: "m", input: "hi", max_tokens: 1 }), true, 300).outputTokens,
+    ).toBe(300);
+  });
+
+  it("hashes a conversation's first turn the same whether it came as a string or as an item", () => {
+    const first = "Tell me a story about a fleet of GPUs. ".repeat(4);
+    const asString = requestPrefixHashes("m", chatViewOf({ model: "m", input: first }));
+    const next = requestPrefixHashes(
+      "m",
+      chatViewOf({
+        model: "m",
+        input: [
+          { role: "user", content: first },
+          { role: "assistant", content: "Once upon a time…" },
+          { role: "user", content: "Go on." },
+        ],
+      }),
+    );
+    expect(asString.length).toBeGreaterThan(1);
+    expect(next.slice(0, asString.length - 1)).toEqual(asString.slice(0, -1));
   });
 
   it("estimates a whole response's answer from its output items when it carries no usage", () => {

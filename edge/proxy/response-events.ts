@@ -66,7 +66,9 @@ export class ResponseEvents implements StreamTracker {
       return;
     }
     if (type === "response.output_item.done") {
-      this.finished.add(0);
+      // A reasoning item finishes before the answer begins: only an answer's own items count.
+      const item = obj.item as { type?: unknown } | undefined;
+      if (item?.type !== "reasoning") this.finished.add(0);
       return;
     }
     const response = obj.response as Record<string, unknown> | undefined;
@@ -75,6 +77,8 @@ export class ResponseEvents implements StreamTracker {
       this.dataEvents++;
       this.done = true;
     } else if (type === "response.failed") {
+      // What the engine did before it failed is still charged as it counted it.
+      this.usage = readUsage(response?.usage);
       const failure = (response?.error ?? {}) as Record<string, unknown>;
       this.error = normaliseEngineError(500, JSON.stringify({ error: failure }));
     }

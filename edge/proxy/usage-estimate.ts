@@ -13,7 +13,7 @@
  * Never zero for a request that reached an engine: a prompt of nothing
  * still costs a token.
  */
-import { CHARS_PER_TOKEN, promptTokens } from "../routing/demand.ts";
+import { CHARS_PER_TOKEN } from "../routing/demand.ts";
 import { answerChars, type Usage } from "./sse-usage.ts";
 
 export interface Relayed {
@@ -23,8 +23,8 @@ export interface Relayed {
   chunks: number;
 }
 
-export function estimateUsage(body: Readonly<Record<string, unknown>>, relayed: Relayed): Usage {
-  const prompt = Math.max(1, promptTokens(body));
+export function estimateUsage(promptTokens: number, relayed: Relayed): Usage {
+  const prompt = Math.max(1, promptTokens);
   const completion = Math.max(relayed.chunks, Math.ceil(relayed.chars / CHARS_PER_TOKEN));
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
@@ -32,11 +32,11 @@ export function estimateUsage(body: Readonly<Record<string, unknown>>, relayed: 
 /** The engine's usage when it gave one, else the estimate. */
 export function countedUsage(
   exact: Usage | undefined,
-  body: Readonly<Record<string, unknown>>,
+  promptTokens: number,
   relayed: Relayed,
 ): { usage: Usage; estimated: boolean } {
   if (exact) return { usage: exact, estimated: false };
-  return { usage: estimateUsage(body, relayed), estimated: true };
+  return { usage: estimateUsage(promptTokens, relayed), estimated: true };
 }
 
 /** Answer text of a whole (non-streamed) answer, for when its body carries no usage: choices, or a response's output items. */

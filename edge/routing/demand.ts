@@ -1,15 +1,14 @@
 /**
  * A request's predicted demand on an engine, from its body alone (the edge
  * has no tokenizer): the prompt at CHARS_PER_TOKEN characters a token, the
- * answer at its `max_tokens` (or `max_completion_tokens`, or the Responses
- * API's `max_output_tokens`) per choice, or an
+ * answer at its `max_tokens` (or `max_completion_tokens`) per choice, or an
  * assumption when it names none. An estimate for admission, not a bound
  * (the key's ledger reserves a bound, edge/keys/reservations.ts): English text with
  * Llama-3's or GPT-4's tokenizer runs near 4 characters a token, code and
  * other languages fewer, so a prompt may hold up to about twice the
- * estimate; the scraped KV use corrects the pool when it does.
+ * estimate; the scraped KV use corrects the pool when it does. A Responses
+ * API request is read as the chat request it stands for (conversation.ts).
  */
-import { messagesOf } from "./conversation.ts";
 import type { Demand } from "./types.ts";
 
 export const CHARS_PER_TOKEN = 4;
@@ -38,25 +37,20 @@ function inputTokens(v: unknown): number {
 }
 
 export function promptTokens(body: Body): number {
-  const messages = messagesOf(body);
-  if (messages) {
+  const messages = body.messages;
+  if (Array.isArray(messages)) {
     let chars = 0;
     // Each message's role and the template's markers around it: a few tokens.
-    for (const m of messages) chars += textChars(m?.content) + 4 * CHARS_PER_TOKEN;
+    for (const m of messages as { content?: unknown }[]) chars += textChars(m?.content) + 4 * CHARS_PER_TOKEN;
     return Math.ceil(chars / CHARS_PER_TOKEN);
   }
   return inputTokens(body.prompt ?? body.input);
 }
 
-/** The answer's length limit a body names, by any API's name for it. */
-export function namedMaxTokens(body: Body): number | undefined {
-  return num(body.max_completion_tokens) ?? num(body.max_tokens) ?? num(body.max_output_tokens);
-}
-
 /** `generates: false` for embeddings; `assumedOutput` for a request that names no limit. */
 export function predictDemand(body: Body, generates: boolean, assumedOutput: number): Demand {
   if (!generates) return { promptTokens: promptTokens(body), outputTokens: 0 };
-  const max = namedMaxTokens(body) ?? assumedOutput;
+  const max = num(body.max_completion_tokens) ?? num(body.max_tokens) ?? assumedOutput;
   return {
     promptTokens: promptTokens(body),
     outputTokens: (num(body.n) ?? 1) * max,

@@ -14,7 +14,6 @@
  * Hashes are 53-bit integers (two 32-bit lanes), exact in a JS number and
  * cheap to send to the pool.
  */
-import { messagesOf } from "./conversation.ts";
 
 export const BLOCK_CHARS = 64;
 export const MAX_BLOCKS = 256;
@@ -65,23 +64,22 @@ function contentText(content: unknown): string {
 }
 
 /**
- * The text a request's prefix is made of: chat messages (or a Responses
- * request's, conversation.ts) as role and content in order, or a
- * completion's prompt (token ids as text). Built only
+ * The text a request's prefix is made of: chat messages (a Responses
+ * request's as conversation.ts reads them) as role and content in order,
+ * or a completion's prompt (token ids as text). Built only
  * as far as the hashes reach.
  */
 export function promptText(body: Record<string, unknown>): string {
-  const messages = messagesOf(body);
-  if (messages) {
+  const messages = body.messages;
+  if (Array.isArray(messages)) {
     let s = "";
-    for (const m of messages) {
+    for (const m of messages as { role?: unknown; content?: unknown }[]) {
       s += `${String(m?.role ?? "")}\n${contentText(m?.content)}\n`;
       if (s.length >= LIMIT) break;
     }
     return s;
   }
-  // A Responses request's input may be one string, like a prompt.
-  const prompt = body.prompt ?? body.input;
+  const prompt = body.prompt;
   if (typeof prompt === "string") return prompt;
   if (Array.isArray(prompt) && prompt.length > 0) {
     const first = prompt[0];
