@@ -25,8 +25,7 @@ import {
 import type { ApiPath } from "./input.ts";
 import { choicesAsked, type ProxyInput } from "./input.ts";
 import { ResponseEvents } from "./response-events.ts";
-import { readUsage, StreamUsage } from "./sse-usage.ts";
-import type { StreamTracker } from "./stream-tracker.ts";
+import { readUsage, type StreamTracker, StreamUsage } from "./sse-usage.ts";
 import { headerWait, PhaseTimeout, tighter, Watchdog, withTimeout } from "./timeouts.ts";
 import { engineUrl, UpstreamConfigError } from "./upstream.ts";
 import { answerText, countedUsage } from "./usage-estimate.ts";

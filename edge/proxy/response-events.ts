@@ -1,7 +1,6 @@
 import { eventFields } from "../../common/sse.ts";
 import { normaliseEngineError, type OpenAIErrorBody, responsesErrorEvent } from "../openai-errors.ts";
-import { readUsage, type Usage } from "./sse-usage.ts";
-import type { StreamTracker } from "./stream-tracker.ts";
+import { readUsage, type StreamTracker, type Usage } from "./sse-usage.ts";
 
 /**
  * A Responses API stream (`POST /v1/responses`), read for what the proxy

@@ -14,14 +14,7 @@
  * still costs a token.
  */
 import { CHARS_PER_TOKEN } from "../routing/demand.ts";
-import { answerChars, type Usage } from "./sse-usage.ts";
-
-export interface Relayed {
-  /** Characters of answer text (content, reasoning, tool-call names and arguments). */
-  chars: number;
-  /** Chunks that carried any. */
-  chunks: number;
-}
+import { answerChars, type Relayed, type Usage } from "./sse-usage.ts";
 
 export function estimateUsage(promptTokens: number, relayed: Relayed): Usage {
   const prompt = Math.max(1, promptTokens);
