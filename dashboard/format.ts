@@ -22,3 +22,11 @@ const CLOCK = new Intl.DateTimeFormat(safeLocale(navigator.languages), { timeSty
 
 /** The time of day of a Unix-millisecond stamp, in the browser's language where Intl accepts it. */
 export const clock = (unixMs: number): string => CLOCK.format(unixMs);
+
+const DAY = new Intl.DateTimeFormat(safeLocale(navigator.languages), {
+  dateStyle: "medium",
+  timeStyle: "short",
+});
+
+/** A date and time of a Unix-millisecond stamp, in the browser's language where Intl accepts it. */
+export const day = (unixMs: number): string => DAY.format(unixMs);

@@ -1,6 +1,6 @@
 import type { KeyUsage } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { type Control, errorText } from "./client.ts";
-import { count } from "./format.ts";
+import { count, day } from "./format.ts";
 import { usePoll } from "./poll.ts";
 
 // Usage comes from the edge through the control plane; it changes by the
@@ -41,6 +41,7 @@ function KeyTable({ usage }: { usage: readonly KeyUsage[] }) {
               <div class="sub">
                 {u.keyId}
                 {u.revoked ? " · revoked" : ""}
+                {expiry(u.expiresAtUnixMs, Date.now())}
               </div>
             </td>
             <td>{count(u.requests)}</td>
@@ -58,4 +59,10 @@ function KeyTable({ usage }: { usage: readonly KeyUsage[] }) {
       </tbody>
     </table>
   );
+}
+
+/** " · expires <day>" for a key with an expiry, " · expired" once it has passed. */
+function expiry(unixMs: bigint, now: number): string {
+  if (unixMs === 0n) return "";
+  return Number(unixMs) <= now ? " · expired" : ` · expires ${day(Number(unixMs))}`;
 }

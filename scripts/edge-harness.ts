@@ -269,6 +269,8 @@ export async function createKey(
     tpm?: number;
     maxConcurrent?: number;
     budget?: { tokens: number; period: string };
+    /** When the key stops working (0 or none: never). */
+    expiresAtUnixMs?: number;
   } = {},
 ): Promise<TestKey> {
   const secret = newSecret();
@@ -286,6 +288,7 @@ export async function createKey(
       maxConcurrent: opts.maxConcurrent ?? 0,
       budget: opts.budget ? { tokens: BigInt(opts.budget.tokens), period: opts.budget.period } : undefined,
       createdAtUnixMs: BigInt(Date.now()),
+      expiresAtUnixMs: BigInt(opts.expiresAtUnixMs ?? 0),
     },
   });
   return { id, secret };

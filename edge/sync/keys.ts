@@ -151,6 +151,7 @@ export function keyCalls(env: Env): KeyCalls {
             estimatedRequests: BigInt(u.estimated_requests),
             estimatedTokens: BigInt(u.estimated_tokens),
             revoked: u.revoked || k.revoked,
+            expiresAtUnixMs: BigInt(k.expires_at_unix_ms),
           };
         }),
       );

@@ -152,10 +152,19 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     }
   });
 
-  it("shows the keys' usage totals from the edge", async () => {
+  it("shows the keys' usage totals from the edge, and which keys expire or have expired", async () => {
     const row = page.locator(`#keys tr[data-key="${key.id}"]`);
     await waitUntil("the edge counting the key's requests", async () => (await keyRequests()) >= 3n);
     await onPage(() => row.locator("td:nth-child(2)").textContent()).toBe(String(await keyRequests()));
+    expect(await row.locator(".sub").textContent()).not.toContain("expire");
+    const later = await createKey(edge, { expiresAtUnixMs: Date.parse("2099-06-01T12:00:00Z") });
+    const gone = await createKey(edge, { expiresAtUnixMs: Date.now() - 60_000 });
+    await onPage(() => page.locator(`#keys tr[data-key="${later.id}"] .sub`).textContent()).toMatch(
+      /· expires .*2099/,
+    );
+    await onPage(() => page.locator(`#keys tr[data-key="${gone.id}"] .sub`).textContent()).toContain(
+      "· expired",
+    );
     await screenshot(page, "dashboard", "edge-and-keys");
   });
 
