@@ -84,7 +84,8 @@
  * optionally :lockstep), REQUESTS per target per round at concurrency 16
  * (150; scaled down with concurrency, at least 40), ROUNDS (6), OUTPUT_LEN
  * (16: the mean answer length; the exact one in lockstep), PIN (1), POOL_RTT_MS (40), HOLD (1),
- * BESIDE (none).
+ * BESIDE (none), API (chat; `responses` streams the Responses API instead, whose
+ * first token is its first `response.output_text.delta`; not with lockstep).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -113,6 +114,8 @@ const ROUNDS = numberKnob("ROUNDS", 6, 1);
 const OUTPUT_LEN = numberKnob("OUTPUT_LEN", 16, 1);
 const POOL_RTT_MS = numberKnob("POOL_RTT_MS", 40);
 const HOLD = process.env.HOLD !== "0";
+const API = process.env.API ?? "chat";
+if (API !== "chat" && API !== "responses") throw new Error(`API: "${API}" is neither chat nor responses`);
 const EDGE = "llmgw edge";
 const FAR = `${EDGE}, pool ${POOL_RTT_MS} ms away`;
 const FAR_UNPIPELINED = `${FAR}, admits not pipelined`;
@@ -184,20 +187,41 @@ interface Target {
 
 let requestSeq = 0;
 
-async function one(t: Target, i: number, lockstep: boolean): Promise<void> {
-  const user = `bench-${++requestSeq}`;
-  const t0 = performance.now();
-  const res = await fetch(`${t.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", ...t.headers },
-    body: JSON.stringify({
+/** One streamed request's path, body, and what marks its first token in the bytes. */
+function request(i: number, lockstep: boolean, user: string) {
+  const content = `Request ${i % 50}: tell me something.`;
+  if (API === "responses") {
+    if (lockstep)
+      throw new Error("API=responses has no lockstep scenario (the sim's Responses API has no ignore_eos)");
+    return {
+      path: "/v1/responses",
+      body: { model: "bench", input: content, max_output_tokens: 2 * OUTPUT_LEN, stream: true, user },
+      // The events before it (response.created, …) come before any token.
+      firstToken: "response.output_text.delta",
+    };
+  }
+  return {
+    path: "/v1/chat/completions",
+    body: {
       model: "bench",
-      messages: [{ role: "user", content: `Request ${i % 50}: tell me something.` }],
+      messages: [{ role: "user", content }],
       // The natural length (EOS) is at most 1.5 × --sim-output-len, so the cap never binds.
       ...(lockstep ? { max_tokens: OUTPUT_LEN, ignore_eos: true } : { max_tokens: 2 * OUTPUT_LEN }),
       stream: true,
       user,
-    }),
+    },
+    firstToken: "data: ",
+  };
+}
+
+async function one(t: Target, i: number, lockstep: boolean): Promise<void> {
+  const user = `bench-${++requestSeq}`;
+  const { path, body, firstToken } = request(i, lockstep, user);
+  const t0 = performance.now();
+  const res = await fetch(`${t.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...t.headers },
+    body: JSON.stringify(body),
   });
   if (res.status !== 200 || !res.body) {
     t.errors++;
@@ -210,7 +234,7 @@ async function one(t: Target, i: number, lockstep: boolean): Promise<void> {
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    if (first && dec.decode(value, { stream: true }).includes("data: ")) {
+    if (first && dec.decode(value, { stream: true }).includes(firstToken)) {
       const t1 = performance.now();
       t.ttft.push(t1 - t0);
       t.sent.set(user, {
