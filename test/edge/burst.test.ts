@@ -26,7 +26,10 @@ import {
 afterAll(stopStarted);
 
 const BRONZE = 120;
-const QUEUE = 50;
+// Small enough to fill before queue_ttl even when a loaded machine sends
+// the 120 at a few a second: queued requests expire after 10 s, so a
+// queue that takes longer than that to fill never refuses.
+const QUEUE = 20;
 const HANG_MS = 60_000;
 
 interface Result {
@@ -64,10 +67,10 @@ describe("a burst at the edge", () => {
         {
           model: "burst",
           messages: [{ role: "user", content: `${band} ${n}` }],
-          // About 2 s an answer at this speed: the 50 queued take longer to
-          // drain than even a slow machine takes to send the 120, so the
-          // queue fills and refuses.
-          max_tokens: 64,
+          // About 5 s an answer at this speed: bronze's 5 slots serve one a
+          // second, slower than even a loaded machine sends the 120, so
+          // the queue fills and refuses.
+          max_tokens: 160,
           stream: true,
         },
         { headers: { "x-llmgw-band": band }, signal: AbortSignal.timeout(HANG_MS) },
@@ -99,9 +102,6 @@ describe("a burst at the edge", () => {
     const bronze = Array.from({ length: BRONZE }, (_, i) => ask("bronze", i));
     // Every bronze request has been admitted, queued or refused.
     let most = 0;
-    // The deepest the queue was seen: on a loaded machine the 120 may take
-    // longer to arrive than queue_ttl, and the first queued expire before the last arrive.
-    let deepest = 0;
     // Every request the pool has seen is admitted, refused, or waiting or
     // was, whether it waited first or not: on a loaded machine the 120 may
     // arrive slower than bronze's first answers finish, and later ones are
@@ -114,13 +114,16 @@ describe("a burst at the edge", () => {
         const p = await pool();
         most = Math.max(most, inFlight(p));
         const b = band(p, "bronze");
-        deepest = Math.max(deepest, b.depth);
         return arrived(b) >= BRONZE;
       },
       90_000,
     );
     const held = await pool();
-    expect(deepest, "bronze waiting in its queue at any poll").toBeGreaterThan(0);
+    // Counted, not seen: on a loaded machine the pool's status may not
+    // answer a poll while the queue holds requests.
+    expect(Number(band(held, "bronze").queued), "bronze requests that waited in the queue").toBeGreaterThan(
+      0,
+    );
     expect(inFlight(held)).toBeLessThanOrEqual(5);
     expect(most, "bronze in flight at any poll").toBeLessThanOrEqual(5);
 
