@@ -1,3 +1,4 @@
+import { expired } from "../common/key-expiry.ts";
 import type { KeyUsage } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { type Control, errorText } from "./client.ts";
 import { count, day } from "./format.ts";
@@ -64,5 +65,7 @@ function KeyTable({ usage }: { usage: readonly KeyUsage[] }) {
 /** " · expires <day>" for a key with an expiry, " · expired" once it has passed. */
 function expiry(unixMs: bigint, now: number): string {
   if (unixMs === 0n) return "";
-  return Number(unixMs) <= now ? " · expired" : ` · expires ${day(Number(unixMs))}`;
+  return expired({ expires_at_unix_ms: Number(unixMs) }, now)
+    ? " · expired"
+    : ` · expires ${day(Number(unixMs))}`;
 }

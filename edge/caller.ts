@@ -1,8 +1,9 @@
 import type { Context } from "hono";
+import { expired } from "../common/key-expiry.ts";
 import type { Env } from "./env.ts";
 import { authenticate } from "./keys/auth.ts";
 import { revocationLog, revocationWatch } from "./keys/revocations.ts";
-import { expired, type KeyRecord } from "./keys/rules.ts";
+import type { KeyRecord } from "./keys/rules.ts";
 import { errors } from "./openai-errors.ts";
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { expired } from "../../edge/keys/rules.ts";
+import { expired } from "../../common/key-expiry.ts";
 import { parseExpiry } from "./keys.ts";
 
 describe("key expiry", () => {

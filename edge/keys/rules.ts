@@ -1,13 +1,11 @@
 import { z } from "zod";
+import { MAX_EXPIRY_MS } from "../../common/key-expiry.ts";
 import { ApiError, errors } from "../openai-errors.ts";
 
 /**
  * An API key as stored at the edge (KV `keys/<sha256 hex>`). The secret
  * itself is never stored anywhere; only its hash is the lookup key.
  */
-/** The last instant of the year 9999: a later expiry is no date a client or a log can write. */
-export const MAX_EXPIRY_MS = 253_402_300_799_999;
-
 export const keyRecordSchema = z.object({
   id: z.string().min(1),
   hash: z.string().regex(/^[0-9a-f]{64}$/),
@@ -43,11 +41,6 @@ export interface KeyLimits {
   budgetPeriodMs: number;
   /** Requests in flight at once; 0: no limit. */
   maxConcurrent: number;
-}
-
-/** Whether the key has expired at `now` (a key with no expiry never does). */
-export function expired(key: Pick<KeyRecord, "expires_at_unix_ms">, now: number): boolean {
-  return key.expires_at_unix_ms > 0 && now >= key.expires_at_unix_ms;
 }
 
 export function limitsOf(key: KeyRecord): KeyLimits {
