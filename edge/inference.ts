@@ -45,6 +45,8 @@ interface Inbound {
   apiPath: ApiPath;
   key: KeyRecord;
   body: Record<string, unknown> & { model: string };
+  /** It asks an engine to generate (all but embeddings). */
+  generates: boolean;
   /** What the estimates read: the body, or the chat request a Responses request stands for. */
   estimating: Readonly<Record<string, unknown>>;
   /** Bytes of the body as sent (a bound on its tokens, for the ledger). */
@@ -106,6 +108,7 @@ async function inbound(
     apiPath,
     key,
     body: parsed,
+    generates: apiPath !== "/v1/embeddings",
     estimating: apiPath === "/v1/responses" ? chatViewOf(parsed) : parsed,
     size,
     chain: model(config.table, parsed.model, key),
@@ -121,25 +124,22 @@ async function inbound(
  * closes it. Resolves to the `x-ratelimit-*` headers of a key with RPM or TPM.
  */
 function ledger(c: Ctx, config: EdgeConfig, req: Inbound): Promise<Record<string, string>> {
-  const generates = req.apiPath !== "/v1/embeddings";
   return admitKey(
     c.env,
     req.key,
-    reservationFor(req.id, req.estimating, req.size, generates, config.settings.timeouts.total),
+    reservationFor(req.id, req.estimating, req.size, req.generates, config.settings.timeouts.total),
   );
 }
 
 /** What the request asks of an engine, as admission and a charge without usage estimate it. */
 function demandOf(config: EdgeConfig, req: Inbound): Demand {
-  const generates = req.apiPath !== "/v1/embeddings";
-  return predictDemand(req.estimating, generates, config.settings.scoring.assumed_output_tokens);
+  return predictDemand(req.estimating, req.generates, config.settings.scoring.assumed_output_tokens);
 }
 
 /** The model's pool (then its fallbacks') decides when and where: the plan holds the leases. */
 function admission(c: Ctx, config: EdgeConfig, req: Inbound, demand: Demand): AttemptPlan {
   const first = req.chain[0]!;
-  const generates = req.apiPath !== "/v1/embeddings";
-  const prefix = generates ? requestPrefixHashes(first, req.estimating) : [];
+  const prefix = req.generates ? requestPrefixHashes(first, req.estimating) : [];
   return new AttemptPlan(req.chain, async (m) => {
     const estimated = estimateTally.take(m);
     const lease = await admit({

@@ -112,7 +112,7 @@ function trackerFor(input: ProxyInput): StreamTracker {
   return new StreamUsage(usageModeOf(input.body.stream_options as never));
 }
 
-/** The error event a stream of this API ends with when none of its engines' events were read. */
+/** How a stream of this API tells its client of a failure after its headers went out. */
 export function errorEventFor(apiPath: ApiPath, err: OpenAIErrorBody): string {
   return apiPath === "/v1/responses" ? responsesErrorEvent(err) : sseErrorEvent(err);
 }
@@ -466,7 +466,7 @@ export function relay(call: Call, held: Held, client: ClientSide): Promise<Verdi
       }
       // An engine's own error event has gone out already.
       else if (end.kind === "cut")
-        client.close(tracker.error ? "" : tracker.errorEvent(end.failure.error.body()));
+        client.close(tracker.error ? "" : errorEventFor(input.apiPath, end.failure.error.body()));
       else client.close("");
       return { ...outcomeOf(where(call), end, counted), firstByteAt };
     });

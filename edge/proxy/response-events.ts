@@ -45,8 +45,8 @@ export class ResponseEvents implements StreamTracker {
       const parsed: unknown = JSON.parse(data);
       if (typeof parsed === "object" && parsed !== null) obj = parsed as Record<string, unknown>;
     } catch {}
-    const type = typeof obj?.type === "string" ? obj.type : event;
     if (obj === undefined) return `${raw}\n\n`;
+    const type = typeof obj.type === "string" ? obj.type : event;
     if (type === "error" || (obj.error !== undefined && obj.error !== null && type !== "response.failed")) {
       this.error = normaliseEngineError(500, data);
       return responsesErrorEvent(this.error);
@@ -91,9 +91,5 @@ export class ResponseEvents implements StreamTracker {
   /** Nothing follows the terminal event: the Responses API has no `[DONE]`. */
   closing(): string {
     return "";
-  }
-
-  errorEvent(err: OpenAIErrorBody): string {
-    return responsesErrorEvent(err);
   }
 }

@@ -1,6 +1,6 @@
 import { eventFields } from "../../common/sse.ts";
 import type { UsageMode } from "../../common/usage-mode.ts";
-import { normaliseEngineError, type OpenAIErrorBody, sseErrorEvent } from "../openai-errors.ts";
+import { normaliseEngineError, type OpenAIErrorBody } from "../openai-errors.ts";
 
 /**
  * Server-sent events from an engine, split into whole events and read for
@@ -76,8 +76,6 @@ export interface StreamTracker {
   complete(choices: number): boolean;
   /** What the client's stream ends with once the answer is complete. */
   closing(usage: Usage | undefined): string;
-  /** How this API's stream tells its client of a failure after its headers went out. */
-  errorEvent(err: OpenAIErrorBody): string;
 }
 
 // The bytes the chunk fast path (StreamUsage.chunk) looks for.
@@ -204,10 +202,6 @@ export class StreamUsage implements StreamTracker {
   /** The final usage chunk if it is still owed, then the stream's own `[DONE]`. */
   closing(usage: Usage | undefined): string {
     return this.finalUsageEvent(usage) + DONE;
-  }
-
-  errorEvent(err: OpenAIErrorBody): string {
-    return sseErrorEvent(err);
   }
 
   /** Whether an engine's `choices: []` usage chunk goes to the client: once, when it asked for usage. */

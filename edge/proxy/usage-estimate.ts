@@ -13,7 +13,7 @@
  * Never zero for a request that reached an engine: a prompt of nothing
  * still costs a token.
  */
-import { CHARS_PER_TOKEN } from "../routing/demand.ts";
+import { CHARS_PER_TOKEN, textChars } from "../routing/demand.ts";
 import { answerChars, type Relayed, type Usage } from "./sse-usage.ts";
 
 export function estimateUsage(promptTokens: number, relayed: Relayed): Usage {
@@ -46,8 +46,5 @@ export function answerText(answer: Readonly<Record<string, unknown>>): Relayed {
 /** A Responses output item's text: a message's parts, a function call's arguments. */
 function outputItemChars(item: Record<string, unknown> | null): number {
   if (typeof item !== "object" || item === null) return 0;
-  let n = typeof item.arguments === "string" ? item.arguments.length : 0;
-  const parts = Array.isArray(item.content) ? (item.content as { text?: unknown }[]) : [];
-  for (const p of parts) if (typeof p?.text === "string") n += p.text.length;
-  return n;
+  return (typeof item.arguments === "string" ? item.arguments.length : 0) + textChars(item.content);
 }

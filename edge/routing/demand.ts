@@ -17,7 +17,8 @@ type Body = Readonly<Record<string, unknown>>;
 
 const num = (v: unknown): number | undefined => (typeof v === "number" && v >= 0 ? v : undefined);
 
-function textChars(content: unknown): number {
+/** Characters of a message's content: a string, or the text of its parts. */
+export function textChars(content: unknown): number {
   if (typeof content === "string") return content.length;
   if (!Array.isArray(content)) return 0;
   let n = 0;
