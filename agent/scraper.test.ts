@@ -3,6 +3,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parsePrometheusText } from "../common/prometheus-text.ts";
+import { capacityFromServerInfo } from "../common/sglang-server-info.ts";
 import { REPO } from "../test/harness/process.ts";
 import { SGLANG_METRICS, VLLM_METRICS } from "./engines/adapter.ts";
 import { LoadScraper, loadFromSamples } from "./scraper.ts";
@@ -76,6 +77,17 @@ describe("loadFromSamples", () => {
       prefixCacheHitRate: 0.512,
       missing: [],
     });
+    // This scrape predates the pool-size gauge: no KV figure, not a wrong one.
+    expect(r.kvCapacityTokens).toBe(0);
+  });
+
+  it("SGLang: the pool's tokens from its gauge, one pool per data-parallel rank", () => {
+    const text = [
+      'sglang:max_total_num_tokens{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",dp_rank="0"} 10000.0',
+      'sglang:max_total_num_tokens{model_name="m",engine_type="unified",tp_rank="1",pp_rank="0",dp_rank="0"} 10000.0',
+      'sglang:max_total_num_tokens{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",dp_rank="1"} 10000.0',
+    ].join("\n");
+    expect(loadFromSamples(parsePrometheusText(text).samples, SGLANG_METRICS).kvCapacityTokens).toBe(20_000);
   });
 });
 
@@ -100,6 +112,90 @@ describe("LoadScraper", () => {
     } finally {
       srv.closeAllConnections();
       srv.close();
+    }
+  });
+});
+
+describe("LoadScraper's capacity probe", () => {
+  const info = {
+    max_total_num_tokens: 9000,
+    internal_states: [{ effective_max_running_requests_per_dp: 48 }],
+  };
+
+  async function engine(answer: () => { status: number; body: string }) {
+    const asked: string[] = [];
+    const srv = createServer((req, res) => {
+      asked.push(req.url ?? "");
+      if (req.url === "/metrics") return res.end("sglang:num_running_reqs 1\nsglang:num_queue_reqs 0\n");
+      const a = answer();
+      res.writeHead(a.status).end(a.body);
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    return { srv, asked, port: (srv.address() as { port: number }).port };
+  }
+
+  it("learns the batch and pool from the server info once, over what the launch said", async () => {
+    const e = await engine(() => ({ status: 200, body: JSON.stringify(info) }));
+    const outcomes: unknown[] = [];
+    try {
+      const s = new LoadScraper(
+        "127.0.0.1",
+        e.port,
+        "/metrics",
+        SGLANG_METRICS,
+        500,
+        () => 0,
+        {
+          maxNumSeqs: 64,
+          probe: { path: "/get_server_info", read: capacityFromServerInfo },
+        },
+        (o) => outcomes.push(o),
+      );
+      for (let i = 0; i < 3; i++) {
+        const { load } = await s.scrape();
+        expect(load).toMatchObject({ maxNumSeqs: 48, kvCapacityTokens: 9000n });
+      }
+      expect(e.asked.filter((u) => u === "/get_server_info")).toHaveLength(1);
+      expect(outcomes).toEqual([{ learned: { maxNumSeqs: 48, kvTokens: 9000 } }]);
+    } finally {
+      e.srv.closeAllConnections();
+      e.srv.close();
+    }
+  });
+
+  it("keeps the launch's figure while the probe fails, and asks again only after its delay", async () => {
+    let ok = false;
+    const e = await engine(() =>
+      ok ? { status: 200, body: JSON.stringify(info) } : { status: 503, body: "" },
+    );
+    let now = 0;
+    const outcomes: unknown[] = [];
+    try {
+      const s = new LoadScraper(
+        "127.0.0.1",
+        e.port,
+        "/metrics",
+        SGLANG_METRICS,
+        500,
+        () => now,
+        {
+          maxNumSeqs: 64,
+          probe: { path: "/get_server_info", read: capacityFromServerInfo },
+        },
+        (o) => outcomes.push(o),
+      );
+      expect((await s.scrape()).load.maxNumSeqs).toBe(64);
+      ok = true;
+      now = 4_999;
+      expect((await s.scrape()).load.maxNumSeqs).toBe(64);
+      expect(e.asked.filter((u) => u === "/get_server_info")).toHaveLength(1);
+      now = 5_000;
+      expect((await s.scrape()).load.maxNumSeqs).toBe(48);
+      expect(outcomes).toHaveLength(2);
+      expect(outcomes[0]).toMatchObject({ failures: 1, error: expect.stringContaining("HTTP 503") });
+    } finally {
+      e.srv.closeAllConnections();
+      e.srv.close();
     }
   });
 });

@@ -4,11 +4,13 @@
  * a load, purely, and a scraper that fetches them on the agent's schedule.
  */
 import { create } from "@bufbuild/protobuf";
-import { kvTokensOf } from "../common/engine-capacity.ts";
-import { fetchMetricsText } from "../common/metrics-fetch.ts";
+import { doublingDelay } from "../common/backoff.ts";
+import { kvCapacityOf } from "../common/engine-capacity.ts";
+import { fetchEngineJson, fetchMetricsText } from "../common/engine-fetch.ts";
 import { parsePrometheusText, type Sample } from "../common/prometheus-text.ts";
+import type { EngineCapacity } from "../common/sglang-server-info.ts";
 import { type ShardLoad, ShardLoadSchema } from "../proto/gen/agent/v1/agent_pb.ts";
-import type { MetricNames } from "./engines/adapter.ts";
+import type { CapacityProbe, MetricNames } from "./engines/adapter.ts";
 import { engineUrl } from "./health-probe.ts";
 
 /** Counters are exposed with a `_total` suffix by newer clients and without by older ones; accept both. */
@@ -47,7 +49,7 @@ export interface LoadReading {
   prefixCacheHitRate: number;
   /** The engine's lifetime generated tokens (0 when it exports none). */
   generationTokens: number;
-  /** Tokens its KV cache holds, from the cache-config info metric; 0 when it exports none. */
+  /** Tokens its KV cache holds, as its metrics say (MetricNames.kvCapacity); 0 when they say none. */
   kvCapacityTokens: number;
   /** Carried to the next reading, to turn counters into a rate. */
   counters?: PrefixCounters;
@@ -98,7 +100,7 @@ export function loadFromSamples(
     }
   }
   const generationTokens = sum(samples, names.generationTokens) ?? 0;
-  const kvCapacityTokens = names.cacheConfig ? kvTokensOf(samples, names.cacheConfig) : 0;
+  const kvCapacityTokens = names.kvCapacity ? kvCapacityOf(samples, names.kvCapacity) : 0;
   return {
     waiting,
     running,
@@ -125,11 +127,26 @@ export function toShardLoad(r: LoadReading, scrapedAtUnixMs: number, maxNumSeqs 
   });
 }
 
+/** What is known of an engine's capacity besides its metrics. */
+export interface KnownCapacity {
+  /** The batch as its launch says (0 or absent: unknown). */
+  maxNumSeqs?: number;
+  /** Where the engine states its capacity itself; asked until it answers. */
+  probe?: CapacityProbe | null;
+}
+
+/** A probe that fails is asked again after 5 s, 10 s, … up to a minute: an engine is asked at most that often. */
+const PROBE_RETRY = { baseMs: 5_000, maxMs: 60_000 };
+
 /** One engine's scraper: remembers the previous counters so every scrape yields a rate. */
 export class LoadScraper {
   private prev: { counters?: PrefixCounters; prefixCacheHitRate: number } | undefined;
   readonly url: string;
   private readonly wanted: Set<string>;
+  private readonly probeUrl: string | undefined;
+  private probed: EngineCapacity | undefined;
+  private probeFailures = 0;
+  private probeAgainAt = 0;
 
   constructor(
     host: string,
@@ -139,23 +156,46 @@ export class LoadScraper {
     /** A number, or read at each scrape (the control plane may change it). */
     private readonly timeoutMs: number | (() => number) = 1_000,
     private readonly now: () => number = Date.now,
-    /** The engine's batch, as its launch says; reported with every load. */
-    private readonly maxNumSeqs = 0,
+    private readonly known: KnownCapacity = {},
+    /** Called once with what the probe learned, and with each of its failures. */
+    private readonly onProbe: (
+      outcome: { learned: EngineCapacity } | { error: string; failures: number },
+    ) => void = () => {},
   ) {
     this.url = engineUrl(host, port, path);
+    this.probeUrl = known.probe ? engineUrl(host, port, known.probe.path) : undefined;
     const hr = names.prefixHitRate;
     const base = [names.waiting, names.running, names.kvUsage, names.generationTokens];
     base.push(...(hr.kind === "gauge" ? [hr.name] : [hr.queries, hr.hits]));
-    if (names.cacheConfig) base.push(names.cacheConfig);
+    if (names.kvCapacity) base.push(names.kvCapacity.name);
     this.wanted = new Set(base.flatMap((n) => [n, `${n}_total`]));
   }
 
   async scrape(): Promise<{ load: ShardLoad; reading: LoadReading; errors: string[] }> {
     const timeout = typeof this.timeoutMs === "number" ? this.timeoutMs : this.timeoutMs();
-    const text = await fetchMetricsText(this.url, timeout);
+    const [text] = await Promise.all([fetchMetricsText(this.url, timeout), this.probeIfDue(timeout)]);
     const { samples, errors } = parsePrometheusText(text, (n) => this.wanted.has(n));
     const reading = loadFromSamples(samples, this.names, this.prev);
     this.prev = { counters: reading.counters, prefixCacheHitRate: reading.prefixCacheHitRate };
-    return { load: toShardLoad(reading, this.now(), this.maxNumSeqs), reading, errors };
+    // The engine's own word on its batch wins over its launch's: a flag
+    // only caps what SGLang sizes from memory.
+    const seqs = this.probed?.maxNumSeqs ?? this.known.maxNumSeqs ?? 0;
+    if (reading.kvCapacityTokens === 0 && this.probed?.kvTokens)
+      reading.kvCapacityTokens = this.probed.kvTokens;
+    return { load: toShardLoad(reading, this.now(), seqs), reading, errors };
+  }
+
+  private async probeIfDue(timeoutMs: number): Promise<void> {
+    const probe = this.known.probe;
+    if (!probe || !this.probeUrl || this.probed || this.now() < this.probeAgainAt) return;
+    try {
+      this.probed = probe.read(await fetchEngineJson(this.probeUrl, timeoutMs));
+      this.onProbe({ learned: this.probed });
+    } catch (err) {
+      this.probeFailures++;
+      this.probeAgainAt =
+        this.now() + doublingDelay(this.probeFailures, PROBE_RETRY.baseMs, PROBE_RETRY.maxMs);
+      this.onProbe({ error: err instanceof Error ? err.message : String(err), failures: this.probeFailures });
+    }
   }
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { kvTokensOf } from "./engine-capacity.ts";
+import { kvCapacityOf, kvCapacityOfAny, kvTokensOf, SGLANG_KV_CAPACITY } from "./engine-capacity.ts";
 
 const info = (blocks: string, size: string) => ({
   name: "vllm:cache_config_info",
@@ -15,5 +15,33 @@ describe("kvTokensOf", () => {
   it("knows nothing of a label that is no count, or of a product past exact", () => {
     expect(kvTokensOf([info("many", "16")])).toBe(0);
     expect(kvTokensOf([info(String(2 ** 40), String(2 ** 20))])).toBe(0);
+  });
+});
+
+describe("kvCapacityOf an SGLang pool gauge", () => {
+  const gauge = (value: number, labels: Record<string, string>) => ({
+    name: "sglang:max_total_num_tokens",
+    labels: { model_name: "m", engine_type: "unified", ...labels },
+    value,
+  });
+
+  it("counts the tensor-parallel ranks of one pool once and adds the data-parallel ranks", () => {
+    const samples = [
+      gauge(20480, { tp_rank: "0", pp_rank: "0" }),
+      gauge(20480, { tp_rank: "1", pp_rank: "0" }),
+    ];
+    expect(kvCapacityOf(samples, SGLANG_KV_CAPACITY)).toBe(20480);
+    expect(
+      kvCapacityOf(
+        [gauge(10000, { dp_rank: "0", tp_rank: "0" }), gauge(10000, { dp_rank: "1", tp_rank: "0" })],
+        SGLANG_KV_CAPACITY,
+      ),
+    ).toBe(20000);
+  });
+
+  it("is read by kvCapacityOfAny beside vLLM's info metric, whichever the engine exports", () => {
+    expect(kvCapacityOfAny([gauge(4096, { tp_rank: "0" })])).toBe(4096);
+    expect(kvCapacityOfAny([info("100", "16")])).toBe(1600);
+    expect(kvCapacityOfAny([gauge(0.5, {})])).toBe(0);
   });
 });

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { createLogger } from "../common/log.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 import {
-  kvTokensInMetrics,
+  capacityInMetrics,
   metricsUrl,
   type Probe,
   probesDue,
@@ -22,13 +22,15 @@ const endpoint = (id: string, url: string, capacity?: EndpointConfig["capacity"]
 });
 
 const CACHE_INFO = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1.0\n';
+const SGLANG_METRICS =
+  'sglang:max_total_num_tokens{model_name="m",tp_rank="0"} 20480.0\nsglang:num_queue_reqs 0\n';
 const RETRY = { baseMs: 5_000, maxMs: 60_000 };
 
 describe("the pure stages", () => {
-  it("probes an endpoint that states no KV tokens when it is new, when its url changed, and a failure after its delay", () => {
+  it("probes an endpoint that does not state its whole capacity when it is new, when its url changed, and a failure after its delay", () => {
     const probes = new Map<string, Probe>([
-      ["learned", { url: "http://a", state: "learned", kvTokens: 16_000 }],
-      ["moved", { url: "http://old", state: "learned", kvTokens: 16_000 }],
+      ["learned", { url: "http://a", state: "learned", capacity: { kvTokens: 16_000 } }],
+      ["moved", { url: "http://old", state: "learned", capacity: { kvTokens: 16_000 } }],
       ["failed-now", { url: "http://c", state: "failed", failures: 1, at: 10_000 }],
       ["failed-long-ago", { url: "http://d", state: "failed", failures: 3, at: 0 }],
       ["absent", { url: "http://e", state: "absent" }],
@@ -37,7 +39,8 @@ describe("the pure stages", () => {
     const due = probesDue(
       [
         endpoint("new", "http://n"),
-        endpoint("stated", "http://s", { kv_tokens: 500 }),
+        endpoint("stated", "http://s", { kv_tokens: 500, max_num_seqs: 8 }),
+        endpoint("half-stated", "http://h", { kv_tokens: 500 }),
         endpoint("learned", "http://a"),
         endpoint("moved", "http://new"),
         endpoint("failed-now", "http://c"),
@@ -52,6 +55,7 @@ describe("the pure stages", () => {
     );
     expect(due.map((d) => [d.endpoint.id, d.why])).toEqual([
       ["new", "new endpoint"],
+      ["half-stated", "new endpoint"],
       ["moved", "url changed"],
       ["failed-now", "retry"],
       ["failed-long-ago", "retry"],
@@ -60,11 +64,11 @@ describe("the pure stages", () => {
     expect(probesDue([endpoint("failed-long-ago", "http://d")], probes, 19_999, RETRY)).toEqual([]);
   });
 
-  it("fills in a learned figure for the url it was learned at; a stated one wins, the batch stays as stated", () => {
+  it("fills in a learned figure for the url it was learned at; a stated one wins", () => {
     const probes = new Map<string, Probe>([
-      ["a", { url: "http://a", state: "learned", kvTokens: 16_000 }],
-      ["b", { url: "http://b", state: "learned", kvTokens: 16_000 }],
-      ["c", { url: "http://old", state: "learned", kvTokens: 16_000 }],
+      ["a", { url: "http://a", state: "learned", capacity: { kvTokens: 16_000 } }],
+      ["b", { url: "http://b", state: "learned", capacity: { maxNumSeqs: 48 } }],
+      ["c", { url: "http://old", state: "learned", capacity: { kvTokens: 16_000 } }],
     ]);
     const out = withLearnedCapacity(
       [
@@ -77,7 +81,7 @@ describe("the pure stages", () => {
     );
     expect(out.map((e) => e.capacity)).toEqual([
       { max_num_seqs: 8, kv_tokens: 16_000 },
-      { kv_tokens: 500 },
+      { kv_tokens: 500, max_num_seqs: 48 },
       undefined,
       undefined,
     ]);
@@ -90,16 +94,18 @@ describe("the pure stages", () => {
     expect(metricsUrl("http://h/engine-3")).toBe("http://h/engine-3/metrics");
   });
 
-  it("reads num_gpu_blocks × block_size, summed over data-parallel engines; 0 without the info metric", () => {
+  it("reads vLLM's cache-config info and SGLang's pool gauge, and knows SGLang's metrics by their names", () => {
     const dp2 = `${CACHE_INFO}vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="500"} 1.0\n`;
-    expect(kvTokensInMetrics(dp2)).toBe(24_000);
-    expect(kvTokensInMetrics("sglang:num_queue_reqs 0\n")).toBe(0);
+    expect(capacityInMetrics(dp2)).toEqual({ kvTokens: 24_000, sglang: false });
+    expect(capacityInMetrics("sglang:num_queue_reqs 0\n")).toEqual({ kvTokens: 0, sglang: true });
+    expect(capacityInMetrics(SGLANG_METRICS)).toEqual({ kvTokens: 20_480, sglang: true });
+    expect(capacityInMetrics("llamacpp:requests_processing 0\n")).toEqual({ kvTokens: 0, sglang: false });
   });
 });
 
 describe("StaticCapacity", () => {
-  const harness = (answer: (url: string) => Promise<string>) => {
-    const lines: { level: string; msg: string; endpoint?: string }[] = [];
+  const harness = (answer: (url: string) => Promise<string>, json?: (url: string) => Promise<unknown>) => {
+    const lines: { level: string; msg: string; endpoint?: string; max_num_seqs?: number }[] = [];
     let clock = 0;
     const asked: string[] = [];
     const capacity = new StaticCapacity({
@@ -111,6 +117,10 @@ describe("StaticCapacity", () => {
         asked.push(url);
         return answer(url);
       },
+      fetchJson: (url) => {
+        asked.push(url);
+        return json ? json(url) : Promise.reject(new Error("no server info here"));
+      },
     });
     // Lets the probes started by apply() land.
     const settle = () => new Promise((r) => setImmediate(r));
@@ -119,7 +129,7 @@ describe("StaticCapacity", () => {
 
   it("learns once, probes nothing stated, and publishes the figure from the next look on", async () => {
     const h = harness(async () => CACHE_INFO);
-    const list = [endpoint("a", "http://a"), endpoint("b", "http://b", { kv_tokens: 500 })];
+    const list = [endpoint("a", "http://a"), endpoint("b", "http://b", { kv_tokens: 500, max_num_seqs: 8 })];
     expect(h.capacity.apply(list)[0]?.capacity).toBeUndefined();
     await h.settle();
     for (let i = 0; i < 5; i++) {
@@ -129,7 +139,7 @@ describe("StaticCapacity", () => {
     }
     expect(h.asked).toEqual(["http://a/metrics"]);
     expect(h.lines.filter((l) => l.endpoint === "a").map((l) => l.msg)).toEqual([
-      "KV tokens of a static endpoint learned from its /metrics",
+      "capacity of a static endpoint learned from its /metrics",
     ]);
   });
 
@@ -150,7 +160,7 @@ describe("StaticCapacity", () => {
     expect(h.lines.map((l) => [l.level, l.msg])).toEqual([
       [
         "warn",
-        "static endpoint's /metrics unreachable: its KV tokens stay unknown while it is retried (state capacity.kv_tokens to skip the probe)",
+        "static endpoint's capacity unreadable: its unstated figures stay unknown while it is retried (state capacity.kv_tokens and capacity.max_num_seqs to skip the probe)",
       ],
     ]);
     up = true;
@@ -175,8 +185,8 @@ describe("StaticCapacity", () => {
     expect(h.capacity.apply([endpoint("a", "http://new")])[0]?.capacity?.kv_tokens).toBe(32);
   });
 
-  it("says once that an endpoint exports no cache-config info, and does not ask again", async () => {
-    const h = harness(async () => "sglang:num_queue_reqs 0\n");
+  it("says once that an endpoint's /metrics state no KV tokens, and does not ask again", async () => {
+    const h = harness(async () => "llamacpp:requests_processing 0\n");
     const list = [endpoint("a", "http://a")];
     for (let i = 0; i < 3; i++) {
       expect(h.capacity.apply(list)[0]?.capacity).toBeUndefined();
@@ -185,5 +195,53 @@ describe("StaticCapacity", () => {
     }
     expect(h.asked).toHaveLength(1);
     expect(h.lines.map((l) => l.level)).toEqual(["warn"]);
+  });
+
+  it("learns an SGLang engine's batch from its server info beside the pool from its gauge", async () => {
+    const info = {
+      max_total_num_tokens: 1,
+      internal_states: [{ effective_max_running_requests_per_dp: 48 }],
+    };
+    const h = harness(
+      async () => SGLANG_METRICS,
+      async () => info,
+    );
+    const list = [endpoint("a", "http://a/v1"), endpoint("b", "http://b", { max_num_seqs: 8 })];
+    h.capacity.apply(list);
+    await h.settle();
+    await h.settle();
+    expect(h.capacity.apply(list).map((e) => e.capacity)).toEqual([
+      { kv_tokens: 20_480, max_num_seqs: 48 },
+      { max_num_seqs: 8, kv_tokens: 20_480 },
+    ]);
+    // b states its batch and its metrics gave the pool: nothing more to ask it.
+    expect(h.asked).toEqual(["http://a/metrics", "http://b/metrics", "http://a/get_server_info"]);
+    expect(h.lines.map((l) => [l.endpoint, l.msg, l.max_num_seqs])).toEqual([
+      ["b", "capacity of a static endpoint learned from its /metrics", undefined],
+      ["a", "capacity of a static endpoint learned from its /metrics and /get_server_info", 48],
+    ]);
+  });
+
+  it("retries an SGLang engine whose server info fails, as it would a dark one", async () => {
+    let up = false;
+    const h = harness(
+      async () => SGLANG_METRICS,
+      async () => {
+        if (!up) throw new Error("HTTP 503");
+        return { internal_states: [{ effective_max_running_requests_per_dp: 16 }] };
+      },
+    );
+    const list = [endpoint("a", "http://a")];
+    h.capacity.apply(list);
+    await h.settle();
+    await h.settle();
+    expect(h.capacity.apply(list)[0]?.capacity).toBeUndefined();
+    up = true;
+    h.advance(5_000);
+    h.capacity.apply(list);
+    await h.settle();
+    await h.settle();
+    expect(h.capacity.apply(list)[0]?.capacity).toEqual({ kv_tokens: 20_480, max_num_seqs: 16 });
+    expect(h.lines.map((l) => l.level)).toEqual(["warn", "info"]);
   });
 });

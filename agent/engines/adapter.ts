@@ -5,7 +5,8 @@
  * construction runs in tests against the sim engine standing in for the real
  * binary.
  */
-import { VLLM_CACHE_CONFIG_INFO } from "../../common/engine-capacity.ts";
+import { type KvCapacitySource, SGLANG_KV_CAPACITY, VLLM_KV_CAPACITY } from "../../common/engine-capacity.ts";
+import type { EngineCapacity } from "../../common/sglang-server-info.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 
 /** What the agent knows about the node that the spec does not say. */
@@ -37,8 +38,18 @@ export interface MetricNames {
   prefixHitRate: { kind: "counters"; queries: string; hits: string } | { kind: "gauge"; name: string };
   /** The lifetime counter of generated tokens; optional to the engine (absent counts as 0, not missing). */
   generationTokens: string;
-  /** An info metric whose `num_gpu_blocks` × `block_size` labels are the KV cache's tokens; optional. */
-  cacheConfig?: string;
+  /** Where its KV cache's tokens are; optional (an engine that states none is charged no token term). */
+  kvCapacity?: KvCapacitySource;
+}
+
+/**
+ * Where an engine states its capacity beyond its metrics, and how that is
+ * read: SGLang's server info, the one place it says the batch it sized from
+ * memory. Asked once the engine serves, until it answers.
+ */
+export interface CapacityProbe {
+  path: string;
+  read(body: unknown): EngineCapacity;
 }
 
 export interface EngineLaunch {
@@ -59,9 +70,12 @@ export interface EngineLaunch {
   metricNames: MetricNames;
   /**
    * Requests the engine runs at once, from its arguments or the engine's
-   * known default; undefined when neither says (the edge then assumes).
+   * known default; undefined when neither says (the edge then assumes, or
+   * the capacity probe learns it).
    */
   maxNumSeqs: number | undefined;
+  /** Null for an engine whose metrics and arguments say all there is, or a rank that serves no HTTP. */
+  capacityProbe: CapacityProbe | null;
 }
 
 export interface EngineAdapter {
@@ -76,7 +90,7 @@ export const VLLM_METRICS: MetricNames = {
   kvUsage: "vllm:kv_cache_usage_perc",
   prefixHitRate: { kind: "counters", queries: "vllm:prefix_cache_queries", hits: "vllm:prefix_cache_hits" },
   generationTokens: "vllm:generation_tokens",
-  cacheConfig: VLLM_CACHE_CONFIG_INFO,
+  kvCapacity: VLLM_KV_CAPACITY,
 };
 
 export const SGLANG_METRICS: MetricNames = {
@@ -85,6 +99,7 @@ export const SGLANG_METRICS: MetricNames = {
   kvUsage: "sglang:token_usage",
   prefixHitRate: { kind: "gauge", name: "sglang:cache_hit_rate" },
   generationTokens: "sglang:generation_tokens",
+  kvCapacity: SGLANG_KV_CAPACITY,
 };
 
 /** The rank-0 peer's address and first dist-init port: the rendezvous every rank dials. */

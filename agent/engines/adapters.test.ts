@@ -300,11 +300,17 @@ describe("the batch an engine runs at once (its capacity at the edge)", () => {
     expect(vllmAdapter.build(spec({ args: ["--max-num-seqs", "lots"] }), node).maxNumSeqs).toBe(256);
   });
 
-  it("SGLang: only an explicit --max-running-requests is known", () => {
-    expect(sglangAdapter.build(spec({ engine: "sglang" }), node).maxNumSeqs).toBeUndefined();
+  it("SGLang: an explicit --max-running-requests is known at launch, the rest from its server info", () => {
+    const plain = sglangAdapter.build(spec({ engine: "sglang" }), node);
+    expect(plain.maxNumSeqs).toBeUndefined();
+    expect(plain.capacityProbe?.path).toBe("/get_server_info");
     expect(
       sglangAdapter.build(spec({ engine: "sglang", args: ["--max-running-requests", "48"] }), node)
         .maxNumSeqs,
     ).toBe(48);
+    // A rank that serves no HTTP has no server info to ask.
+    const follower = sglangAdapter.build(spec({ engine: "sglang", worldNodes: 2, rank: 1 }), node);
+    expect(follower.capacityProbe).toBeNull();
+    expect(vllmAdapter.build(spec(), node).capacityProbe).toBeNull();
   });
 });

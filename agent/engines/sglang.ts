@@ -1,3 +1,4 @@
+import { capacityFromServerInfo, SGLANG_SERVER_INFO_PATH } from "../../common/sglang-server-info.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 import {
   type EngineAdapter,
@@ -60,8 +61,11 @@ export const sglangAdapter: EngineAdapter = {
       metricsPath: follower ? null : "/metrics",
       metricNames: SGLANG_METRICS,
       // SGLang sizes its batch from memory at start and exports no figure
-      // for it: only an explicit --max-running-requests is known.
+      // for it in its metrics: an explicit --max-running-requests is known
+      // at launch, and the batch it really runs (which that flag only caps)
+      // is in its server info once it serves.
       maxNumSeqs: intFlag(spec.args, "--max-running-requests"),
+      capacityProbe: follower ? null : { path: SGLANG_SERVER_INFO_PATH, read: capacityFromServerInfo },
     };
   },
 };

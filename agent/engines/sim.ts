@@ -34,6 +34,7 @@ export const simAdapter: EngineAdapter = {
       metricsPath: headless ? null : "/metrics",
       metricNames: VLLM_METRICS,
       maxNumSeqs: vllmMaxNumSeqs(spec),
+      capacityProbe: null,
     };
   },
 };

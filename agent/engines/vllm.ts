@@ -128,6 +128,7 @@ export const vllmAdapter: EngineAdapter = {
       metricsPath: headless ? null : "/metrics",
       metricNames: VLLM_METRICS,
       maxNumSeqs: vllmMaxNumSeqs(spec),
+      capacityProbe: null,
     };
   },
 };

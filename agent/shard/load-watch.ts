@@ -34,7 +34,24 @@ export class LoadWatch {
       launch.metricNames,
       () => settings.timeoutMs,
       Date.now,
-      launch.maxNumSeqs ?? 0,
+      { maxNumSeqs: launch.maxNumSeqs ?? 0, probe: launch.capacityProbe },
+      (outcome) => {
+        if ("learned" in outcome)
+          log.info("engine's capacity learned from its server info", {
+            replica: replicaId,
+            max_num_seqs: outcome.learned.maxNumSeqs ?? "not stated",
+            kv_tokens: outcome.learned.kvTokens ?? "not stated",
+          });
+        // Once: an engine that never answers is asked every minute, and says so only the first time.
+        else if (outcome.failures === 1)
+          log.warn(
+            "engine's server info unreadable: its batch stays what its launch says while it is asked again",
+            {
+              replica: replicaId,
+              error: outcome.error,
+            },
+          );
+      },
     );
   }
 

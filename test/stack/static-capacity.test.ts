@@ -112,7 +112,7 @@ describe("static endpoints' capacity, learned from /metrics", () => {
       .filter((l) => l.component === "static-capacity" && l.endpoint === "dark");
     expect(logged).toHaveLength(1);
     expect(logged[0]?.level).toBe("warn");
-    expect(logged[0]?.msg).toContain("/metrics unreachable");
+    expect(logged[0]?.msg).toContain("capacity unreadable");
     // The dark endpoint held nothing else back: the learned figure still stands.
     expect((await endpoints("sc"))?.find((x) => x.id === "learned")?.kvTokens).toBe(
       BigInt(BLOCKS * BLOCK_SIZE),

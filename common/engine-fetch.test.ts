@@ -1,7 +1,7 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { fetchMetricsText } from "./metrics-fetch.ts";
+import { fetchEngineJson, fetchMetricsText, MAX_ENGINE_JSON_BYTES } from "./engine-fetch.ts";
 import { MAX_METRICS_BYTES } from "./prometheus-text.ts";
 
 describe("fetchMetricsText", () => {
@@ -41,5 +41,17 @@ describe("fetchMetricsText", () => {
     });
     await expect(fetchMetricsText(url, 10_000)).rejects.toThrow("over the limit");
     expect(written).toBeLessThan(4 * MAX_METRICS_BYTES);
+  });
+
+  it("parses an engine's JSON, and says so when a body is not JSON or is too large", async () => {
+    const url = await serve((req, res) => {
+      if (req.url === "/get_server_info") res.end('{"max_total_num_tokens":20480}');
+      else if (req.url === "/big") res.end(`"${"x".repeat(MAX_ENGINE_JSON_BYTES)}"`);
+      else res.end("<html>not here</html>");
+    });
+    const base = url.replace("/metrics", "");
+    expect(await fetchEngineJson(`${base}/get_server_info`, 1_000)).toEqual({ max_total_num_tokens: 20480 });
+    await expect(fetchEngineJson(`${base}/other`, 1_000)).rejects.toThrow("body is not JSON");
+    await expect(fetchEngineJson(`${base}/big`, 1_000)).rejects.toThrow("JSON body of");
   });
 });

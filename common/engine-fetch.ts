@@ -1,0 +1,59 @@
+/**
+ * GETs of an engine's own endpoints (`/metrics`, SGLang's server info),
+ * bounded in time and in size: the one network step in front of the pure
+ * readers (common/prometheus-text.ts, common/sglang-server-info.ts). The
+ * bound holds while reading, so an endpoint that streams without end is cut
+ * off at the limit rather than read into memory first.
+ */
+import { MAX_METRICS_BYTES } from "./prometheus-text.ts";
+
+/** Server info is a page of settings; a megabyte is far past any real one. */
+export const MAX_ENGINE_JSON_BYTES = 1 << 20;
+
+export function fetchMetricsText(url: string, timeoutMs: number): Promise<string> {
+  return fetchBoundedText(url, timeoutMs, MAX_METRICS_BYTES, "metrics");
+}
+
+/** The JSON body at `url`, parsed; throws on a status, a body over the limit or one that is not JSON. */
+export async function fetchEngineJson(url: string, timeoutMs: number): Promise<unknown> {
+  const text = await fetchBoundedText(url, timeoutMs, MAX_ENGINE_JSON_BYTES, "JSON");
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error(`${url}: body is not JSON`);
+  }
+}
+
+async function fetchBoundedText(
+  url: string,
+  timeoutMs: number,
+  limit: number,
+  what: string,
+): Promise<string> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  if (!res.ok) {
+    await res.body?.cancel();
+    throw new Error(`${url}: HTTP ${res.status}`);
+  }
+  const declared = Number(res.headers.get("content-length") ?? "0");
+  if (declared > limit) {
+    await res.body?.cancel();
+    throw new Error(`${url}: ${what} body of ${declared} bytes is over the limit`);
+  }
+  if (!res.body) return "";
+  const decoder = new TextDecoder();
+  let text = "";
+  let bytes = 0;
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    bytes += value.byteLength;
+    if (bytes > limit) {
+      await reader.cancel();
+      throw new Error(`${url}: ${what} body over the limit of ${limit} bytes`);
+    }
+    text += decoder.decode(value, { stream: true });
+  }
+  return text + decoder.decode();
+}
