@@ -11,7 +11,26 @@
 import { z } from "zod";
 import { QUIRKS, type Quirk } from "./quirks.ts";
 
-type Kind = "string" | "int" | "number" | "bool" | "list";
+export type Kind = "string" | "int" | "number" | "bool" | "list";
+
+/** The `--sim-*` flags, shared by every persona (vLLM's here, SGLang's in sglang-flags.ts). */
+export const SIM_KINDS: Record<string, Kind> = {
+  "sim-speed": "number",
+  "sim-kv-blocks": "int",
+  "sim-gpu-memory-gib": "number",
+  "sim-startup-seconds": "number",
+  "sim-fail-rate": "number",
+  "sim-crash-after": "int",
+  "sim-hang-after": "int",
+  "sim-hang-phase": "string",
+  "sim-slow-token-ms": "number",
+  "sim-output-len": "int",
+  "sim-weights-read-ms": "number",
+  "sim-prefill-us-per-token": "number",
+  "sim-per-seq-us": "number",
+  "sim-trace": "string",
+  "sim-quirks": "list",
+};
 
 const KNOWN: Record<string, Kind> = {
   model: "string",
@@ -36,21 +55,7 @@ const KNOWN: Record<string, Kind> = {
   "enable-prompt-tokens-details": "bool",
   "enable-auto-tool-choice": "bool",
   "tool-call-parser": "string",
-  "sim-speed": "number",
-  "sim-kv-blocks": "int",
-  "sim-gpu-memory-gib": "number",
-  "sim-startup-seconds": "number",
-  "sim-fail-rate": "number",
-  "sim-crash-after": "int",
-  "sim-hang-after": "int",
-  "sim-hang-phase": "string",
-  "sim-slow-token-ms": "number",
-  "sim-output-len": "int",
-  "sim-weights-read-ms": "number",
-  "sim-prefill-us-per-token": "number",
-  "sim-per-seq-us": "number",
-  "sim-trace": "string",
-  "sim-quirks": "list",
+  ...SIM_KINDS,
 };
 
 const SHORT: Record<string, string> = {
@@ -72,6 +77,31 @@ const modelLen = z
     return Math.round(Number.parseFloat(s) * mult);
   })
   .pipe(z.number().int().min(1));
+
+/** The `--sim-*` flags' schema, shared by every persona. */
+export const SIM_SHAPE = {
+  "sim-speed": z.coerce.number().gt(0).max(1e6).default(1),
+  "sim-kv-blocks": int(1).optional(),
+  "sim-gpu-memory-gib": z.coerce.number().gt(0).default(80),
+  "sim-startup-seconds": z.coerce.number().min(0).default(0),
+  "sim-fail-rate": z.coerce.number().min(0).max(1).default(0),
+  "sim-crash-after": count.optional(),
+  "sim-hang-after": count.optional(),
+  "sim-hang-phase": z.enum(["first-token", "mid-stream"]).default("first-token"),
+  "sim-slow-token-ms": z.coerce.number().min(0).default(0),
+  "sim-output-len": int(1).default(128),
+  "sim-weights-read-ms": z.coerce.number().min(0).optional(),
+  "sim-prefill-us-per-token": z.coerce.number().min(0).optional(),
+  "sim-per-seq-us": z.coerce.number().min(0).optional(),
+  "sim-trace": z.string().min(1).optional(),
+  // Space- or comma-separated: `--sim-quirks no-done usage-on-finish` or `--sim-quirks=no-done,usage-on-finish`.
+  "sim-quirks": z.preprocess(
+    (v) => (Array.isArray(v) ? v.flatMap((s) => String(s).split(",")).filter(Boolean) : v),
+    z.array(z.enum(QUIRKS)).default([]),
+  ),
+};
+
+const SIM_SCHEMA = z.object(SIM_SHAPE);
 
 const Schema = z.object({
   model: z.string().min(1),
@@ -96,25 +126,7 @@ const Schema = z.object({
   "enable-prompt-tokens-details": z.boolean().default(false),
   "enable-auto-tool-choice": z.boolean().default(false),
   "tool-call-parser": z.string().min(1).optional(),
-  "sim-speed": z.coerce.number().gt(0).max(1e6).default(1),
-  "sim-kv-blocks": int(1).optional(),
-  "sim-gpu-memory-gib": z.coerce.number().gt(0).default(80),
-  "sim-startup-seconds": z.coerce.number().min(0).default(0),
-  "sim-fail-rate": z.coerce.number().min(0).max(1).default(0),
-  "sim-crash-after": count.optional(),
-  "sim-hang-after": count.optional(),
-  "sim-hang-phase": z.enum(["first-token", "mid-stream"]).default("first-token"),
-  "sim-slow-token-ms": z.coerce.number().min(0).default(0),
-  "sim-output-len": int(1).default(128),
-  "sim-weights-read-ms": z.coerce.number().min(0).optional(),
-  "sim-prefill-us-per-token": z.coerce.number().min(0).optional(),
-  "sim-per-seq-us": z.coerce.number().min(0).optional(),
-  "sim-trace": z.string().min(1).optional(),
-  // Space- or comma-separated: `--sim-quirks no-done usage-on-finish` or `--sim-quirks=no-done,usage-on-finish`.
-  "sim-quirks": z.preprocess(
-    (v) => (Array.isArray(v) ? v.flatMap((s) => String(s).split(",")).filter(Boolean) : v),
-    z.array(z.enum(QUIRKS)).default([]),
-  ),
+  ...SIM_SHAPE,
 });
 
 export type RawFlags = z.infer<typeof Schema>;
@@ -171,7 +183,7 @@ export interface SimEngineFlags {
 export class FlagError extends Error {}
 
 /** `-tp`, `--port` are flags; `-3` and `-` are values. */
-const looksLikeFlag = (s: string) => /^--?[A-Za-z]/.test(s);
+export const looksLikeFlag = (s: string) => /^--?[A-Za-z]/.test(s);
 
 const BOOL_TEXT: Record<string, boolean> = {
   true: true,
@@ -317,26 +329,31 @@ function flagsOf(
     enablePromptTokensDetails: f["enable-prompt-tokens-details"],
     enableAutoToolChoice: f["enable-auto-tool-choice"],
     ...(f["tool-call-parser"] !== undefined ? { toolCallParser: f["tool-call-parser"] } : {}),
-    sim: {
-      speed: f["sim-speed"],
-      ...(f["sim-kv-blocks"] !== undefined ? { kvBlocks: f["sim-kv-blocks"] } : {}),
-      gpuMemoryGiB: f["sim-gpu-memory-gib"],
-      startupSeconds: f["sim-startup-seconds"],
-      failRate: f["sim-fail-rate"],
-      ...(f["sim-crash-after"] !== undefined ? { crashAfter: f["sim-crash-after"] } : {}),
-      ...(f["sim-hang-after"] !== undefined ? { hangAfter: f["sim-hang-after"] } : {}),
-      hangPhase: f["sim-hang-phase"],
-      slowTokenMs: f["sim-slow-token-ms"],
-      outputLen: f["sim-output-len"],
-      ...(f["sim-weights-read-ms"] !== undefined ? { weightsReadMs: f["sim-weights-read-ms"] } : {}),
-      ...(f["sim-prefill-us-per-token"] !== undefined
-        ? { prefillUsPerToken: f["sim-prefill-us-per-token"] }
-        : {}),
-      ...(f["sim-per-seq-us"] !== undefined ? { perSeqUs: f["sim-per-seq-us"] } : {}),
-      ...(f["sim-trace"] !== undefined ? { trace: f["sim-trace"] } : {}),
-      quirks: new Set(f["sim-quirks"]),
-    },
+    sim: simOptionsOf(f),
     ignored,
+  };
+}
+
+/** The validated `--sim-*` flags in the shape the engine is built from. */
+export function simOptionsOf(f: z.output<typeof SIM_SCHEMA>): SimEngineFlags["sim"] {
+  return {
+    speed: f["sim-speed"],
+    ...(f["sim-kv-blocks"] !== undefined ? { kvBlocks: f["sim-kv-blocks"] } : {}),
+    gpuMemoryGiB: f["sim-gpu-memory-gib"],
+    startupSeconds: f["sim-startup-seconds"],
+    failRate: f["sim-fail-rate"],
+    ...(f["sim-crash-after"] !== undefined ? { crashAfter: f["sim-crash-after"] } : {}),
+    ...(f["sim-hang-after"] !== undefined ? { hangAfter: f["sim-hang-after"] } : {}),
+    hangPhase: f["sim-hang-phase"],
+    slowTokenMs: f["sim-slow-token-ms"],
+    outputLen: f["sim-output-len"],
+    ...(f["sim-weights-read-ms"] !== undefined ? { weightsReadMs: f["sim-weights-read-ms"] } : {}),
+    ...(f["sim-prefill-us-per-token"] !== undefined
+      ? { prefillUsPerToken: f["sim-prefill-us-per-token"] }
+      : {}),
+    ...(f["sim-per-seq-us"] !== undefined ? { perSeqUs: f["sim-per-seq-us"] } : {}),
+    ...(f["sim-trace"] !== undefined ? { trace: f["sim-trace"] } : {}),
+    quirks: new Set(f["sim-quirks"]),
   };
 }
 

@@ -17,27 +17,19 @@ import type { ChoicePlan } from "./choice-plan.ts";
 import type { Fate } from "./faults.ts";
 import { stepLogprobs } from "./logprobs.ts";
 import {
-  type ChunkWriter,
-  chatChoice,
-  chatChunks,
   chatLogprob,
   chatLogprobs,
-  completionChoice,
-  completionChunks,
   completionLogprobs,
-  contentDelta,
   JSON_HEADERS,
-  responseBody,
   SSE_HEADERS,
-  toolCallDelta,
   toolCallJson,
-  usageJson,
 } from "./protocol.ts";
 import type { Quirks } from "./quirks.ts";
 import type { TraceSpan } from "./request-trace.ts";
 import { type ResponseEcho, ResponseWriter } from "./responses.ts";
 import type { Runner } from "./runner.ts";
 import type { SeqEvent, SeqGroup } from "./scheduler.ts";
+import { type ChoiceEnd, type StreamWriter, type UsagePlace, VLLM_WIRE, type Wire } from "./wire.ts";
 
 export interface GenerationSpec {
   kind: "chat" | "completion" | "response";
@@ -62,6 +54,30 @@ export interface GenerationSpec {
   quirks?: Quirks;
   /** Kind "response": what the response object repeats of the request (one choice, text only). */
   response?: Omit<ResponseEcho, "id" | "created" | "model" | "itemId">;
+  /** How chunks and bodies look on the wire; vLLM's when not given. */
+  wire?: Wire;
+  /**
+   * Whether a stream ends with a usage chunk. Left out, it follows
+   * `usageMode` (vLLM: continuous stats only come with include_usage); SGLang
+   * reads the two stream options apart.
+   */
+  finalUsage?: boolean;
+  /** What a choice that ended by itself reports as its `matched_stop` (the EOS token id). */
+  eosTokenId?: number;
+}
+
+/**
+ * Told of every choice's timing and end, for an engine whose counters move
+ * per finished request rather than per token (SGLang's tokenizer metrics).
+ * Times are simulated seconds.
+ */
+export interface RequestObserver {
+  firstToken(seconds: number): void;
+  interToken(seconds: number): void;
+  /** A choice that ran to its end: its request's prompt, its own output, the cached prompt tokens. */
+  finished(prompt: number, completion: number, cached: number, e2eSeconds: number): void;
+  /** A choice cut short (client gone, crash, hang): nothing of it is counted. */
+  aborted(): void;
 }
 
 export interface GenerationIo {
@@ -72,6 +88,7 @@ export interface GenerationIo {
   headers(): Record<string, string | number>;
   crash(): void;
   hang(res: ServerResponse): void;
+  observer?: RequestObserver;
 }
 
 interface Choice {
@@ -85,6 +102,8 @@ interface Choice {
   codePoints: number;
   generated: number;
   finish: string | null;
+  /** What stopped it (ChoiceEnd.matched), once it finished. */
+  matched: string | number | null;
   /** Once ended, nothing more is written for it (finished, or stopped by a fault). */
   ended: boolean;
   logprobs: string[];
@@ -94,7 +113,8 @@ interface Choice {
 export class Generation {
   private readonly spec: GenerationSpec;
   private readonly io: GenerationIo;
-  private readonly writer: ChunkWriter;
+  private readonly wire: Wire;
+  private readonly writer: StreamWriter;
   private readonly choices: Choice[];
   private readonly chat: boolean;
   /** Set for the Responses API, whose bodies and events replace chat's chunks. */
@@ -104,6 +124,7 @@ export class Generation {
   private started = false;
   private cached = 0;
   private open: number;
+  private arrival = 0;
 
   constructor(spec: GenerationSpec, io: GenerationIo) {
     this.spec = spec;
@@ -118,12 +139,8 @@ export class Generation {
           model: spec.model,
         })
       : undefined;
-    this.writer = (this.chat ? chatChunks : completionChunks)(
-      spec.id,
-      spec.created,
-      spec.model,
-      spec.usageMode,
-    );
+    this.wire = spec.wire ?? VLLM_WIRE;
+    this.writer = this.wire.stream(this.chat, spec.id, spec.created, spec.model, spec.usageMode);
     this.choices = spec.plans.map((plan, index) => ({
       index,
       plan,
@@ -133,6 +150,7 @@ export class Generation {
       codePoints: 0,
       generated: 0,
       finish: null,
+      matched: null,
       ended: false,
       logprobs: [],
       steps: [],
@@ -143,6 +161,7 @@ export class Generation {
   /** Sends the head (streams, and a request fated to crash), then hands the choices to the engine. */
   start(arrival: number): void {
     const { spec, io } = this;
+    this.arrival = arrival;
     const res = io.res;
     if (spec.stream || spec.fate === "crash") {
       res.writeHead(200, { ...(spec.stream ? SSE_HEADERS : JSON_HEADERS), ...io.headers() });
@@ -184,12 +203,19 @@ export class Generation {
     return this.spec.usageMode !== "none" && this.spec.quirks?.has("usage-on-finish") === true;
   }
 
-  private usage(completion: number): string {
+  private usage(completion: number, place: UsagePlace): string {
     const { spec } = this;
-    return usageJson(
+    return this.writer.usageJson(
       { prompt: spec.promptIds.length, completion, cached: this.cached },
       spec.promptTokensDetails,
+      place,
     );
+  }
+
+  /** Whether the stream ends with a `choices: []` usage chunk. */
+  private finalUsageChunk(): boolean {
+    const { spec } = this;
+    return (spec.finalUsage ?? spec.usageMode !== "none") && !this.usageOnFinish();
   }
 
   /** Stops every choice still in the engine; what they already wrote stays counted. */
@@ -200,6 +226,7 @@ export class Generation {
       if (c.ended) continue;
       c.ended = true;
       this.io.runner.cancel(c.seqId, "abort");
+      this.io.observer?.aborted();
     }
   }
 
@@ -213,29 +240,21 @@ export class Generation {
       this.cached = ev.seq.cachedPromptTokens;
       io.span?.token();
     }
+    this.observe(ev);
     const full = c.plan.pieceAt(ev.index, ev.token);
-    let piece = full;
-    let reason: string | null = ev.finished ?? null;
-    if (spec.stops.length > 0) {
-      const before = c.text.length;
-      const joined = c.text + piece;
-      let cut = -1;
-      for (const s of spec.stops) {
-        const at = joined.indexOf(s, Math.max(0, before - s.length + 1));
-        if (at >= 0 && (cut < 0 || at < cut)) cut = at;
-      }
-      if (cut >= 0) {
-        piece = joined.slice(before, Math.max(before, cut));
-        c.text = joined.slice(0, cut);
-        if (!ev.finished) io.runner.cancel(c.seqId, "stop");
-        reason = "stop";
-      } else c.text = joined;
-    } else c.text += piece;
+    const piece = this.append(c, ev, full);
     c.generated = ev.index + 1;
-    if (reason !== null) {
+    if (c.finish !== null) {
       c.ended = true;
-      c.finish = c.plan.toolName && reason !== "length" ? "tool_calls" : reason;
       this.open--;
+      if (spec.fate === "normal") {
+        io.observer?.finished(
+          spec.promptIds.length,
+          c.generated,
+          ev.seq.cachedPromptTokens,
+          ev.at - this.arrival,
+        );
+      }
     }
 
     let lp: string | null = null;
@@ -265,6 +284,7 @@ export class Generation {
       if (!c.ended) {
         c.ended = true;
         io.runner.cancel(c.seqId, "abort");
+        io.observer?.aborted();
       }
       if (spec.stream) io.res.write(this.chunk(c, piece, lp, first));
       if (first) io.hang(io.res);
@@ -274,26 +294,71 @@ export class Generation {
     if (this.open === 0) this.finish();
   }
 
+  private observe(ev: Extract<SeqEvent, { kind: "token" }>): void {
+    const o = this.io.observer;
+    if (!o) return;
+    if (ev.index === 0) o.firstToken(ev.at - this.arrival);
+    else if (ev.prevAt !== undefined) o.interToken(ev.at - ev.prevAt);
+  }
+
+  /**
+   * Adds a token's text to choice `c`, cut before the first stop string, and
+   * returns what of it is written; sets the choice's finish and matched stop
+   * when this token ended it.
+   */
+  private append(c: Choice, ev: Extract<SeqEvent, { kind: "token" }>, full: string): string {
+    const { spec, io } = this;
+    let piece = full;
+    let reason: string | null = ev.finished ?? null;
+    let matched: string | number | null = reason === "stop" ? (spec.eosTokenId ?? null) : null;
+    if (spec.stops.length > 0) {
+      const before = c.text.length;
+      const joined = c.text + piece;
+      let cut = -1;
+      for (const s of spec.stops) {
+        const at = joined.indexOf(s, Math.max(0, before - s.length + 1));
+        if (at >= 0 && (cut < 0 || at < cut)) {
+          cut = at;
+          matched = s;
+        }
+      }
+      if (cut >= 0) {
+        piece = joined.slice(before, Math.max(before, cut));
+        c.text = joined.slice(0, cut);
+        if (!ev.finished) io.runner.cancel(c.seqId, "stop");
+        reason = "stop";
+      } else c.text = joined;
+    } else c.text += piece;
+    if (reason !== null) {
+      c.finish = c.plan.toolName && reason !== "length" ? "tool_calls" : reason;
+      c.matched = reason === "length" ? null : matched;
+    }
+    return piece;
+  }
+
   /** The chunk for choice `c`'s latest token; the request's first also carries every choice's role chunk. */
   private chunk(c: Choice, piece: string, lp: string | null, first: boolean): string {
     if (this.response) return this.response.delta(piece, first);
     const continuous = this.spec.usageMode === "continuous";
     let out = "";
+    const w = this.writer;
     if (first && this.chat) {
-      const none = continuous ? this.usage(0) : null;
-      for (const k of this.choices) out += this.writer.role(k.index, none);
+      const none = continuous ? this.usage(0, "chunk") : null;
+      for (const k of this.choices) out += w.role(k.index, none);
     }
     let delta: string;
     if (!this.chat) delta = JSON.stringify(piece);
     else if (c.toolCallId) {
       const head = c.generated === 1 ? { id: c.toolCallId, name: c.plan.toolName! } : null;
-      delta = toolCallDelta(head, piece);
-    } else delta = contentDelta(piece);
+      delta = w.toolCall(head, piece);
+    } else delta = w.content(piece);
     // vLLM's continuous stats: each chunk counts its own choice's tokens.
-    let usage = continuous ? this.usage(c.generated) : null;
+    let usage = continuous ? this.usage(c.generated, "chunk") : null;
     if (this.usageOnFinish() && this.open === 0 && c.finish !== null)
-      usage = this.usage(this.completionTokens());
-    return out + this.writer.token(c.index, delta, lp, c.finish, usage);
+      usage = this.usage(this.completionTokens(), "chunk");
+    // A chat writer that sends finish_reason in a chunk of its own (SGLang) gets it at the end.
+    const finish = !this.chat || w.finishOnToken ? c.finish : null;
+    return out + w.token(c.index, delta, lp, finish, usage);
   }
 
   private finish(): void {
@@ -305,28 +370,34 @@ export class Generation {
       this.finishResponse(this.response, completion);
       return;
     }
-    const usage = this.usage(completion);
     const res = io.res;
+    const w = this.wire;
     if (spec.stream) {
-      const usageChunk = spec.usageMode !== "none" && !this.usageOnFinish() ? this.writer.usage(usage) : "";
-      res.end(`${usageChunk}${spec.quirks?.has("no-done") ? "" : "data: [DONE]\n\n"}`);
+      const closing = this.chat && !this.writer.finishOnToken ? this.writer.closing(this.ends()) : "";
+      const usageChunk = this.finalUsageChunk() ? this.writer.usage(this.usage(completion, "final")) : "";
+      res.end(`${closing}${usageChunk}${spec.quirks?.has("no-done") ? "" : w.done}`);
       return;
     }
-    const choices = this.choices.map((c) => {
-      const finish = c.finish ?? "stop";
+    const ends = this.ends();
+    const choices = this.choices.map((c, i) => {
+      const end = ends[i]!;
       if (!this.chat) {
-        return completionChoice(c.index, c.text, spec.logprobs ? completionLogprobs(c.steps) : null, finish);
+        return w.completionChoice(c.index, c.text, spec.logprobs ? completionLogprobs(c.steps) : null, end);
       }
       const lp = spec.logprobs ? chatLogprobs(c.logprobs) : null;
       if (c.toolCallId) {
-        return chatChoice(c.index, null, toolCallJson(c.toolCallId, c.plan.toolName!, c.text), lp, finish);
+        return w.chatChoice(c.index, null, toolCallJson(c.toolCallId, c.plan.toolName!, c.text), lp, end);
       }
-      return chatChoice(c.index, c.text, "", lp, finish);
+      return w.chatChoice(c.index, c.text, "", lp, end);
     });
-    const body = spec.quirks?.has("no-usage") ? "null" : usage;
-    const json = responseBody(this.chat, spec.id, spec.created, spec.model, choices, body);
+    const body = spec.quirks?.has("no-usage") ? "null" : this.usage(completion, "body");
+    const json = w.body(this.chat, spec.id, spec.created, spec.model, choices, body);
     res.writeHead(200, { ...JSON_HEADERS, "content-length": Buffer.byteLength(json), ...io.headers() });
     res.end(json);
+  }
+
+  private ends(): ChoiceEnd[] {
+    return this.choices.map((c) => ({ index: c.index, finish: c.finish ?? "stop", matched: c.matched }));
   }
 
   /** A Responses answer: its closing events, or the whole response object. */

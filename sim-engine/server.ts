@@ -14,6 +14,7 @@ import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
 import { Generation, type GenerationSpec } from "./generation.ts";
 import { renderMetrics } from "./metrics.ts";
+import type { Persona } from "./persona.ts";
 import {
   ApiError,
   ChatRequest,
@@ -59,6 +60,8 @@ export interface ServerOptions {
   quirks?: Quirks;
   /** How long an idle connection stays open (flags.ts, KEEP_ALIVE_ENV); 65 s when not given. */
   keepAliveMs?: number;
+  /** Another engine to play than vLLM (persona.ts). */
+  persona?: Persona;
 }
 
 /** What generate() reads of a request besides its plan. */
@@ -82,10 +85,12 @@ export class SimServer {
   private readonly connections = new WeakMap<object, number>();
   private accepted = 0;
   private readonly quirks: Quirks;
+  private readonly persona: Persona | undefined;
 
   constructor(opts: ServerOptions) {
     this.opts = opts;
     this.quirks = opts.quirks ?? new Set();
+    this.persona = opts.persona;
     // No buffer past the keep-alive: uvicorn closes at its timeout exactly,
     // where Node 24 would wait a second more by default.
     const keepAlive = { keepAliveTimeout: opts.keepAliveMs ?? 65_000, keepAliveTimeoutBuffer: 0 };
@@ -119,6 +124,7 @@ export class SimServer {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0]!;
     const method = req.method ?? "GET";
+    if (this.persona && (await this.persona.route(req, res, path, method))) return;
     if (path === "/health") {
       req.resume();
       res.writeHead(this.ready ? 200 : 503, { "content-length": "0" }).end();
@@ -189,7 +195,14 @@ export class SimServer {
     if (!parsed.success) throw zodToApiError(parsed.error);
     const r = parsed.data;
     const model = this.checkModel(r.model);
-    this.generate("completion", model, completionPlan(r, this.opts), r, res);
+    const plan = completionPlan(r, this.opts);
+    this.generate(
+      "completion",
+      model,
+      { ...plan, maxTokens: plan.maxTokens ?? this.persona?.defaultMaxTokens("completion") },
+      r,
+      res,
+    );
   }
 
   /** OpenAI's Responses API: chat underneath (responses.ts), with its own bodies and events. */
@@ -270,13 +283,15 @@ export class SimServer {
         rendered[i] = base64 ? `"${float32Base64(v)}"` : `[${v.join(",")}]`;
         if (pending.size > 0) return;
         done = true;
-        const json = embeddingsBody(
-          id,
-          created,
-          model,
-          rendered,
-          usageJson({ prompt: promptTokens, completion: 0 }, false),
-        );
+        const json = this.persona
+          ? this.persona.embeddingsBody(model, rendered, promptTokens)
+          : embeddingsBody(
+              id,
+              created,
+              model,
+              rendered,
+              usageJson({ prompt: promptTokens, completion: 0 }, false),
+            );
         res.writeHead(200, {
           ...JSON_HEADERS,
           "content-length": Buffer.byteLength(json),
@@ -298,6 +313,7 @@ export class SimServer {
   }
 
   private checkModel(model: string | null | undefined): string {
+    if (this.persona) return this.persona.model(model);
     const names = this.opts.servedModelNames;
     if (model === undefined || model === null || model === "") return names[0]!;
     if (this.quirks.has("pinned-model")) return names[0]!;
@@ -313,6 +329,7 @@ export class SimServer {
    * only a prompt that fills the context, with a message of its own.
    */
   private outputLimit(kind: GenerationSpec["kind"], prompt: number, asked: number | undefined): number {
+    if (this.persona) return this.persona.outputLimit(kind, prompt, asked);
     const limit = this.opts.maxModelLen;
     if (kind === "response") {
       if (prompt >= limit) {
@@ -350,8 +367,7 @@ export class SimServer {
     if (fate === "fail") throw new ApiError(500, "Simulated engine failure (--sim-fail-rate)");
 
     const stream = r.stream === true;
-    const hex = randomUUID().replace(/-/g, "");
-    const id = kind === "response" ? `resp_${hex}` : `${kind === "chat" ? "chatcmpl" : "cmpl"}-${hex}`;
+    const id = this.persona?.newId(kind) ?? vllmId(kind);
     const created = Math.floor(Date.now() / 1000);
     if (fate === "hang-first-token") {
       if (stream) {
@@ -385,12 +401,9 @@ export class SimServer {
             ? []
             : (typeof r.stop === "string" ? [r.stop] : r.stop).filter((s) => s !== ""),
         stream,
-        // The quirks are other servers' chat and completions; a response is vLLM's.
-        usageMode:
-          stream && kind !== "response"
-            ? streamedUsageMode(usageModeOf(r.stream_options), this.quirks)
-            : "none",
+        ...this.streamUsage(kind, stream, r.stream_options),
         ...(kind === "response" ? { response } : { quirks: this.quirks }),
+        ...this.personaSpec(),
         logprobs: plan.logprobs,
         ...(r.cache_salt ? { cacheSalt: fnv1a(r.cache_salt) } : {}),
         promptTokensDetails: o.promptTokensDetails,
@@ -403,9 +416,29 @@ export class SimServer {
         headers: () => ({ ...simHeaders, ...this.loadHeader(res) }),
         crash: () => this.crash(),
         hang: (h) => this.hang(h),
+        ...(this.persona?.observer ? { observer: this.persona.observer } : {}),
       },
     );
     generation.start(arrival);
+  }
+
+  /** How much usage a stream carries: the persona's reading of `stream_options`, or vLLM's with the quirks. */
+  private streamUsage(
+    kind: GenerationSpec["kind"],
+    stream: boolean,
+    opts: GenerationParams["stream_options"],
+  ): Pick<GenerationSpec, "usageMode" | "finalUsage"> {
+    // A response streams as vLLM's whatever the persona or quirks: usage rides on response.completed.
+    if (!stream || kind === "response") return { usageMode: "none" };
+    if (!this.persona) return { usageMode: streamedUsageMode(usageModeOf(opts), this.quirks) };
+    const u = this.persona.usage(opts);
+    return { usageMode: u.mode, finalUsage: u.final };
+  }
+
+  private personaSpec(): Pick<GenerationSpec, "wire" | "eosTokenId"> {
+    const p = this.persona;
+    if (!p) return {};
+    return { wire: p.wire, ...(p.eosTokenId !== undefined ? { eosTokenId: p.eosTokenId } : {}) };
   }
 
   /**
@@ -415,7 +448,8 @@ export class SimServer {
    */
   private loadHeader(res: ServerResponse): Record<string, string> {
     const format = this.orcaFormat.get(res);
-    if (!format) return {};
+    // ORCA load reports are vLLM's; another persona sends none.
+    if (!format || this.persona) return {};
     const cores = this.opts.runner.cores;
     let waiting = 0;
     let kv = 0;
@@ -473,19 +507,31 @@ export class SimServer {
     if (res.headersSent) {
       // Headers are gone: say it the way vLLM does mid-stream, then close.
       if (!res.writableEnded) {
-        res.end(`data: ${errorBody(e)}\n\n${this.quirks.has("no-done") ? "" : "data: [DONE]\n\n"}`);
+        res.end(
+          this.persona
+            ? this.persona.streamErrorTail(e)
+            : `data: ${errorBody(e)}\n\n${this.quirks.has("no-done") ? "" : "data: [DONE]\n\n"}`,
+        );
       }
       return;
     }
-    const body = this.quirks.has("fastapi-errors")
-      ? fastApiErrorBody(e.status, e.message, e.param)
-      : errorBody(e);
+    const body = this.persona
+      ? this.persona.errorBody(e)
+      : this.quirks.has("fastapi-errors")
+        ? fastApiErrorBody(e.status, e.message, e.param)
+        : errorBody(e);
     res.writeHead(e.status, {
       "content-type": "application/json",
       "content-length": Buffer.byteLength(body),
     });
     res.end(body);
   }
+}
+
+/** vLLM's ids: `chatcmpl-`, `cmpl-` or `resp_` and 32 hex digits. */
+function vllmId(kind: GenerationSpec["kind"]): string {
+  const hex = randomUUID().replace(/-/g, "");
+  return kind === "response" ? `resp_${hex}` : `${kind === "chat" ? "chatcmpl" : "cmpl"}-${hex}`;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
