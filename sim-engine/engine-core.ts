@@ -16,6 +16,7 @@
 import { KvCache } from "./kv-cache.ts";
 import { H100_LLAMA_3_1_8B, type LatencyParams, stepSeconds } from "./latency-model.ts";
 import { type EngineGauges, EngineMetrics } from "./metrics.ts";
+import { RecentStats } from "./recent-stats.ts";
 import {
   type FinishReason,
   Scheduler,
@@ -58,6 +59,8 @@ export interface Step {
 export class EngineCore {
   readonly scheduler: Scheduler;
   readonly metrics = new EngineMetrics();
+  /** The latest hit rate and throughput, for SGLang's gauges. */
+  readonly recent = new RecentStats();
   readonly cfg: EngineCoreConfig;
   private current: Step | undefined;
 
@@ -131,6 +134,9 @@ export class EngineCore {
     m.prefixQueries = this.scheduler.prefix.queries;
     m.prefixHits = this.scheduler.prefix.hits;
     m.preemptions = this.scheduler.preemptions;
+    let produced = 0;
+    for (const ev of events) if (ev.kind === "token") produced++;
+    this.recent.record(now, m.prefixQueries, m.prefixHits, produced);
     return events;
   }
 

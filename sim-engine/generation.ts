@@ -358,7 +358,7 @@ export class Generation {
       usage = this.usage(this.completionTokens(), "chunk");
     // A chat writer that sends finish_reason in a chunk of its own (SGLang) gets it at the end.
     const finish = !this.chat || w.finishOnToken ? c.finish : null;
-    return out + w.token(c.index, delta, lp, finish, usage);
+    return out + w.token(c.index, delta, lp, finish, usage, c.matched);
   }
 
   private finish(): void {

@@ -1,73 +1,42 @@
 /**
- * `llmgw sim-engine serve MODEL ...`: a CPU stand-in for `vllm serve`.
- * See docs/sim-engine.md for flags, the performance model and the faults.
+ * `llmgw sim-engine serve MODEL ...`: a CPU stand-in for `vllm serve`, and
+ * `llmgw sim-engine -m sglang.launch_server ...`: the same engine playing
+ * SGLang (sglang-main.ts). See docs/sim-engine.md for flags, the
+ * performance model and the faults.
  */
 import { createLogger, errorMessage } from "../common/log.ts";
-import { EngineCore } from "./engine-core.ts";
-import { FaultPlan } from "./faults.ts";
 import { FlagError, parseServeArgs, type SimEngineFlags, USAGE } from "./flags.ts";
 import {
-  H100_80GB_LLAMA_3_1_8B_MEMORY,
-  H100_LLAMA_3_1_8B,
-  kvBlocksFor,
-  type LatencyParams,
-  scaleForParallelism,
-} from "./latency-model.ts";
-import { RequestTrace } from "./request-trace.ts";
+  type EngineSetup,
+  engineCores,
+  engineSetup,
+  headless,
+  listen,
+  openTrace,
+  simServer,
+  untilSignal,
+} from "./launch.ts";
 import { Runner } from "./runner.ts";
-import { SimServer } from "./server.ts";
+import { sglangMain } from "./sglang-main.ts";
 
 const log = createLogger({ component: "sim-engine" });
 
-export interface EngineSetup {
-  numBlocks: number;
-  maxModelLen: number;
-  latency: LatencyParams;
-  gpus: number;
-}
-
-/** Sizes the simulated GPU(s) like vLLM's startup profiling would. */
-export function engineSetup(f: SimEngineFlags): EngineSetup {
-  const gpus = f.tensorParallelSize * f.pipelineParallelSize;
-  const memory = { ...H100_80GB_LLAMA_3_1_8B_MEMORY, gpuMemoryGiB: f.sim.gpuMemoryGiB };
-  const numBlocks = f.sim.kvBlocks ?? kvBlocksFor(memory, f.gpuMemoryUtilization, gpus, f.blockSize);
-  if (numBlocks < 1) {
-    throw new FlagError(
-      `no memory left for the KV cache: ${f.sim.gpuMemoryGiB} GiB × ${f.gpuMemoryUtilization} × ${gpus} GPU(s) does not hold the weights; raise --gpu-memory-utilization or --sim-gpu-memory-gib`,
-    );
-  }
-  const capacity = numBlocks * f.blockSize;
-  let maxModelLen = f.maxModelLen ?? 131_072;
-  if (maxModelLen > capacity) {
-    if (f.maxModelLen !== undefined) {
-      // vLLM refuses to start here too: one sequence of max length must fit.
-      throw new FlagError(
-        `--max-model-len ${maxModelLen} is larger than the KV cache can hold (${capacity} tokens = ${numBlocks} blocks × ${f.blockSize}); lower it or add KV blocks`,
-      );
-    }
-    maxModelLen = capacity;
-  }
-  const base: LatencyParams = {
-    ...H100_LLAMA_3_1_8B,
-    ...(f.sim.weightsReadMs !== undefined ? { weightsReadMs: f.sim.weightsReadMs } : {}),
-    ...(f.sim.prefillUsPerToken !== undefined ? { computeUsPerToken: f.sim.prefillUsPerToken } : {}),
-    ...(f.sim.perSeqUs !== undefined ? { perSequenceUs: f.sim.perSeqUs } : {}),
-  };
-  return {
-    numBlocks,
-    maxModelLen,
-    latency: scaleForParallelism(base, f.tensorParallelSize, f.pipelineParallelSize),
-    gpus,
-  };
-}
-
 export async function main(argv: string[]): Promise<number | undefined> {
+  // `python -m sglang.launch_server ...` as test/bin/sglang passes it on.
+  if (argv[0] === "-m") return sglangMain(argv.slice(1));
   const parsed = parseCommand(argv);
   if (typeof parsed === "number") return parsed;
   const { flags, setup } = parsed;
   for (const flag of flags.ignored) log.warn("flag accepted but not simulated", { flag });
 
-  if (flags.headless || flags.nodeRank > 0) return headless(flags);
+  if (flags.headless || flags.nodeRank > 0) {
+    return headless({
+      node_rank: flags.nodeRank,
+      nnodes: flags.nnodes,
+      master_addr: flags.masterAddr,
+      master_port: flags.masterPort,
+    });
+  }
 
   const trace = openTrace(flags);
   if (trace === "failed") return 2;
@@ -120,118 +89,4 @@ function parseCommand(argv: string[]): { flags: SimEngineFlags; setup: EngineSet
     process.stderr.write(`sim-engine: ${err.message}\n\n${USAGE}`);
     return 2;
   }
-}
-
-/** The --sim-trace file, opened; "failed" (said on stderr) when it cannot be. */
-function openTrace(flags: SimEngineFlags): RequestTrace | undefined | "failed" {
-  if (flags.sim.trace === undefined) return undefined;
-  const file = flags.sim.trace;
-  try {
-    return new RequestTrace(file, (err) =>
-      log.error("cannot write the request trace", { file, err: errorMessage(err) }),
-    );
-  } catch (err) {
-    process.stderr.write(`sim-engine: --sim-trace: cannot open ${file}: ${errorMessage(err)}\n`);
-    return "failed";
-  }
-}
-
-/** One engine core per data-parallel rank. */
-function engineCores(flags: SimEngineFlags, setup: EngineSetup): EngineCore[] {
-  return Array.from(
-    { length: flags.dataParallelSize },
-    () =>
-      new EngineCore({
-        maxNumSeqs: flags.maxNumSeqs,
-        maxNumBatchedTokens: flags.maxNumBatchedTokens,
-        numBlocks: setup.numBlocks,
-        blockSize: flags.blockSize,
-        prefixCaching: flags.enablePrefixCaching,
-        latency: setup.latency,
-      }),
-  );
-}
-
-function simServer(
-  flags: SimEngineFlags,
-  setup: EngineSetup,
-  runner: Runner,
-  trace: RequestTrace | undefined,
-): SimServer {
-  return new SimServer({
-    ...(trace ? { trace } : {}),
-    rootModel: flags.model,
-    servedModelNames: flags.servedModelNames,
-    maxModelLen: setup.maxModelLen,
-    seed: flags.seed,
-    outputLen: flags.sim.outputLen,
-    promptTokensDetails: flags.enablePromptTokensDetails,
-    autoToolChoice: flags.enableAutoToolChoice,
-    quirks: flags.sim.quirks,
-    keepAliveMs: flags.httpKeepAliveSeconds * 1000,
-    faults: new FaultPlan({
-      seed: flags.seed,
-      failRate: flags.sim.failRate,
-      hangPhase: flags.sim.hangPhase,
-      ...(flags.sim.crashAfter !== undefined ? { crashAfter: flags.sim.crashAfter } : {}),
-      ...(flags.sim.hangAfter !== undefined ? { hangAfter: flags.sim.hangAfter } : {}),
-    }),
-    runner,
-    log,
-  });
-}
-
-/** Listens on --host and --port; the port bound (--port 0 picks one). */
-async function listen(server: SimServer, flags: SimEngineFlags): Promise<number> {
-  await new Promise<void>((resolve, reject) => {
-    server.http.once("error", reject);
-    server.http.listen(flags.port, flags.host, () => resolve());
-  }).catch((err) => {
-    throw new Error(`cannot listen on ${flags.host}:${flags.port}: ${errorMessage(err)}`);
-  });
-  const addr = server.http.address();
-  return typeof addr === "object" && addr ? addr.port : flags.port;
-}
-
-/** Serves until SIGTERM or SIGINT, then stops the runner, cuts the connections and flushes the trace. */
-function untilSignal(
-  server: SimServer,
-  runner: Runner,
-  readyTimer: ReturnType<typeof setTimeout>,
-  trace: RequestTrace | undefined,
-): Promise<number> {
-  return new Promise<number>((resolve) => {
-    const stop = (signal: string) => {
-      log.info("sim engine stopping", { signal });
-      clearTimeout(readyTimer);
-      runner.stop();
-      server.http.close();
-      server.http.closeAllConnections();
-      // The cut connections' close events (and their trace lines) come on
-      // the next turns; flush after them.
-      setImmediate(() => void (trace?.close() ?? Promise.resolve()).then(() => resolve(0)));
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
-  });
-}
-
-/** A non-zero rank of a multi-node replica: vLLM's headless worker serves no API and just lives. */
-function headless(f: SimEngineFlags): Promise<number> {
-  log.info("sim engine headless worker", {
-    node_rank: f.nodeRank,
-    nnodes: f.nnodes,
-    master_addr: f.masterAddr,
-    master_port: f.masterPort,
-  });
-  const keepAlive = setInterval(() => {}, 1 << 30);
-  return new Promise<number>((resolve) => {
-    const stop = (signal: string) => {
-      log.info("sim engine headless worker stopping", { signal });
-      clearInterval(keepAlive);
-      resolve(0);
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
-  });
 }

@@ -12,6 +12,8 @@ export class ApiError extends Error {
   readonly status: number;
   readonly type: string;
   readonly param: string | null;
+  /** Refused by the request schema (zodToApiError), not by a rule about its content: SGLang types the two apart. */
+  validation = false;
 
   constructor(status: number, message: string, param: string | null = null, type?: string) {
     super(message);
@@ -220,7 +222,9 @@ export function zodToApiError(err: z.ZodError, prefix: readonly PropertyKey[] = 
   const issue = err.issues[0]!;
   const path = [...prefix, ...issue.path];
   const param = path.length > 0 ? path.map(String).join(".") : null;
-  return new ApiError(400, param ? `${param}: ${issue.message}` : issue.message, param);
+  const e = new ApiError(400, param ? `${param}: ${issue.message}` : issue.message, param);
+  e.validation = true;
+  return e;
 }
 
 /** Flattens chat content (string or text parts) to text; other parts are refused like a text-only vLLM model. */

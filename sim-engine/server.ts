@@ -551,6 +551,8 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw new ApiError(400, `invalid JSON body: ${err instanceof Error ? err.message : String(err)}`);
+    const e = new ApiError(400, `invalid JSON body: ${err instanceof Error ? err.message : String(err)}`);
+    e.validation = true;
+    throw e;
   }
 }

@@ -32,6 +32,15 @@ export interface ChoiceEnd {
 export type UsagePlace = "chunk" | "final" | "body";
 
 export interface StreamWriter extends ChunkWriter {
+  /** ChunkWriter's token chunk; `matched` is the choice's matched stop once `finish` is set. */
+  token(
+    index: number,
+    delta: string,
+    logprobs: string | null,
+    finish: string | null,
+    usage: string | null,
+    matched?: string | number | null,
+  ): string;
   /** A chat delta carrying text. */
   content(text: string): string;
   /** A chat delta carrying a piece of a tool call's arguments (the first also names the call). */
