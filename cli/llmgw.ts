@@ -11,7 +11,10 @@ const COMMANDS: Record<string, { help: string; load: () => Promise<{ main: Main 
   server: { help: "run the control plane", load: () => import("../controlplane/server-main.ts") },
   agent: { help: "run a node agent", load: () => import("../agent/main.ts") },
   ctl: { help: "operate a running control plane", load: () => import("./ctl/main.ts") },
-  "sim-engine": { help: "a CPU stand-in for vLLM", load: () => import("../sim-engine/main.ts") },
+  "sim-engine": {
+    help: "a CPU stand-in for vLLM (or SGLang: -m sglang.launch_server)",
+    load: () => import("../sim-engine/main.ts"),
+  },
   keys: { help: "manage API keys at the edge", load: () => import("./ctl/keys.ts") },
   bench: {
     help: "load-test an OpenAI-compatible URL (edge or engine)",

@@ -358,6 +358,7 @@ export function simOptionsOf(f: z.output<typeof SIM_SCHEMA>): SimEngineFlags["si
 }
 
 export const USAGE = `usage: llmgw sim-engine serve MODEL [vLLM flags] [--sim-* flags]
+       llmgw sim-engine -m sglang.launch_server --model-path MODEL [SGLang flags] [--sim-* flags]
 
 vLLM flags: --host --port --served-model-name NAME... --tensor-parallel-size/-tp
   --pipeline-parallel-size/-pp --data-parallel-size/-dp --nnodes --node-rank
