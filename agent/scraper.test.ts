@@ -127,6 +127,8 @@ describe("LoadScraper's capacity probe", () => {
     const srv = createServer((req, res) => {
       asked.push(req.url ?? "");
       if (req.url === "/metrics") return res.end("sglang:num_running_reqs 1\nsglang:num_queue_reqs 0\n");
+      // An SGLang from before the route's rename: only the old name is there.
+      if (req.url === "/server_info") return res.writeHead(404).end('{"detail":"Not Found"}');
       const a = answer();
       res.writeHead(a.status).end(a.body);
     });
@@ -147,7 +149,7 @@ describe("LoadScraper's capacity probe", () => {
         () => 0,
         {
           maxNumSeqs: 64,
-          probe: { path: "/get_server_info", read: capacityFromServerInfo },
+          probe: { paths: ["/server_info", "/get_server_info"], read: capacityFromServerInfo },
         },
         (o) => outcomes.push(o),
       );
@@ -155,7 +157,7 @@ describe("LoadScraper's capacity probe", () => {
         const { load } = await s.scrape();
         expect(load).toMatchObject({ maxNumSeqs: 48, kvCapacityTokens: 9000n });
       }
-      expect(e.asked.filter((u) => u === "/get_server_info")).toHaveLength(1);
+      expect(e.asked.filter((u) => u.endsWith("server_info"))).toEqual(["/server_info", "/get_server_info"]);
       expect(outcomes).toEqual([{ learned: { maxNumSeqs: 48, kvTokens: 9000 } }]);
     } finally {
       e.srv.closeAllConnections();
@@ -180,7 +182,7 @@ describe("LoadScraper's capacity probe", () => {
         () => now,
         {
           maxNumSeqs: 64,
-          probe: { path: "/get_server_info", read: capacityFromServerInfo },
+          probe: { paths: ["/server_info", "/get_server_info"], read: capacityFromServerInfo },
         },
         (o) => outcomes.push(o),
       );

@@ -6,7 +6,7 @@
 import { create } from "@bufbuild/protobuf";
 import { doublingDelay } from "../common/backoff.ts";
 import { kvCapacityOf } from "../common/engine-capacity.ts";
-import { fetchEngineJson, fetchMetricsText } from "../common/engine-fetch.ts";
+import { fetchFirstJson, fetchMetricsText } from "../common/engine-fetch.ts";
 import { parsePrometheusText, type Sample } from "../common/prometheus-text.ts";
 import type { EngineCapacity } from "../common/sglang-server-info.ts";
 import { type ShardLoad, ShardLoadSchema } from "../proto/gen/agent/v1/agent_pb.ts";
@@ -143,7 +143,7 @@ export class LoadScraper {
   private prev: { counters?: PrefixCounters; prefixCacheHitRate: number } | undefined;
   readonly url: string;
   private readonly wanted: Set<string>;
-  private readonly probeUrl: string | undefined;
+  private readonly probeUrls: string[];
   private probed: EngineCapacity | undefined;
   private probeFailures = 0;
   private probeAgainAt = 0;
@@ -163,7 +163,7 @@ export class LoadScraper {
     ) => void = () => {},
   ) {
     this.url = engineUrl(host, port, path);
-    this.probeUrl = known.probe ? engineUrl(host, port, known.probe.path) : undefined;
+    this.probeUrls = (known.probe?.paths ?? []).map((p) => engineUrl(host, port, p));
     const hr = names.prefixHitRate;
     const base = [names.waiting, names.running, names.kvUsage, names.generationTokens];
     base.push(...(hr.kind === "gauge" ? [hr.name] : [hr.queries, hr.hits]));
@@ -187,9 +187,9 @@ export class LoadScraper {
 
   private async probeIfDue(timeoutMs: number): Promise<void> {
     const probe = this.known.probe;
-    if (!probe || !this.probeUrl || this.probed || this.now() < this.probeAgainAt) return;
+    if (!probe || this.probed || this.now() < this.probeAgainAt) return;
     try {
-      this.probed = probe.read(await fetchEngineJson(this.probeUrl, timeoutMs));
+      this.probed = probe.read((await fetchFirstJson(this.probeUrls, timeoutMs)).body);
       this.onProbe({ learned: this.probed });
     } catch (err) {
       this.probeFailures++;

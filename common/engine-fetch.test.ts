@@ -1,7 +1,7 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { fetchEngineJson, fetchMetricsText, MAX_ENGINE_JSON_BYTES } from "./engine-fetch.ts";
+import { fetchEngineJson, fetchFirstJson, fetchMetricsText, MAX_ENGINE_JSON_BYTES } from "./engine-fetch.ts";
 import { MAX_METRICS_BYTES } from "./prometheus-text.ts";
 
 describe("fetchMetricsText", () => {
@@ -53,5 +53,20 @@ describe("fetchMetricsText", () => {
     expect(await fetchEngineJson(`${base}/get_server_info`, 1_000)).toEqual({ max_total_num_tokens: 20480 });
     await expect(fetchEngineJson(`${base}/other`, 1_000)).rejects.toThrow("body is not JSON");
     await expect(fetchEngineJson(`${base}/big`, 1_000)).rejects.toThrow("JSON body of");
+  });
+
+  it("asks urls in order past a 404, and stops at any other failure", async () => {
+    const url = await serve((req, res) => {
+      if (req.url === "/new") res.writeHead(404).end();
+      else if (req.url === "/old") res.end('{"v":1}');
+      else res.writeHead(500).end();
+    });
+    const base = url.replace("/metrics", "");
+    expect(await fetchFirstJson([`${base}/new`, `${base}/old`], 1_000)).toEqual({
+      url: `${base}/old`,
+      body: { v: 1 },
+    });
+    await expect(fetchFirstJson([`${base}/broken`, `${base}/old`], 1_000)).rejects.toThrow("HTTP 500");
+    await expect(fetchFirstJson([`${base}/new`], 1_000)).rejects.toThrow("HTTP 404");
   });
 });

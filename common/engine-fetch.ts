@@ -24,6 +24,28 @@ export async function fetchEngineJson(url: string, timeoutMs: number): Promise<u
   }
 }
 
+/**
+ * The first of `urls` that is there, as JSON: a 404 moves on to the next (an
+ * engine that renamed a route keeps the old one for a while, an older one
+ * has only that), any other failure ends the search.
+ */
+export async function fetchFirstJson(
+  urls: readonly string[],
+  timeoutMs: number,
+  fetchJson: (url: string, timeoutMs: number) => Promise<unknown> = fetchEngineJson,
+): Promise<{ url: string; body: unknown }> {
+  let notFound: unknown;
+  for (const url of urls) {
+    try {
+      return { url, body: await fetchJson(url, timeoutMs) };
+    } catch (err) {
+      if (!(err instanceof Error && err.message.endsWith(": HTTP 404"))) throw err;
+      notFound = err;
+    }
+  }
+  throw notFound ?? new Error("no url to ask");
+}
+
 async function fetchBoundedText(
   url: string,
   timeoutMs: number,

@@ -33,15 +33,20 @@ describe("capacityFromServerInfo", () => {
     ).toEqual({ maxNumSeqs: 48, kvTokens: 20000 });
   });
 
-  it("falls back, for an older SGLang, to the argument and the first scheduler's pool times dp_size", () => {
-    expect(
-      capacityFromServerInfo({
-        max_running_requests: 96,
-        dp_size: 2,
-        max_total_num_tokens: 8000,
-        internal_states: [{ last_gen_throughput: 0 }, { last_gen_throughput: 0 }],
-      }),
-    ).toEqual({ maxNumSeqs: 96, kvTokens: 16000 });
+  it("falls back, for an older SGLang, to the argument per rank and the first scheduler's pool times dp_size", () => {
+    const older = {
+      max_running_requests: 96,
+      dp_size: 2,
+      max_total_num_tokens: 8000,
+      internal_states: [{ last_gen_throughput: 0 }, { last_gen_throughput: 0 }],
+    };
+    // Each data-parallel rank's scheduler takes the whole argument...
+    expect(capacityFromServerInfo(older)).toEqual({ maxNumSeqs: 192, kvTokens: 16000 });
+    // ...unless DP attention splits it between them.
+    expect(capacityFromServerInfo({ ...older, enable_dp_attention: true })).toEqual({
+      maxNumSeqs: 96,
+      kvTokens: 16000,
+    });
   });
 
   it("states nothing it was not told, and nothing from a rank that says nonsense", () => {

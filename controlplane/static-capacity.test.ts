@@ -215,11 +215,27 @@ describe("StaticCapacity", () => {
       { max_num_seqs: 8, kv_tokens: 20_480 },
     ]);
     // b states its batch and its metrics gave the pool: nothing more to ask it.
-    expect(h.asked).toEqual(["http://a/metrics", "http://b/metrics", "http://a/get_server_info"]);
+    expect(h.asked).toEqual(["http://a/metrics", "http://b/metrics", "http://a/server_info"]);
     expect(h.lines.map((l) => [l.endpoint, l.msg, l.max_num_seqs])).toEqual([
       ["b", "capacity of a static endpoint learned from its /metrics", undefined],
-      ["a", "capacity of a static endpoint learned from its /metrics and /get_server_info", 48],
+      ["a", "capacity of a static endpoint learned from its /metrics and /server_info", 48],
     ]);
+  });
+
+  it("asks an older SGLang by the route's old name when the new one is not there", async () => {
+    const h = harness(
+      async () => SGLANG_METRICS,
+      async (url) => {
+        if (url.endsWith("/get_server_info"))
+          return { internal_states: [{ effective_max_running_requests_per_dp: 7 }] };
+        throw new Error(`${url}: HTTP 404`);
+      },
+    );
+    const list = [endpoint("a", "http://a")];
+    h.capacity.apply(list);
+    for (let i = 0; i < 4; i++) await h.settle();
+    expect(h.capacity.apply(list)[0]?.capacity).toEqual({ kv_tokens: 20_480, max_num_seqs: 7 });
+    expect(h.asked).toEqual(["http://a/metrics", "http://a/server_info", "http://a/get_server_info"]);
   });
 
   it("retries an SGLang engine whose server info fails, as it would a dark one", async () => {

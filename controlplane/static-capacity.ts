@@ -15,13 +15,13 @@
  */
 import { doublingDelay } from "../common/backoff.ts";
 import { KV_CAPACITY_SOURCES, kvCapacityOfAny } from "../common/engine-capacity.ts";
-import { fetchEngineJson, fetchMetricsText } from "../common/engine-fetch.ts";
+import { fetchEngineJson, fetchFirstJson, fetchMetricsText } from "../common/engine-fetch.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
 import { parsePrometheusText } from "../common/prometheus-text.ts";
 import {
   capacityFromServerInfo,
   type EngineCapacity,
-  SGLANG_SERVER_INFO_PATH,
+  SGLANG_SERVER_INFO_PATHS,
 } from "../common/sglang-server-info.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 
@@ -189,13 +189,13 @@ export class StaticCapacity {
     const wantsInfo =
       e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !still.kvTokens);
     if (!metrics.sglang || !wantsInfo) return { kvTokens: metrics.kvTokens, from: "/metrics" };
-    const info = capacityFromServerInfo(
-      await fetchJson(`${engineRoot(e.url)}${SGLANG_SERVER_INFO_PATH}`, this.opts.timeoutMs()),
-    );
+    const urls = SGLANG_SERVER_INFO_PATHS.map((p) => `${engineRoot(e.url)}${p}`);
+    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), fetchJson);
+    const info = capacityFromServerInfo(asked.body);
     return {
       kvTokens: metrics.kvTokens || info.kvTokens,
       ...(info.maxNumSeqs !== undefined ? { maxNumSeqs: info.maxNumSeqs } : {}),
-      from: `/metrics and ${SGLANG_SERVER_INFO_PATH}`,
+      from: `/metrics and ${new URL(asked.url).pathname}`,
     };
   }
 

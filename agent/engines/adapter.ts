@@ -48,7 +48,8 @@ export interface MetricNames {
  * memory. Asked once the engine serves, until it answers.
  */
 export interface CapacityProbe {
-  path: string;
+  /** Asked in order, a 404 moving on to the next. */
+  paths: readonly string[];
   read(body: unknown): EngineCapacity;
 }
 
@@ -66,6 +67,13 @@ export interface EngineLaunch {
    * its rank 0's.
    */
   healthPath: string | null;
+  /**
+   * How long one health GET may take; unset, the agent's own bound (1 s).
+   * An engine whose health check does work (SGLang generates a token and
+   * looks for it a second later) needs longer, or a busy engine would
+   * read as dead.
+   */
+  healthTimeoutMs?: number;
   metricsPath: string | null;
   metricNames: MetricNames;
   /**
@@ -161,6 +169,11 @@ export function fraction(n: number): string {
  * `--flag=N`, dashes or underscores, as vLLM and SGLang both accept); the
  * last one wins, as it does for their parsers.
  */
+export function hasFlag(args: readonly string[], flag: string): boolean {
+  const names = new Set([flag, flag.replaceAll("-", "_").replace(/^__/, "--")]);
+  return args.some((a) => names.has(a.split("=")[0] ?? a));
+}
+
 export function intFlag(args: readonly string[], flag: string): number | undefined {
   const names = new Set([flag, flag.replaceAll("-", "_").replace(/^__/, "--")]);
   let found: number | undefined;

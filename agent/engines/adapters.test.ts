@@ -303,11 +303,19 @@ describe("the batch an engine runs at once (its capacity at the edge)", () => {
   it("SGLang: an explicit --max-running-requests is known at launch, the rest from its server info", () => {
     const plain = sglangAdapter.build(spec({ engine: "sglang" }), node);
     expect(plain.maxNumSeqs).toBeUndefined();
-    expect(plain.capacityProbe?.path).toBe("/get_server_info");
+    expect(plain.capacityProbe?.paths).toEqual(["/server_info", "/get_server_info"]);
     expect(
       sglangAdapter.build(spec({ engine: "sglang", args: ["--max-running-requests", "48"] }), node)
         .maxNumSeqs,
     ).toBe(48);
+    // Each data-parallel rank's scheduler takes the whole figure, unless DP attention splits it.
+    const dp = (args: string[]) =>
+      sglangAdapter.build(spec({ engine: "sglang", dataParallel: 2, args }), node).maxNumSeqs;
+    expect(dp(["--max-running-requests", "48"])).toBe(96);
+    expect(dp(["--max-running-requests=48", "--enable-dp-attention"])).toBe(48);
+    // Its health check generates a token: a bound that lets SGLang give its own verdict.
+    expect(plain.healthTimeoutMs).toBe(25_000);
+    expect(vllmAdapter.build(spec(), node).healthTimeoutMs).toBeUndefined();
     // A rank that serves no HTTP has no server info to ask.
     const follower = sglangAdapter.build(spec({ engine: "sglang", worldNodes: 2, rank: 1 }), node);
     expect(follower.capacityProbe).toBeNull();

@@ -1,10 +1,11 @@
-import { capacityFromServerInfo, SGLANG_SERVER_INFO_PATH } from "../../common/sglang-server-info.ts";
+import { capacityFromServerInfo, SGLANG_SERVER_INFO_PATHS } from "../../common/sglang-server-info.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
 import {
   type EngineAdapter,
   type EngineLaunch,
   fraction,
   gpuEnv,
+  hasFlag,
   intFlag,
   listenHost,
   type NodeContext,
@@ -46,6 +47,17 @@ export function sglangArgs(spec: StartShard, node: NodeContext): string[] {
   return args;
 }
 
+/**
+ * The batch an explicit --max-running-requests gives the replica: each
+ * data-parallel rank's scheduler takes all of it, unless DP attention
+ * splits it between them (scheduler.py, max_running_requests).
+ */
+export function sglangMaxRunning(spec: StartShard): number | undefined {
+  const flag = intFlag(spec.args, "--max-running-requests");
+  if (flag === undefined) return undefined;
+  return hasFlag(spec.args, "--enable-dp-attention") ? flag : flag * Math.max(1, spec.dataParallel);
+}
+
 export const sglangAdapter: EngineAdapter = {
   engine: "sglang",
   defaultBin: "python",
@@ -58,14 +70,19 @@ export const sglangAdapter: EngineAdapter = {
       probeHost: probeHostFor(listenHost(node)),
       port: spec.ports?.http ?? 0,
       healthPath: follower ? null : "/health",
+      // SGLang's /health generates a token and looks for any output a
+      // second later, and answers 503 itself after SGLANG_HEALTH_CHECK_TIMEOUT
+      // (20 s) without one: its own verdict, which a shorter bound would
+      // pre-empt on every busy engine (http_server.py, health_generate).
+      healthTimeoutMs: 25_000,
       metricsPath: follower ? null : "/metrics",
       metricNames: SGLANG_METRICS,
       // SGLang sizes its batch from memory at start and exports no figure
       // for it in its metrics: an explicit --max-running-requests is known
       // at launch, and the batch it really runs (which that flag only caps)
       // is in its server info once it serves.
-      maxNumSeqs: intFlag(spec.args, "--max-running-requests"),
-      capacityProbe: follower ? null : { path: SGLANG_SERVER_INFO_PATH, read: capacityFromServerInfo },
+      maxNumSeqs: sglangMaxRunning(spec),
+      capacityProbe: follower ? null : { paths: SGLANG_SERVER_INFO_PATHS, read: capacityFromServerInfo },
     };
   },
 };

@@ -49,7 +49,9 @@ export async function adoptShard(ctx: RunnerContext, rec: ShardRecord, pollMs: n
   const healthUrl =
     launch.healthPath === null ? null : engineUrl(launch.probeHost, launch.port, launch.healthPath);
   const healthy =
-    rec.state === "draining" || healthUrl === null || (await probeHealth(healthUrl, ctx.healthTimeoutMs));
+    rec.state === "draining" ||
+    healthUrl === null ||
+    (await probeHealth(healthUrl, launch.healthTimeoutMs ?? ctx.healthTimeoutMs));
   runner.dispatch({ kind: "found", pid: proc.pid, healthUrl, healthy });
   return runner;
 }

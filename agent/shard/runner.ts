@@ -298,7 +298,7 @@ export class ShardRunner {
   private async probe(afterMs: number, signal: AbortSignal): Promise<void> {
     const url = this.life.healthUrl;
     if (url === null || !(await elapsed(afterMs, signal))) return;
-    const ok = await probeHealth(url, this.ctx.healthTimeoutMs);
+    const ok = await probeHealth(url, this.launch?.healthTimeoutMs ?? this.ctx.healthTimeoutMs);
     if (!signal.aborted) this.dispatch({ kind: "probed", ok });
   }
 
