@@ -228,13 +228,7 @@ export function parseServeArgs(
   if (raw.model === undefined)
     throw new FlagError("missing MODEL (usage: llmgw sim-engine serve MODEL [flags])");
 
-  const parsed = Schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const flag = issue.path.length > 0 ? `--${String(issue.path[0])}` : "flags";
-    throw new FlagError(`${flag}: ${issue.message}`);
-  }
-  const f = parsed.data;
+  const f = parseFlags(Schema, raw);
   if (f["node-rank"] >= f.nnodes)
     throw new FlagError(`--node-rank ${f["node-rank"]} must be below --nnodes ${f.nnodes}`);
   if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
@@ -374,3 +368,12 @@ sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-l
   --sim-quirks QUIRK... (no-done usage-on-finish no-continuous-usage fastapi-errors pinned-model no-usage)
 see docs/sim-engine.md
 `;
+
+/** Flags as `schema` reads them, or a FlagError naming the first flag it refused. */
+export function parseFlags<T>(schema: z.ZodType<T>, raw: Record<string, unknown>): T {
+  const parsed = schema.safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  const flag = issue.path.length > 0 ? `--${String(issue.path[0])}` : "flags";
+  throw new FlagError(`${flag}: ${issue.message}`);
+}

@@ -74,11 +74,13 @@ export interface ProcessGauges {
   simLagSeconds: number;
 }
 
-function esc(v: string): string {
+/** A label value escaped as the exposition format wants it. */
+export function esc(v: string): string {
   return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
 }
 
-function num(v: number): string {
+/** prometheus_client's float rendering, which vLLM and SGLang both use: 24.0, 0.73, +Inf. */
+export function num(v: number): string {
   if (v === Number.POSITIVE_INFINITY) return "+Inf";
   return Number.isInteger(v) ? `${v}.0` : String(v);
 }

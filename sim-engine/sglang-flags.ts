@@ -14,6 +14,7 @@ import {
   FlagError,
   type Kind,
   looksLikeFlag,
+  parseFlags,
   SIM_KINDS,
   SIM_SHAPE,
   type SimEngineFlags,
@@ -148,13 +149,7 @@ export interface SglangFlags {
 /** The words after `-m sglang.launch_server`. */
 export function parseSglangArgs(argv: readonly string[]): SglangFlags {
   const { raw, ignored } = readWords(argv);
-  const parsed = Schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const flag = issue.path.length > 0 ? `--${String(issue.path[0])}` : "flags";
-    throw new FlagError(`${flag}: ${issue.message}`);
-  }
-  const f = parsed.data;
+  const f = parseFlags(Schema, raw);
   if (f["node-rank"] >= f.nnodes) {
     throw new FlagError(`--node-rank ${f["node-rank"]} must be below --nnodes ${f.nnodes}`);
   }

@@ -19,7 +19,7 @@
  * without `_total`, the sample with it. Latencies are simulated seconds.
  */
 import type { RequestObserver } from "./generation.ts";
-import { type EngineGauges, Histogram } from "./metrics.ts";
+import { type EngineGauges, esc, Histogram, num } from "./metrics.ts";
 import type { RecentStats } from "./recent-stats.ts";
 
 /** collector.py's default buckets (TokenizerMetricsCollector). */
@@ -79,16 +79,6 @@ export interface SglangMetricsContext {
   tpSize: number;
   allSchedulers: boolean;
   simLagSeconds: number;
-}
-
-function esc(v: string): string {
-  return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
-}
-
-/** prometheus_client's float rendering: 24.0, 0.73, +Inf. */
-function num(v: number): string {
-  if (v === Number.POSITIVE_INFINITY) return "+Inf";
-  return Number.isInteger(v) ? `${v}.0` : String(v);
 }
 
 type Gauge = [name: string, help: string, value: (s: SglangScheduler, c: SglangMetricsContext) => number];
