@@ -31,7 +31,7 @@ describe("an SGLang replica", () => {
         engine: sglang
         source: test/sg-small
         # Tokens 30 ms apart: a stream lasts long enough for its load to be scraped and pushed.
-        engine_args: ["--max-total-tokens", "${KV_TOKENS}", "--sim-speed", "50", "--sim-slow-token-ms", "30"]
+        engine_args: ["--max-total-tokens", "${KV_TOKENS}", "--context-length", "2048", "--sim-speed", "50", "--sim-slow-token-ms", "30"]
         replicas: { min: 1 }
         startup_deadline: 60s
 `,
@@ -133,5 +133,32 @@ describe("an SGLang replica", () => {
       stop.abort();
       await Promise.all(streams);
     }
+  }, 60_000);
+
+  it("has its own error bodies and completion streams turned into OpenAI's at the edge", async () => {
+    const key = await createKey(edge, { band: "gold" });
+    const openai = clientFor(edge, key.secret);
+    // SGLang answers a prompt past its context with a flat {"object":"error",…} body.
+    const err = await openai.chat.completions
+      .create({ model: MODEL, messages: [{ role: "user", content: "word ".repeat(3000) }], max_tokens: 4 })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ status: 400, type: "invalid_request_error" });
+    expect((err as Error).message).toContain("context length");
+
+    const stream = await openai.completions.create({
+      model: MODEL,
+      prompt: "Once",
+      max_tokens: 6,
+      stream: true,
+    });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+    expect(text.length).toBeGreaterThan(0);
+    // SGLang's own usage reached the charge: nothing was estimated, the refused request charged nothing.
+    const u = await waitUntil("the stream charged", async () => {
+      const x = await keyUsage(edge, key.id);
+      return x.completion > 0 ? x : undefined;
+    });
+    expect(u).toMatchObject({ estimatedRequests: 0, partial: 0 });
   }, 60_000);
 });
