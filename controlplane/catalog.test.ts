@@ -127,6 +127,43 @@ describe("parallelism arithmetic", () => {
     ]);
   });
 
+  it("refuses engine_args that repeat what llmgw sets itself, each with its path and where it comes from", () => {
+    const issues = validateConfig(
+      cfg({
+        models: [
+          {
+            name: "m",
+            profiles: [
+              prof({
+                engine_args: [
+                  "--max-model-len",
+                  "4096",
+                  "--port=9000",
+                  "-tp",
+                  "2",
+                  "--gpu_memory_utilization",
+                  "0.5",
+                ],
+              }),
+              prof({
+                name: "s",
+                engine: "sglang",
+                engine_args: ["--api-key", "k", "--max-running-requests", "64", "--tp-size", "2"],
+              }),
+            ],
+          },
+        ],
+      }),
+    );
+    expect(issues).toEqual([
+      "models[0].profiles[0].engine_args[2]: --port is set by llmgw: placement assigns each replica its address and ports; remove it",
+      "models[0].profiles[0].engine_args[3]: -tp is set by llmgw: set the profile's tensor_parallel; remove it",
+      "models[0].profiles[0].engine_args[5]: --gpu-memory-utilization is set by llmgw: set the profile's gpu_memory_utilization, which placement counts; remove it",
+      "models[0].profiles[1].engine_args[0]: --api-key is set by llmgw: the edge sends engines no key (they are reached over a private network, docs/deploy.md), so every request would be refused; remove it",
+      "models[0].profiles[1].engine_args[4]: --tp-size is set by llmgw: set the profile's tensor_parallel; remove it",
+    ]);
+  });
+
   it("lets SGLang's total tensor parallel cover whole nodes", () => {
     expect(issuesOf({ engine: "sglang", tensor_parallel: 16, nodes: 2, fabric: "ib" })).toEqual([]);
     expect(issuesOf({ engine: "vllm", tensor_parallel: 16, nodes: 2, fabric: "ib" })).toEqual([

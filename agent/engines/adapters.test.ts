@@ -1,5 +1,6 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
+import { ownedArg } from "../../common/engine-args.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { sglangAdapter } from "./sglang.ts";
 import { LLMGW_ENTRY, simAdapter } from "./sim.ts";
@@ -320,5 +321,26 @@ describe("the batch an engine runs at once (its capacity at the edge)", () => {
     const follower = sglangAdapter.build(spec({ engine: "sglang", worldNodes: 2, rank: 1 }), node);
     expect(follower.capacityProbe).toBeNull();
     expect(vllmAdapter.build(spec(), node).capacityProbe).toBeNull();
+  });
+});
+
+describe("the flags each adapter sets", () => {
+  it("are all refused in a profile's engine_args (common/engine-args.ts), so none can be undone there", () => {
+    // Every option on: several nodes, data parallel, a memory share, both ranks.
+    const layouts = [
+      { worldNodes: 2, dataParallel: 2, tensorParallel: 2, pipelineParallel: 1, gpuMemoryUtilization: 0.8 },
+      { worldNodes: 2, dataParallel: 1, tensorParallel: 4, pipelineParallel: 2, gpuMemoryUtilization: 0.8 },
+    ];
+    for (const adapter of [vllmAdapter, simAdapter, sglangAdapter]) {
+      for (const layout of layouts) {
+        for (const rank of [0, 1]) {
+          const launch = adapter.build(spec({ engine: adapter.engine, ...layout, rank }), node);
+          const flags = launch.argv.filter((a) => a.startsWith("-") && a !== "-m");
+          // Turning metrics on twice changes nothing.
+          for (const f of flags.filter((f) => f !== "--enable-metrics"))
+            expect(ownedArg(adapter.engine, f), `${adapter.engine} ${f}`).toBeDefined();
+        }
+      }
+    }
   });
 });
