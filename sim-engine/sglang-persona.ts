@@ -3,10 +3,12 @@
  * (SimServer); around it, what SGLang's FastAPI app does
  * (python/sglang/srt/entrypoints/http_server.py unless said otherwise):
  *
- * - `/health` and `/health_generate` run a one-token generation and answer
- *   200 (empty) once the scheduler has answered, checking every second,
- *   so even an idle server takes about a second; SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false
- *   makes `/health` answer at once (http_server.py, health_generate);
+ * - `/health` and `/health_generate` answer 200 (empty) after a second:
+ *   SGLang runs a one-token generation and looks, a second later, for any
+ *   output of the scheduler since it asked, so even an idle or a busy
+ *   server takes about a second (a stalled one, whose 503 comes after 20 s,
+ *   is not modelled); SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false makes
+ *   `/health` answer at once (http_server.py, health_generate);
  * - `/server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
  *   `/v1/models`, `/v1/models/{model}`, `/ping`;
  * - `/metrics` only with --enable-metrics (utils add_prometheus_middleware
@@ -161,7 +163,7 @@ export class SglangPersona implements Persona {
     );
   }
 
-  /** A one-token generation's round trip, a second at least; `/health` at once when that is turned off. */
+  /** The second SGLang's generating check takes; `/health` at once when that is turned off. */
   private health(res: ServerResponse, path: string): void {
     if (!this.healthGenerates && path === "/health") {
       res.writeHead(200, { "content-length": "0" }).end();
