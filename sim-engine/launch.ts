@@ -165,9 +165,8 @@ export function untilSignal(
  * until SIGTERM or SIGINT; `fields` say who it is in the log.
  */
 export function headless(fields: Record<string, unknown>): Promise<number> {
-  log.info("sim engine headless worker", fields);
   const keepAlive = setInterval(() => {}, 1 << 30);
-  return new Promise<number>((resolve) => {
+  const stopped = new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       log.info("sim engine headless worker stopping", { signal });
       clearInterval(keepAlive);
@@ -176,4 +175,9 @@ export function headless(fields: Record<string, unknown>): Promise<number> {
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
   });
+  // Said only once the signals are ours: whoever waits for this line may
+  // stop the worker the moment it reads it, and a SIGTERM before the
+  // handler would kill it outright instead of a clean exit 0.
+  log.info("sim engine headless worker", fields);
+  return stopped;
 }

@@ -45,6 +45,13 @@ export async function main(argv: string[]): Promise<number | undefined> {
   );
   const server = simServer(flags, setup, runner, trace);
   const port = await listen(server, flags);
+  const readyTimer = setTimeout(() => {
+    server.markReady();
+    log.info("sim engine ready", { port });
+  }, flags.sim.startupSeconds * 1000);
+  // The signals are ours before the line that says so: whoever waits for
+  // it may stop the engine the moment it reads it.
+  const done = untilSignal(server, runner, readyTimer, trace);
   log.info("sim engine listening", {
     host: flags.host,
     port,
@@ -59,11 +66,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     speed: flags.sim.speed,
     startup_seconds: flags.sim.startupSeconds,
   });
-  const readyTimer = setTimeout(() => {
-    server.markReady();
-    log.info("sim engine ready", { port });
-  }, flags.sim.startupSeconds * 1000);
-  return untilSignal(server, runner, readyTimer, trace);
+  return done;
 }
 
 /** The subcommand and its flags, or the exit code when there is nothing to serve (help, a bad flag). */
