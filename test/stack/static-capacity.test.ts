@@ -11,24 +11,29 @@ import {
   stopStarted,
 } from "../edge/helpers.ts";
 import { type ControlPlaneHandle, startControlPlane } from "../harness/fleet.ts";
-import { runLlmgw, waitUntil } from "../harness/process.ts";
+import { freePort, type Proc, REPO, runLlmgw, startProcess, waitUntil } from "../harness/process.ts";
 
 /**
  * Router-only endpoints whose entries state no KV tokens, on the real
  * stack: an edge in workerd, a control plane publishing its config's
- * `endpoints:` to it, a sim engine behind two of them and, behind a third,
- * a server that drops every connection. The control plane learns the sim
- * engine's KV tokens from its /metrics; the dark one stays unknown.
+ * `endpoints:` to it, a sim engine behind two of them, the sim engine's
+ * SGLang persona behind a third and, behind a fourth, a server that drops
+ * every connection. The control plane learns the sim engine's KV tokens
+ * from its /metrics, SGLang's from its metrics and its batch from its
+ * server info; the dark one stays unknown.
  */
+const SG_KV_TOKENS = 12_000;
+const SG_BATCH = 24;
 const BLOCKS = 1000;
 const BLOCK_SIZE = 16;
 
-describe("static endpoints' capacity, learned from /metrics", () => {
+describe("static endpoints' capacity, learned from the engine", () => {
   let edge: Edge;
   let sim: Sim;
   let cp: ControlPlaneHandle | undefined;
   let dark: Server;
   let darkAsked = 0;
+  let sglang: Proc;
 
   beforeAll(async () => {
     dark = createServer((req) => {
@@ -37,6 +42,24 @@ describe("static endpoints' capacity, learned from /metrics", () => {
     });
     await new Promise<void>((r) => dark.listen(0, "127.0.0.1", r));
     const darkUrl = `http://127.0.0.1:${(dark.address() as AddressInfo).port}`;
+    // SGLang run by hand: its batch given per data-parallel rank, two ranks.
+    const sgPort = await freePort();
+    sglang = startProcess("sglang", `${REPO}/test/bin/sglang`, [
+      ...["-m", "sglang.launch_server", "--model-path", "sg", "--port", String(sgPort), "--enable-metrics"],
+      ...[
+        "--dp-size",
+        "2",
+        "--max-running-requests",
+        String(SG_BATCH / 2),
+        "--max-total-tokens",
+        String(SG_KV_TOKENS / 2),
+      ],
+    ]);
+    const sgUrl = `http://127.0.0.1:${sgPort}`;
+    await waitUntil(
+      "the SGLang engine serving",
+      async () => (await fetch(`${sgUrl}/health`).catch(() => undefined))?.ok,
+    );
     [edge, sim] = await Promise.all([
       startEdge({}, "static-capacity"),
       startSim("sc", ["--sim-kv-blocks", String(BLOCKS), "--block-size", String(BLOCK_SIZE)]),
@@ -48,11 +71,12 @@ describe("static endpoints' capacity, learned from /metrics", () => {
         "  token_env: LLMGW_TEST_EDGE_TOKEN",
         "  status_interval: 1s",
         "control: { startup_grace: 1s }",
-        "models: [{ name: sc }, { name: sc-dark }]",
+        "models: [{ name: sc }, { name: sc-dark }, { name: sg }]",
         "endpoints:",
         `  - { id: learned, url: "${sim.url}", models: [sc], capacity: { max_num_seqs: 8 } }`,
         `  - { id: stated, url: "${sim.url}/v1", models: [sc], capacity: { kv_tokens: 4096 } }`,
         `  - { id: dark, url: "${darkUrl}", models: [sc-dark] }`,
+        `  - { id: sglang, url: "${sgUrl}/v1", models: [sg] }`,
       ].join("\n"),
       { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: "static-capacity-admin-token" },
     );
@@ -60,6 +84,7 @@ describe("static endpoints' capacity, learned from /metrics", () => {
 
   afterAll(async () => {
     await cp?.proc.kill();
+    await sglang?.kill();
     dark?.closeAllConnections();
     dark?.close();
     await stopStarted();
@@ -117,5 +142,15 @@ describe("static endpoints' capacity, learned from /metrics", () => {
     expect((await endpoints("sc"))?.find((x) => x.id === "learned")?.kvTokens).toBe(
       BigInt(BLOCKS * BLOCK_SIZE),
     );
+  }, 60_000);
+
+  it("an SGLang endpoint's batch comes from its server info and its KV tokens from its metrics", async () => {
+    const e = await waitUntil("the SGLang endpoint's capacity in the pool", async () => {
+      const x = (await endpoints("sg"))?.find((y) => y.id === "sglang");
+      return x && x.kvTokens > 0n && x.maxNumSeqs > 0 ? x : undefined;
+    });
+    expect(e.kvTokens).toBe(BigInt(SG_KV_TOKENS));
+    expect(e.maxNumSeqs).toBe(SG_BATCH);
+    expect((await status("sg")).stdout).toMatch(/sglang\s.*24 seqs, 12,000 tokens/);
   }, 60_000);
 });
