@@ -85,7 +85,10 @@
  * (150; scaled down with concurrency, at least 40), ROUNDS (6), OUTPUT_LEN
  * (16: the mean answer length; the exact one in lockstep), PIN (1), POOL_RTT_MS (40), HOLD (1),
  * BESIDE (none), API (chat; `responses` streams the Responses API instead, whose
- * first token is its first `response.output_text.delta`; not with lockstep).
+ * first token is its first `response.output_text.delta`; not with lockstep),
+ * ENGINE (vllm; `sglang` puts the sim engine's SGLang persona behind every
+ * target, whose wire differs: a role chunk, the finish in a chunk of its
+ * own, usage on every chunk once asked).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -103,6 +106,7 @@ import {
   runtimeOf,
   setEndpoints,
   startEdgeMiniflare,
+  startSglangSim,
   startSim,
 } from "../scripts/edge-harness.ts";
 import { processArgv } from "../scripts/fleet.ts";
@@ -115,6 +119,9 @@ const OUTPUT_LEN = numberKnob("OUTPUT_LEN", 16, 1);
 const POOL_RTT_MS = numberKnob("POOL_RTT_MS", 40);
 const HOLD = process.env.HOLD !== "0";
 const API = process.env.API ?? "chat";
+const ENGINE = process.env.ENGINE ?? "vllm";
+if (ENGINE !== "vllm" && ENGINE !== "sglang")
+  throw new Error(`ENGINE: "${ENGINE}" is neither vllm nor sglang`);
 if (API !== "chat" && API !== "responses") throw new Error(`API: "${API}" is neither chat nor responses`);
 const EDGE = "llmgw edge";
 const FAR = `${EDGE}, pool ${POOL_RTT_MS} ms away`;
@@ -414,17 +421,12 @@ async function measure(
 
 /** The scenario's sim engine, on the CPUs the Workers do not use, tracing every request to `traceFile`. */
 async function scenarioSim(speed: string, traceFile: string) {
-  const sim = await startSim("bench", [
-    "--sim-speed",
-    speed,
-    "--max-num-seqs",
-    "512",
-    // Lockstep answers ignore EOS; the others end at one drawn from [L/2, 3L/2].
-    "--sim-output-len",
-    String(OUTPUT_LEN),
-    "--sim-trace",
-    traceFile,
-  ]);
+  // Lockstep answers ignore EOS; the others end at one drawn from [L/2, 3L/2].
+  const simFlags = ["--sim-speed", speed, "--sim-output-len", String(OUTPUT_LEN), "--sim-trace", traceFile];
+  const sim =
+    ENGINE === "sglang"
+      ? await startSglangSim("bench", ["--max-running-requests", "512", ...simFlags])
+      : await startSim("bench", ["--max-num-seqs", "512", ...simFlags]);
   pin(sim.proc.child.pid, OTHER_CPUS);
   return sim;
 }

@@ -212,6 +212,21 @@ export async function startSim(model: string, flags: string[] = [], port?: numbe
 }
 
 /**
+ * The sim engine's SGLang persona (`test/bin/sglang`, as the agent runs
+ * SGLang), for what SGLang's wire does to the edge; `flags` are SGLang's and
+ * the sim's. Ready when it listens (SGLang binds only once it can serve).
+ */
+export async function startSglangSim(model: string, flags: string[] = [], port?: number): Promise<Sim> {
+  const p = port ?? (await freePort());
+  const proc = startProcess(`sglang-${model}-${p}`, join(REPO, "test", "bin", "sglang"), [
+    ...["-m", "sglang.launch_server", "--model-path", model, "--host", "127.0.0.1", "--port", String(p)],
+    ...["--enable-metrics", "--sim-speed", "200", ...flags],
+  ]);
+  await readyOrKilled(proc, /sim engine listening/, 30_000);
+  return track({ url: `http://127.0.0.1:${p}`, port: p, proc, stop: () => proc.kill() });
+}
+
+/**
  * A process not ready in time is stopped before the error goes up: nothing
  * tracks it yet, so it would outlive the test run (sim engines slow to start
  * on a loaded machine were found running 40 minutes later).
