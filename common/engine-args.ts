@@ -1,6 +1,6 @@
 /**
- * Engine arguments llmgw sets itself, which a profile's `engine_args` must
- * not set again. The engines' parsers let the last occurrence win, and
+ * Engine arguments (and the few environment variables) llmgw sets itself,
+ * which a profile's `engine_args` (and `env`) must not set again. The engines' parsers let the last occurrence win, and
  * `engine_args` come last, so a repeated one would quietly undo what
  * placement decided: a `--port` the agent does not probe (the shard never
  * turns ready), a tensor-parallel size unlike the GPUs it was given, a
@@ -85,4 +85,29 @@ export function ownedArgs(engine: string, args: readonly string[]): { index: num
     if (why) found.push({ index, message: `${flagName(arg)} is set by llmgw: ${why}; remove it` });
   });
   return found;
+}
+
+/**
+ * Environment the adapters set that a profile's `env` (applied last, and
+ * otherwise winning: an operator may retune NCCL's interface or vLLM's host
+ * address) must not undo, because placement counted on it.
+ */
+const OWNED_ENV: Record<string, Owner> = {
+  CUDA_VISIBLE_DEVICES: "placement assigns each shard its GPUs",
+  CUDA_DEVICE_ORDER: "llmgw sets PCI_BUS_ID so that the GPU indices placement assigns are nvidia-smi's",
+  VLLM_DP_MASTER_PORT: PLACEMENT,
+};
+
+/**
+ * Environment the adapters set that a profile's `env` may retune: which
+ * interface NCCL and Gloo bootstrap over, and the address vLLM's ranks meet
+ * on, are the operator's to know better on an odd network.
+ */
+export const RETUNABLE_ENV: readonly string[] = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP"];
+
+/** Each variable of `env` llmgw sets itself, with a message naming where its value comes from. */
+export function ownedEnv(env: Readonly<Record<string, string>>): { name: string; message: string }[] {
+  return Object.keys(env)
+    .filter((name) => OWNED_ENV[name] !== undefined)
+    .map((name) => ({ name, message: `${name} is set by llmgw: ${OWNED_ENV[name]}; remove it` }));
 }

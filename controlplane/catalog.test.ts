@@ -164,6 +164,24 @@ describe("parallelism arithmetic", () => {
     ]);
   });
 
+  it("refuses env that undoes the GPUs and ports placement assigned, and keeps the rest", () => {
+    const issues = validateConfig(
+      cfg({
+        models: [
+          {
+            name: "m",
+            profiles: [
+              prof({ env: { CUDA_VISIBLE_DEVICES: "0", NCCL_SOCKET_IFNAME: "=ib0", HF_HOME: "/data" } }),
+            ],
+          },
+        ],
+      }),
+    );
+    expect(issues).toEqual([
+      "models[0].profiles[0].env.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES is set by llmgw: placement assigns each shard its GPUs; remove it",
+    ]);
+  });
+
   it("lets SGLang's total tensor parallel cover whole nodes", () => {
     expect(issuesOf({ engine: "sglang", tensor_parallel: 16, nodes: 2, fabric: "ib" })).toEqual([]);
     expect(issuesOf({ engine: "vllm", tensor_parallel: 16, nodes: 2, fabric: "ib" })).toEqual([

@@ -11,7 +11,7 @@
  */
 
 import { checkCatalogNames } from "../common/catalog-names.ts";
-import { ownedArgs } from "../common/engine-args.ts";
+import { ownedArgs, ownedEnv } from "../common/engine-args.ts";
 import { staticEndpointListIssues } from "../common/static-endpoint.ts";
 import type {
   Config,
@@ -144,8 +144,9 @@ const routingName = /^[a-z][a-z0-9_-]*$/;
  *   dividing tensor_parallel is also accepted;
  * - with several nodes and data_parallel > 1, vLLM's multiprocessing backend
  *   needs every data-parallel rank (tp × pp GPUs) to fit on one node;
- * - `engine_args` must not repeat what llmgw sets itself (common/engine-args.ts):
- *   the engines take the last occurrence, so it would undo placement;
+ * - `engine_args` and `env` must not repeat what llmgw sets itself
+ *   (common/engine-args.ts): the engines take the last occurrence, and a
+ *   profile's env is applied last, so either would undo placement;
  * - a multi-node replica must name a fabric label key: ranks on nodes that do
  *   not share one NCCL fabric run at TCP speed, if at all.
  */
@@ -194,6 +195,7 @@ function checkProfile(p: ProfileConfig, path: string, issues: string[]): Catalog
   if (p.startup_deadline <= 0) issues.push(`${path}.startup_deadline: must be positive`);
   for (const o of ownedArgs(p.engine, p.engine_args))
     issues.push(`${path}.engine_args[${o.index}]: ${o.message}`);
+  for (const o of ownedEnv(p.env)) issues.push(`${path}.env.${o.name}: ${o.message}`);
   if (issues.length > before || gpn === undefined) return undefined;
   return {
     model: "",

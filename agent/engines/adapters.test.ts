@@ -1,6 +1,6 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { ownedArg } from "../../common/engine-args.ts";
+import { ownedArg, ownedEnv, RETUNABLE_ENV } from "../../common/engine-args.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { sglangAdapter } from "./sglang.ts";
 import { LLMGW_ENTRY, simAdapter } from "./sim.ts";
@@ -339,6 +339,9 @@ describe("the flags each adapter sets", () => {
           // Turning metrics on twice changes nothing.
           for (const f of flags.filter((f) => f !== "--enable-metrics"))
             expect(ownedArg(adapter.engine, f), `${adapter.engine} ${f}`).toBeDefined();
+          // Every variable it sets is either refused in a profile's env or one the operator may retune.
+          for (const name of Object.keys(launch.env))
+            expect(ownedEnv({ [name]: "x" }).length === 1 || RETUNABLE_ENV.includes(name), name).toBe(true);
         }
       }
     }
