@@ -98,6 +98,12 @@ export function assignmentText(a: Assignment): string {
     .join("; ");
 }
 
+/** The last failure and the end of the engine's output, which says why far more often than the exit code. */
+function failureLines(e: Explanation): string[] {
+  if (!e.lastFailure) return [];
+  return [`  last failure: ${e.lastFailure.summary}`, ...e.lastFailure.tail.map((l) => `    | ${l}`)];
+}
+
 /** Human lines: a headline, then indented detail. */
 export function formatExplanation(e: Explanation): string[] {
   const who = e.replicaId ?? e.target;
@@ -108,10 +114,12 @@ export function formatExplanation(e: Explanation): string[] {
     lines.push(`${who} placed: ${assignmentText(e.placed)}`);
     lines.push(`  why: ${e.placed.why} (score ${e.placed.score.toFixed(2)})`);
     if (e.note) lines.push(`  status: ${e.note}`);
+    lines.push(...failureLines(e));
     if (e.nodesTotal > 0) lines.push(`  ${tally}${counts ? `: ${counts}` : ""}`);
   } else {
     const prefix = e.replicaId ? `${e.replicaId}: ` : "";
     if (e.note) lines.push(`${prefix}${e.note}`);
+    lines.push(...failureLines(e));
     lines.push(`${e.note ? "  " : prefix}${tally}${counts ? `: ${counts}` : ""}`);
     lines.push(`  needs: ${e.requirement}`);
     if (e.bestPartial) lines.push(`  closest: ${e.bestPartial.detail}`);

@@ -129,6 +129,8 @@ export interface Explanation {
   bestPartial?: { nodes: string[]; detail: string };
   /** Set when no placement was tried (e.g. backoff); the stages were not the reason. */
   note?: string;
+  /** What ended the replica's (or the model's) last run: what an operator reads first when it will not start. */
+  lastFailure?: { summary: string; tail: string[] };
 }
 
 export type PlacementResult =

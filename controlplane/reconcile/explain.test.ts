@@ -53,6 +53,36 @@ describe("explainModel", () => {
     ]);
   });
 
+  it("shows a replica's last failure with the end of its engine's output", () => {
+    const nodes = [gpuNode("g1"), gpuNode("g2")];
+    const table = new ReplicaTable();
+    table.apply(plan(table.planState(catalog, nodes, settings), 0), 0);
+    const tail = Array.from({ length: 20 }, (_, i) => `line ${i}`);
+    tail.push("ModuleNotFoundError: No module named 'vllm'");
+    table.observe(
+      "g1",
+      {
+        replicaId: "llama-70b/tp8/0",
+        rank: 0,
+        generation: 1,
+        state: "failed_startup",
+        failure: { reason: "exited with code 1 during startup", exitCode: 1, outputTail: tail, at: 1_000 },
+      },
+      1_000,
+    );
+    const list = explainModel(table.planState(catalog, nodes, settings), "llama-70b", 61_000)!;
+    const { lines } = formatExplanations(list.filter((e) => e.replicaId === "llama-70b/tp8/0"));
+    const at = lines.indexOf("  last failure: exited with code 1 during startup, 1m ago");
+    expect(at).toBeGreaterThan(0);
+    // The last twelve lines, the error among them.
+    expect(lines.slice(at + 1)).toEqual([
+      ...tail.slice(-12).map((l) => `    | ${l}`),
+      ...lines.slice(at + 13),
+    ]);
+    expect(lines).toContain("    | ModuleNotFoundError: No module named 'vllm'");
+    expect(lines).not.toContain("    | line 8");
+  });
+
   it("explains router-only models and unknown ones", () => {
     const state = new ReplicaTable().planState(catalog, [], settings);
     expect(explainModel(state, "coder", 0)![0]!.note).toBe("router-only: served by static endpoints c1");

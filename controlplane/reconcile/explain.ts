@@ -4,12 +4,24 @@
  * with full explanations, so the answer is exactly what the next real pass
  * would decide. Format with placement/explain.ts `formatExplanations`.
  */
+import { formatDuration } from "../../common/duration.ts";
 import { requirementText } from "../placement/explain.ts";
 import { requirements } from "../placement/stages.ts";
 import type { Explanation } from "../placement/types.ts";
 import { plan } from "./plan.ts";
 import { replicaStatus } from "./table.ts";
-import type { PlanState } from "./types.ts";
+import type { Failure, PlanState } from "./types.ts";
+
+/** Lines of an engine's output shown with its failure: enough for a traceback's last frames and its error. */
+const TAIL_LINES = 12;
+
+function failureOf(f: Failure | undefined, now: number): Pick<Explanation, "lastFailure"> {
+  if (!f) return {};
+  const age = formatDuration(Math.max(0, Math.round((now - f.at) / 1000)) * 1000);
+  return {
+    lastFailure: { summary: `${f.reason}, ${age} ago`, tail: (f.outputTail ?? []).slice(-TAIL_LINES) },
+  };
+}
 
 /** Explanations for a model (by name or alias), or undefined when the catalog has no such model. */
 export function explainModel(state: PlanState, model: string, now: number): Explanation[] | undefined {
@@ -53,11 +65,12 @@ export function explainModel(state: PlanState, model: string, now: number): Expl
           ...(r.placement?.fabric ? { fabric: r.placement.fabric } : {}),
         },
         note: `${replicaStatus(r, now, state.backoff.get(r.model))}, generation ${r.generation}, ${r.restarts} restart(s)`,
+        ...failureOf(r.lastFailure, now),
       });
     }
     for (const a of actions) {
       if (a.kind === "wait" && a.model === m.name && a.profile === p.name && a.explanation) {
-        out.push(a.explanation);
+        out.push({ ...a.explanation, ...failureOf(state.backoff.get(m.name)?.lastFailure, now) });
       } else if (a.kind === "place" && a.model === m.name && a.profile === p.name) {
         out.push({
           target: p.key,
