@@ -3,7 +3,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parsePrometheusText } from "../common/prometheus-text.ts";
-import { capacityFromServerInfo } from "../common/sglang-server-info.ts";
+import { capacityFromServerInfo, SGLANG_SERVER_INFO_PATHS } from "../common/sglang-server-info.ts";
 import { REPO } from "../test/harness/process.ts";
 import { SGLANG_METRICS, VLLM_METRICS } from "./engines/adapter.ts";
 import { LoadScraper, loadFromSamples } from "./scraper.ts";
@@ -133,32 +133,33 @@ describe("LoadScraper's capacity probe", () => {
       res.writeHead(a.status).end(a.body);
     });
     await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-    return { srv, asked, port: (srv.address() as { port: number }).port };
+    const port = (srv.address() as { port: number }).port;
+    const outcomes: unknown[] = [];
+    /** Its scraper as the agent builds one for SGLang, launched with `--max-running-requests 64`. */
+    const scraper = (now: () => number) =>
+      new LoadScraper(
+        "127.0.0.1",
+        port,
+        "/metrics",
+        SGLANG_METRICS,
+        500,
+        now,
+        { maxNumSeqs: 64, probe: { paths: SGLANG_SERVER_INFO_PATHS, read: capacityFromServerInfo } },
+        (o) => outcomes.push(o),
+      );
+    return { srv, asked, outcomes, scraper };
   }
 
   it("learns the batch and pool from the server info once, over what the launch said", async () => {
     const e = await engine(() => ({ status: 200, body: JSON.stringify(info) }));
-    const outcomes: unknown[] = [];
     try {
-      const s = new LoadScraper(
-        "127.0.0.1",
-        e.port,
-        "/metrics",
-        SGLANG_METRICS,
-        500,
-        () => 0,
-        {
-          maxNumSeqs: 64,
-          probe: { paths: ["/server_info", "/get_server_info"], read: capacityFromServerInfo },
-        },
-        (o) => outcomes.push(o),
-      );
+      const s = e.scraper(() => 0);
       for (let i = 0; i < 3; i++) {
         const { load } = await s.scrape();
         expect(load).toMatchObject({ maxNumSeqs: 48, kvCapacityTokens: 9000n });
       }
       expect(e.asked.filter((u) => u.endsWith("server_info"))).toEqual(["/server_info", "/get_server_info"]);
-      expect(outcomes).toEqual([{ learned: { maxNumSeqs: 48, kvTokens: 9000 } }]);
+      expect(e.outcomes).toEqual([{ learned: { maxNumSeqs: 48, kvTokens: 9000 } }]);
     } finally {
       e.srv.closeAllConnections();
       e.srv.close();
@@ -171,21 +172,8 @@ describe("LoadScraper's capacity probe", () => {
       ok ? { status: 200, body: JSON.stringify(info) } : { status: 503, body: "" },
     );
     let now = 0;
-    const outcomes: unknown[] = [];
     try {
-      const s = new LoadScraper(
-        "127.0.0.1",
-        e.port,
-        "/metrics",
-        SGLANG_METRICS,
-        500,
-        () => now,
-        {
-          maxNumSeqs: 64,
-          probe: { paths: ["/server_info", "/get_server_info"], read: capacityFromServerInfo },
-        },
-        (o) => outcomes.push(o),
-      );
+      const s = e.scraper(() => now);
       expect((await s.scrape()).load.maxNumSeqs).toBe(64);
       ok = true;
       now = 4_999;
@@ -193,8 +181,8 @@ describe("LoadScraper's capacity probe", () => {
       expect(e.asked.filter((u) => u === "/get_server_info")).toHaveLength(1);
       now = 5_000;
       expect((await s.scrape()).load.maxNumSeqs).toBe(48);
-      expect(outcomes).toHaveLength(2);
-      expect(outcomes[0]).toMatchObject({ failures: 1, error: expect.stringContaining("HTTP 503") });
+      expect(e.outcomes).toHaveLength(2);
+      expect(e.outcomes[0]).toMatchObject({ failures: 1, error: expect.stringContaining("HTTP 503") });
     } finally {
       e.srv.closeAllConnections();
       e.srv.close();
