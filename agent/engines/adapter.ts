@@ -5,6 +5,7 @@
  * construction runs in tests against the sim engine standing in for the real
  * binary.
  */
+import { flagName } from "../../common/engine-args.ts";
 import { type KvCapacitySource, SGLANG_KV_CAPACITY, VLLM_KV_CAPACITY } from "../../common/engine-capacity.ts";
 import type { EngineCapacity } from "../../common/sglang-server-info.ts";
 import type { StartShard } from "../../proto/gen/agent/v1/agent_pb.ts";
@@ -164,23 +165,21 @@ export function fraction(n: number): string {
   return String(Math.round(n * 10_000) / 10_000);
 }
 
+/** Whether a switch is among an engine's extra arguments, spelt as its parser takes it (common/engine-args.ts flagName). */
+export function hasFlag(args: readonly string[], flag: string): boolean {
+  return args.some((a) => flagName(a) === flag);
+}
+
 /**
  * An integer flag's value in an engine's extra arguments (`--flag N` or
  * `--flag=N`, dashes or underscores, as vLLM and SGLang both accept); the
  * last one wins, as it does for their parsers.
  */
-export function hasFlag(args: readonly string[], flag: string): boolean {
-  const names = new Set([flag, flag.replaceAll("-", "_").replace(/^__/, "--")]);
-  return args.some((a) => names.has(a.split("=")[0] ?? a));
-}
-
 export function intFlag(args: readonly string[], flag: string): number | undefined {
-  const names = new Set([flag, flag.replaceAll("-", "_").replace(/^__/, "--")]);
   let found: number | undefined;
   args.forEach((a, i) => {
+    if (flagName(a) !== flag) return;
     const eq = a.indexOf("=");
-    const name = eq > 0 ? a.slice(0, eq) : a;
-    if (!names.has(name)) return;
     const v = Number(eq > 0 ? a.slice(eq + 1) : args[i + 1]);
     if (Number.isInteger(v) && v > 0) found = v;
   });
