@@ -185,9 +185,8 @@ export class StaticCapacity {
     const fetchText = this.opts.fetchText ?? fetchMetricsText;
     const fetchJson = this.opts.fetchJson ?? fetchEngineJson;
     const metrics = capacityInMetrics(await fetchText(metricsUrl(e.url), this.opts.timeoutMs()));
-    const still = learnedFor(e, { kvTokens: metrics.kvTokens });
     const wantsInfo =
-      e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !still.kvTokens);
+      e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !metrics.kvTokens);
     if (!metrics.sglang || !wantsInfo) return { kvTokens: metrics.kvTokens, from: "/metrics" };
     const urls = SGLANG_SERVER_INFO_PATHS.map((p) => `${engineRoot(e.url)}${p}`);
     const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), fetchJson);
