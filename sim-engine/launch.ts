@@ -3,7 +3,7 @@
  * GPUs, build the engine cores and the HTTP server, listen, and serve until
  * a signal; or, on a rank that serves no API, just live until one.
  */
-import { createLogger, errorMessage } from "../common/log.ts";
+import { createLogger, errorMessage, type Logger } from "../common/log.ts";
 import { EngineCore } from "./engine-core.ts";
 import { FaultPlan } from "./faults.ts";
 import { FlagError, type SimEngineFlags } from "./flags.ts";
@@ -16,7 +16,7 @@ import {
 } from "./latency-model.ts";
 import type { Persona } from "./persona.ts";
 import { RequestTrace } from "./request-trace.ts";
-import type { Runner } from "./runner.ts";
+import { Runner } from "./runner.ts";
 import { SimServer } from "./server.ts";
 
 const log = createLogger({ component: "sim-engine" });
@@ -77,8 +77,14 @@ export function openTrace(flags: SimEngineFlags): RequestTrace | undefined | "fa
   }
 }
 
-/** One engine core per data-parallel rank. */
-export function engineCores(flags: SimEngineFlags, setup: EngineSetup): EngineCore[] {
+/** The engine: one core per data-parallel rank, stepped at --sim-speed; `logTo` is the persona's log. */
+export function engineRunner(flags: SimEngineFlags, setup: EngineSetup, logTo: Logger): Runner {
+  return new Runner(engineCores(flags, setup), flags.sim.speed, flags.sim.slowTokenMs, (err) =>
+    logTo.error("response writer failed", { err: errorMessage(err) }),
+  );
+}
+
+function engineCores(flags: SimEngineFlags, setup: EngineSetup): EngineCore[] {
   return Array.from(
     { length: flags.dataParallelSize },
     () =>

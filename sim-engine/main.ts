@@ -4,11 +4,11 @@
  * SGLang (sglang-main.ts). See docs/sim-engine.md for flags, the
  * performance model and the faults.
  */
-import { createLogger, errorMessage } from "../common/log.ts";
+import { createLogger } from "../common/log.ts";
 import { FlagError, parseServeArgs, type SimEngineFlags, USAGE } from "./flags.ts";
 import {
   type EngineSetup,
-  engineCores,
+  engineRunner,
   engineSetup,
   headless,
   listen,
@@ -16,7 +16,6 @@ import {
   simServer,
   untilSignal,
 } from "./launch.ts";
-import { Runner } from "./runner.ts";
 import { sglangMain } from "./sglang-main.ts";
 
 const log = createLogger({ component: "sim-engine" });
@@ -40,9 +39,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
 
   const trace = openTrace(flags);
   if (trace === "failed") return 2;
-  const runner = new Runner(engineCores(flags, setup), flags.sim.speed, flags.sim.slowTokenMs, (err) =>
-    log.error("response writer failed", { err: errorMessage(err) }),
-  );
+  const runner = engineRunner(flags, setup, log);
   const server = simServer(flags, setup, runner, trace);
   const port = await listen(server, flags);
   const readyTimer = setTimeout(() => {

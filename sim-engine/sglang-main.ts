@@ -6,10 +6,9 @@
  * a non-zero rank of a multi-node replica runs "schedulers only" and serves
  * no HTTP until it is signalled.
  */
-import { createLogger, errorMessage } from "../common/log.ts";
+import { createLogger } from "../common/log.ts";
 import { FlagError } from "./flags.ts";
-import { engineCores, engineSetup, headless, listen, openTrace, simServer, untilSignal } from "./launch.ts";
-import { Runner } from "./runner.ts";
+import { engineRunner, engineSetup, headless, listen, openTrace, simServer, untilSignal } from "./launch.ts";
 import { parseSglangArgs, SGLANG_USAGE } from "./sglang-flags.ts";
 import { SglangRequestMetrics } from "./sglang-metrics.ts";
 import { SglangPersona } from "./sglang-persona.ts";
@@ -55,9 +54,7 @@ export async function sglangMain(argv: readonly string[]): Promise<number> {
   }
   const trace = openTrace(sim);
   if (trace === "failed") return 2;
-  const runner = new Runner(engineCores(sim, setup), sim.sim.speed, sim.sim.slowTokenMs, (err) =>
-    log.error("response writer failed", { err: errorMessage(err) }),
-  );
+  const runner = engineRunner(sim, setup, log);
   const persona = new SglangPersona({
     flags,
     sizing,
