@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, existsSync, fchmodSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
-import type { EngineLaunch } from "./engines/adapter.ts";
+import { type EngineLaunch, redacted } from "./engines/adapter.ts";
 
 export interface ExitInfo {
   /** Exit status, or 128+signal when killed by a signal (the shell's convention operators know). */
@@ -160,7 +160,10 @@ export function spawnEngine(launch: EngineLaunch, logPath: string, cwd: string):
   // including a log an older release left readable.
   const fd = openSync(logPath, "a", 0o600);
   fchmodSync(fd, 0o600);
-  writeSync(fd, `--- llmgw: ${new Date().toISOString()} starting: ${launch.argv.join(" ")}\n`);
+  writeSync(
+    fd,
+    `--- llmgw: ${new Date().toISOString()} starting: ${redacted(launch.argv.join(" "), launch.apiKey)}\n`,
+  );
   let child: ChildProcess;
   try {
     child = spawn(cmd, args, {

@@ -133,6 +133,8 @@ export interface KnownCapacity {
   maxNumSeqs?: number;
   /** Where the engine states its capacity itself; asked until it answers. */
   probe?: CapacityProbe | null;
+  /** The key the engine was launched to require, for the probe ("" or absent: none). */
+  apiKey?: string;
 }
 
 /** A probe that fails is asked again after 5 s, 10 s, … up to a minute: an engine is asked at most that often. */
@@ -189,7 +191,7 @@ export class LoadScraper {
     const probe = this.known.probe;
     if (!probe || this.probed || this.now() < this.probeAgainAt) return;
     try {
-      this.probed = probe.read((await fetchFirstJson(this.probeUrls, timeoutMs)).body);
+      this.probed = probe.read((await fetchFirstJson(this.probeUrls, timeoutMs, this.known.apiKey)).body);
       this.onProbe({ learned: this.probed });
     } catch (err) {
       this.probeFailures++;

@@ -15,8 +15,8 @@ type Owner = string;
 const PLACEMENT = "placement assigns each replica its address and ports";
 const NAME = "the model's name is what the edge routes on";
 const WORLD = "llmgw builds the multi-node layout from nodes and the parallel sizes";
-const NO_KEY =
-  "the edge sends engines no key (they are reached over a private network, docs/deploy.md), so every request would be refused";
+const KEY =
+  "the control plane gives each replica's engine a key of its own and the edge sends it (docs/security.md, engine keys); another would refuse the edge";
 
 const VLLM: Record<string, Owner> = {
   "--host": PLACEMENT,
@@ -39,7 +39,7 @@ const VLLM: Record<string, Owner> = {
   "--master-port": PLACEMENT,
   "--headless": WORLD,
   "--gpu-memory-utilization": "set the profile's gpu_memory_utilization, which placement counts",
-  "--api-key": NO_KEY,
+  "--api-key": KEY,
 };
 
 const SGLANG: Record<string, Owner> = {
@@ -59,7 +59,7 @@ const SGLANG: Record<string, Owner> = {
   "--node-rank": WORLD,
   "--dist-init-addr": PLACEMENT,
   "--mem-fraction-static": "set the profile's gpu_memory_utilization, which placement counts",
-  "--api-key": NO_KEY,
+  "--api-key": KEY,
 };
 
 const OWNED: Record<string, Record<string, Owner>> = { vllm: VLLM, sim: VLLM, sglang: SGLANG };
@@ -96,6 +96,7 @@ const OWNED_ENV: Record<string, Owner> = {
   CUDA_VISIBLE_DEVICES: "placement assigns each shard its GPUs",
   CUDA_DEVICE_ORDER: "llmgw sets PCI_BUS_ID so that the GPU indices placement assigns are nvidia-smi's",
   VLLM_DP_MASTER_PORT: PLACEMENT,
+  VLLM_API_KEY: KEY,
 };
 
 /**

@@ -14,9 +14,13 @@ export function fetchMetricsText(url: string, timeoutMs: number): Promise<string
   return fetchBoundedText(url, timeoutMs, MAX_METRICS_BYTES, "metrics");
 }
 
-/** The JSON body at `url`, parsed; throws on a status, a body over the limit or one that is not JSON. */
-export async function fetchEngineJson(url: string, timeoutMs: number): Promise<unknown> {
-  const text = await fetchBoundedText(url, timeoutMs, MAX_ENGINE_JSON_BYTES, "JSON");
+/**
+ * The JSON body at `url`, parsed; throws on a status, a body over the limit
+ * or one that is not JSON. `apiKey` goes as a bearer key: an engine
+ * launched with one (SGLang) wants it on its server info too.
+ */
+export async function fetchEngineJson(url: string, timeoutMs: number, apiKey = ""): Promise<unknown> {
+  const text = await fetchBoundedText(url, timeoutMs, MAX_ENGINE_JSON_BYTES, "JSON", apiKey);
   try {
     return JSON.parse(text);
   } catch {
@@ -32,12 +36,13 @@ export async function fetchEngineJson(url: string, timeoutMs: number): Promise<u
 export async function fetchFirstJson(
   urls: readonly string[],
   timeoutMs: number,
-  fetchJson: (url: string, timeoutMs: number) => Promise<unknown> = fetchEngineJson,
+  apiKey = "",
+  fetchJson: (url: string, timeoutMs: number, apiKey: string) => Promise<unknown> = fetchEngineJson,
 ): Promise<{ url: string; body: unknown }> {
   let notFound: unknown;
   for (const url of urls) {
     try {
-      return { url, body: await fetchJson(url, timeoutMs) };
+      return { url, body: await fetchJson(url, timeoutMs, apiKey) };
     } catch (err) {
       if (!(err instanceof Error && err.message.endsWith(": HTTP 404"))) throw err;
       notFound = err;
@@ -51,8 +56,10 @@ async function fetchBoundedText(
   timeoutMs: number,
   limit: number,
   what: string,
+  apiKey = "",
 ): Promise<string> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  const headers: Record<string, string> = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers });
   if (!res.ok) {
     await res.body?.cancel();
     throw new Error(`${url}: HTTP ${res.status}`);

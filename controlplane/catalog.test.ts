@@ -159,7 +159,7 @@ describe("parallelism arithmetic", () => {
       "models[0].profiles[0].engine_args[2]: --port is set by llmgw: placement assigns each replica its address and ports; remove it",
       "models[0].profiles[0].engine_args[3]: -tp is set by llmgw: set the profile's tensor_parallel; remove it",
       "models[0].profiles[0].engine_args[5]: --gpu-memory-utilization is set by llmgw: set the profile's gpu_memory_utilization, which placement counts; remove it",
-      "models[0].profiles[1].engine_args[0]: --api-key is set by llmgw: the edge sends engines no key (they are reached over a private network, docs/deploy.md), so every request would be refused; remove it",
+      "models[0].profiles[1].engine_args[0]: --api-key is set by llmgw: the control plane gives each replica's engine a key of its own and the edge sends it (docs/security.md, engine keys); another would refuse the edge; remove it",
       "models[0].profiles[1].engine_args[4]: --tp-size is set by llmgw: set the profile's tensor_parallel; remove it",
     ]);
   });

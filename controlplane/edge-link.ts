@@ -24,6 +24,7 @@ export function edgeLink(
   registry: Registry,
   reconciler: Reconciler,
   loads: LoadBoard,
+  engineKey: (replicaId: string) => string,
 ) {
   const { config } = loaded;
   const url = config.edge.url;
@@ -62,6 +63,7 @@ export function edgeLink(
       load: (shard) => loads.get(shard),
       staticEndpoints: capacity.apply(reconciler.currentConfig.endpoints),
       via: reconciler.currentConfig.edge.via,
+      engineKey,
       now: now(),
     }),
   });

@@ -52,6 +52,8 @@ export interface EdgeFacts {
   staticEndpoints: readonly EndpointConfig[];
   /** How the edge reaches the replicas placed here (config `edge.via`). */
   via: EndpointConfig["via"];
+  /** The key a replica's engine requires (controlplane/engine-keys.ts); without it, none is sent. */
+  engineKey?: (replicaId: string) => string;
   now: number;
 }
 
@@ -77,6 +79,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
         via: f.via,
         maxNumSeqs: load?.maxNumSeqs ?? 0,
         kvTokens: load?.kvCapacityTokens ?? 0n,
+        apiKey: f.engineKey?.(r.id) ?? "",
       }),
     );
   }
@@ -96,6 +99,7 @@ const fingerprint = (list: readonly Endpoint[]) =>
       e.maxNumSeqs,
       String(e.kvTokens),
       e.servedModelName,
+      e.apiKey,
     ]),
   );
 

@@ -37,6 +37,8 @@ export interface ReconcilerDeps {
   afterPass?: () => void;
   /** Scaling between replicas.min and max; without it every profile keeps min. */
   scaler?: Scaler;
+  /** The key a replica's engine is launched to require (controlplane/engine-keys.ts); without it, none. */
+  engineKey?: (replicaId: string) => string;
 }
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
@@ -368,6 +370,7 @@ export class Reconciler {
       minGpuMemoryMib: BigInt(p.minMemoryMiB),
       gpuMemoryUtilization: p.memoryFraction,
       generation: BigInt(generation),
+      engineApiKey: this.deps.engineKey?.(replicaId) ?? "",
     });
   }
 }

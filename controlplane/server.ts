@@ -19,6 +19,7 @@ import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { type EdgeLink, edgeLink } from "./edge-link.ts";
 import { registerEdgeMetrics } from "./edge-metrics.ts";
 import type { EdgeStatusBook } from "./edge-status.ts";
+import { type EngineKeys, openEngineKeys } from "./engine-keys.ts";
 import { IntentStore } from "./intent-store.ts";
 import { KnownFleetStore } from "./known-fleet-store.ts";
 import { guardAdminListener } from "./listener/guard.ts";
@@ -71,6 +72,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const streams = agentStreams(config, registry, log, now, startedAt, tls, claims);
   const loads = new LoadBoard(streams);
   const known = new KnownFleetStore(join(config.data_dir, "llmgw.db"));
+  const engineKeys = openEngineKeys(join(config.data_dir, "llmgw.db"), startedAt);
   // The edge link is built after the reconciler it reads; the scaler asks for its book at each sample.
   let edgeBook: EdgeStatusBook | undefined;
   const scaler = new Scaler({
@@ -86,6 +88,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       log: log.child({ component: "reconciler" }),
       now,
       scaler,
+      engineKey: engineKeys.forReplica,
       afterPass: () => known.save(knownFleet(reconciler.table.list(), registry.list()), now()),
     },
     config,
@@ -103,7 +106,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const revocation = tls && nodeRevocation(tls, registry, streams, reconciler, log, now);
   // A replacing enrollment revokes the node the way an operator would.
   if (tls && revocation) tls.enrollment.revokeNode = (node) => revocation.revoke(node);
-  const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads);
+  const edge = edgeLink(opts.loaded, log, startedAt, now, registry, reconciler, loads, engineKeys.forReplica);
   const metrics = controlPlaneMetrics(registry, streams, reconciler, adminAuth, tls);
   if (edge) registerEdgeMetrics(metrics, edge.status.book, now);
   edgeBook = edge?.status.book;
@@ -132,7 +135,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Every store has opened the database by now, so its WAL files exist too.
   const db = join(config.data_dir, "llmgw.db");
   ownerOnlyFiles([db, `${db}-wal`, `${db}-shm`], log);
-  const shutdown = () => stopAll({ ticker, agents, reconciler, edge, intents, known, tls, streams, admin });
+  const shutdown = () =>
+    stopAll({ ticker, agents, reconciler, edge, intents, known, engineKeys, tls, streams, admin });
   const { agentPort, adminPort } = await listenBoth(agents.server, admin, config, shutdown);
   announceAgentListener(tls, config, log);
   reconciler.start();
@@ -160,11 +164,12 @@ async function stopAll(parts: {
   edge: EdgeLink | undefined;
   intents: IntentStore;
   known: KnownFleetStore;
+  engineKeys: EngineKeys;
   tls: AgentTls | undefined;
   streams: AgentStreams;
   admin: HttpServer | Http2Server | Http2SecureServer;
 }): Promise<void> {
-  const { ticker, agents, reconciler, edge, intents, known, tls, streams, admin } = parts;
+  const { ticker, agents, reconciler, edge, intents, known, engineKeys, tls, streams, admin } = parts;
   clearInterval(ticker);
   agents.stop();
   reconciler.stop();
@@ -173,6 +178,7 @@ async function stopAll(parts: {
   edge?.published.close();
   intents.close();
   known.close();
+  engineKeys.close();
   tls?.tokens.close();
   tls?.certs.close();
   streams.closeAll();

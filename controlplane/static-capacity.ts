@@ -117,7 +117,7 @@ export interface StaticCapacityOptions {
   now: () => number;
   retry?: RetryPolicy;
   fetchText?: (url: string, timeoutMs: number) => Promise<string>;
-  fetchJson?: (url: string, timeoutMs: number) => Promise<unknown>;
+  fetchJson?: (url: string, timeoutMs: number, apiKey: string) => Promise<unknown>;
 }
 
 export class StaticCapacity {
@@ -189,7 +189,7 @@ export class StaticCapacity {
       e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !metrics.kvTokens);
     if (!metrics.sglang || !wantsInfo) return { kvTokens: metrics.kvTokens, from: "/metrics" };
     const urls = SGLANG_SERVER_INFO_PATHS.map((p) => `${engineRoot(e.url)}${p}`);
-    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), fetchJson);
+    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), "", fetchJson);
     const info = capacityFromServerInfo(asked.body);
     return {
       kvTokens: metrics.kvTokens || info.kvTokens,

@@ -85,6 +85,12 @@ export interface EngineLaunch {
   maxNumSeqs: number | undefined;
   /** Null for an engine whose metrics and arguments say all there is, or a rank that serves no HTTP. */
   capacityProbe: CapacityProbe | null;
+  /**
+   * The key the engine requires on its API ("" for none): what the agent
+   * sends with a probe that needs it, and what it blanks out of anything it
+   * shows or reports (the command line, the output's tail).
+   */
+  apiKey: string;
 }
 
 export interface EngineAdapter {
@@ -153,6 +159,20 @@ export function gpuEnv(spec: StartShard, node: NodeContext): Record<string, stri
     env.GLOO_SOCKET_IFNAME = ifname;
   }
   return env;
+}
+
+/** Every occurrence of `secret` in `text` blanked out: for a launch's key in what the agent logs or reports. */
+export function redacted(text: string, secret: string): string {
+  return secret ? text.replaceAll(secret, "[engine key]") : text;
+}
+
+/**
+ * vLLM's key in its environment (VLLM_API_KEY), where `ps` does not show
+ * it; vLLM then requires it on every /v1 route. After the operator's env:
+ * the catalog refuses that variable in a profile, and this keeps it so.
+ */
+export function withApiKeyEnv(env: Record<string, string>, spec: StartShard): Record<string, string> {
+  return spec.engineApiKey ? { ...env, VLLM_API_KEY: spec.engineApiKey } : env;
 }
 
 /** Operator-given env wins over everything the adapter chose. */

@@ -2,6 +2,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ownedArg, ownedEnv, RETUNABLE_ENV } from "../../common/engine-args.ts";
 import { type StartShard, StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
+import { redacted } from "./adapter.ts";
 import { sglangAdapter } from "./sglang.ts";
 import { LLMGW_ENTRY, simAdapter } from "./sim.ts";
 import { vllmAdapter } from "./vllm.ts";
@@ -324,13 +325,53 @@ describe("the batch an engine runs at once (its capacity at the edge)", () => {
   });
 });
 
+describe("an engine's key", () => {
+  const key = "llmgw-e-abc";
+  it("vLLM and the sim take it from VLLM_API_KEY, out of the command line and over a profile's env", () => {
+    for (const adapter of [vllmAdapter, simAdapter]) {
+      const launch = adapter.build(
+        spec({ engine: adapter.engine, engineApiKey: key, env: { X: "1" } }),
+        node,
+      );
+      expect(launch.env.VLLM_API_KEY).toBe(key);
+      expect(launch.env.X).toBe("1");
+      expect(launch.argv.join(" ")).not.toContain(key);
+      expect(launch.apiKey).toBe(key);
+    }
+  });
+
+  it("SGLang takes it as --api-key on the rank that serves HTTP only", () => {
+    const head = sglangAdapter.build(spec({ engine: "sglang", engineApiKey: key }), node);
+    expect(head.argv.slice(head.argv.indexOf("--api-key"), head.argv.indexOf("--api-key") + 2)).toEqual([
+      "--api-key",
+      key,
+    ]);
+    expect(head.apiKey).toBe(key);
+    const follower = sglangAdapter.build(
+      spec({ engine: "sglang", engineApiKey: key, worldNodes: 2, rank: 1 }),
+      node,
+    );
+    expect(follower.argv).not.toContain("--api-key");
+  });
+
+  it("is none without one: no variable, no flag", () => {
+    expect(vllmAdapter.build(spec(), node).env.VLLM_API_KEY).toBeUndefined();
+    expect(sglangAdapter.build(spec({ engine: "sglang" }), node).argv).not.toContain("--api-key");
+  });
+
+  it("is blanked out of what the agent shows", () => {
+    expect(redacted(`serve --api-key ${key} --port 1`, key)).toBe("serve --api-key [engine key] --port 1");
+    expect(redacted("nothing to hide", "")).toBe("nothing to hide");
+  });
+});
+
 describe("the flags each adapter sets", () => {
   it("are all refused in a profile's engine_args (common/engine-args.ts), so none can be undone there", () => {
     // Every option on: several nodes, data parallel, a memory share, both ranks.
     const layouts = [
       { worldNodes: 2, dataParallel: 2, tensorParallel: 2, pipelineParallel: 1, gpuMemoryUtilization: 0.8 },
       { worldNodes: 2, dataParallel: 1, tensorParallel: 4, pipelineParallel: 2, gpuMemoryUtilization: 0.8 },
-    ];
+    ].map((l) => ({ ...l, engineApiKey: "llmgw-e-key" }));
     for (const adapter of [vllmAdapter, simAdapter, sglangAdapter]) {
       for (const layout of layouts) {
         for (const rank of [0, 1]) {

@@ -43,6 +43,9 @@ export function sglangArgs(spec: StartShard, node: NodeContext): string[] {
   if (spec.gpuMemoryUtilization > 0) {
     args.push("--mem-fraction-static", fraction(spec.gpuMemoryUtilization));
   }
+  // SGLang takes its key from the command line only; the agent blanks it
+  // out of the lines it logs and reports (adapter.ts redacted).
+  if (spec.engineApiKey && !(spec.worldNodes > 1 && spec.rank > 0)) args.push("--api-key", spec.engineApiKey);
   args.push("--enable-metrics", ...spec.args);
   return args;
 }
@@ -83,6 +86,7 @@ export const sglangAdapter: EngineAdapter = {
       // is in its server info once it serves.
       maxNumSeqs: sglangMaxRunning(spec),
       capacityProbe: follower ? null : { paths: SGLANG_SERVER_INFO_PATHS, read: capacityFromServerInfo },
+      apiKey: spec.engineApiKey,
     };
   },
 };

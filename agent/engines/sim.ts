@@ -5,6 +5,7 @@ import {
   listenHost,
   probeHostFor,
   VLLM_METRICS,
+  withApiKeyEnv,
   withSpecEnv,
 } from "./adapter.ts";
 import { isHeadless, vllmMaxNumSeqs, vllmServeArgs } from "./vllm.ts";
@@ -27,7 +28,7 @@ export const simAdapter: EngineAdapter = {
     const headless = isHeadless(spec);
     return {
       argv: [process.execPath, entry, "sim-engine", "serve", ...vllmServeArgs(spec, node)],
-      env: withSpecEnv({}, spec),
+      env: withApiKeyEnv(withSpecEnv({}, spec), spec),
       probeHost: probeHostFor(listenHost(node)),
       port: spec.ports?.http ?? 0,
       healthPath: headless ? null : "/health",
@@ -35,6 +36,7 @@ export const simAdapter: EngineAdapter = {
       metricNames: VLLM_METRICS,
       maxNumSeqs: vllmMaxNumSeqs(spec),
       capacityProbe: null,
+      apiKey: spec.engineApiKey,
     };
   },
 };

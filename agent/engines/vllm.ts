@@ -10,6 +10,7 @@ import {
   probeHostFor,
   rendezvous,
   VLLM_METRICS,
+  withApiKeyEnv,
   withSpecEnv,
 } from "./adapter.ts";
 
@@ -119,7 +120,7 @@ export const vllmAdapter: EngineAdapter = {
     const headless = isHeadless(spec);
     return {
       argv: [node.bin || this.defaultBin, "serve", ...vllmServeArgs(spec, node)],
-      env: withSpecEnv(env, spec),
+      env: withApiKeyEnv(withSpecEnv(env, spec), spec),
       probeHost: probeHostFor(listenHost(node)),
       port: spec.ports?.http ?? 0,
       // vLLM's /health is 200 when serving, 503 once the engine core died,
@@ -129,6 +130,7 @@ export const vllmAdapter: EngineAdapter = {
       metricNames: VLLM_METRICS,
       maxNumSeqs: vllmMaxNumSeqs(spec),
       capacityProbe: null,
+      apiKey: spec.engineApiKey,
     };
   },
 };

@@ -1,4 +1,5 @@
 import { adoptEngine, cmdlineMentions, type EngineProcess, processAlive } from "../engine-process.ts";
+import { redacted } from "../engines/adapter.ts";
 import { engineUrl, probeHealth } from "../health-probe.ts";
 import { readTail, TAIL_LINES } from "../output-tail.ts";
 import type { ShardRecord } from "../state-file.ts";
@@ -39,7 +40,9 @@ export async function adoptShard(ctx: RunnerContext, rec: ShardRecord, pollMs: n
       });
   }
   if (!proc || !launch) {
-    const tail = wasRunning ? await readTail(rec.logPath, TAIL_LINES) : [];
+    const tail = wasRunning
+      ? (await readTail(rec.logPath, TAIL_LINES)).map((l) => redacted(l, rec.spec.engineApiKey))
+      : [];
     runner.dispatch({ kind: "not-found", tail });
     return runner;
   }

@@ -34,7 +34,7 @@ export class LoadWatch {
       launch.metricNames,
       () => settings.timeoutMs,
       Date.now,
-      { maxNumSeqs: launch.maxNumSeqs ?? 0, probe: launch.capacityProbe },
+      { maxNumSeqs: launch.maxNumSeqs ?? 0, probe: launch.capacityProbe, apiKey: launch.apiKey },
       (outcome) => {
         if ("learned" in outcome)
           log.info("engine's capacity learned from its server info", {

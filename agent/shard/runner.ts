@@ -3,7 +3,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage, type Logger } from "../../common/log.ts";
 import type { ShardLoad } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { type EngineProcess, type ExitInfo, groupAlive, spawnEngine } from "../engine-process.ts";
-import { type EngineLaunch, listenHost, type NodeContext } from "../engines/adapter.ts";
+import { type EngineLaunch, listenHost, type NodeContext, redacted } from "../engines/adapter.ts";
 import { binaryFor, portsInUse } from "../engines/launch-facts.ts";
 import { adapterFor, type EngineBins, knownEngines } from "../engines/registry.ts";
 import {
@@ -289,7 +289,11 @@ export class ShardRunner {
       return;
     }
     this.attach(proc, launch);
-    this.ctx.log.info("engine started", { replica: spec.replicaId, pid: proc.pid, argv: launch.argv });
+    this.ctx.log.info("engine started", {
+      replica: spec.replicaId,
+      pid: proc.pid,
+      argv: launch.argv.map((a) => redacted(a, launch.apiKey)),
+    });
     const healthUrl =
       launch.healthPath === null ? null : engineUrl(launch.probeHost, launch.port, launch.healthPath);
     this.dispatch({ kind: "launched", pid: proc.pid, command: launch.argv[0] ?? "", healthUrl });
@@ -329,9 +333,15 @@ export class ShardRunner {
     if (this.proc !== proc || this.closed || this.life.phase.name === "terminating") return;
     // The leader is gone; its workers must not linger holding VRAM.
     if (groupAlive(proc.pid)) proc.signalGroup("SIGKILL");
-    const tail = await readTail(this.logPath, TAIL_LINES);
+    const tail = await this.tail();
     const exitCode = info.known && info.code !== null ? info.code : undefined;
     this.dispatch({ kind: "exited", pid: proc.pid, how: describeExit(info), exitCode, tail });
+  }
+
+  /** The engine's last lines, its key blanked out: they go to the control plane and `ctl explain`. */
+  private async tail(): Promise<string[]> {
+    const key = this.life.spec.engineApiKey;
+    return (await readTail(this.logPath, TAIL_LINES)).map((l) => redacted(l, key));
   }
 
   /** SIGTERM to the group, up to `graceMs` for it (and any workers it forked) to go, then SIGKILL. */
@@ -350,7 +360,7 @@ export class ShardRunner {
       const info = await within(proc.exited, 5_000);
       if (info?.known && info.code !== null) exitCode = info.code;
     }
-    const tail = proc ? await readTail(this.logPath, TAIL_LINES) : [];
+    const tail = proc ? await this.tail() : [];
     if (!signal.aborted) this.dispatch({ kind: "terminated", exitCode, tail });
   }
 }

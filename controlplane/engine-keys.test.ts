@@ -1,0 +1,75 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { endpointSet } from "./edge-publisher.ts";
+import { engineKeyFor, openEngineKeys } from "./engine-keys.ts";
+import type { ReplicaRecord } from "./reconcile/types.ts";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+const db = () => {
+  const d = mkdtempSync(join(tmpdir(), "engine-keys-"));
+  dirs.push(d);
+  return join(d, "llmgw.db");
+};
+
+describe("engine keys", () => {
+  it("are one per replica, printable, and the same after a restart on the same database", () => {
+    const path = db();
+    const first = openEngineKeys(path, 1);
+    const a = first.forReplica("llama/p/0");
+    const b = first.forReplica("llama/p/1");
+    first.close();
+    expect(a).not.toBe(b);
+    expect(a).toMatch(/^llmgw-e-[A-Za-z0-9_-]{43}$/);
+    const again = openEngineKeys(path, 2);
+    expect(again.forReplica("llama/p/0")).toBe(a);
+    again.close();
+  });
+
+  it("differ between control planes: each database makes its own secret", () => {
+    const one = openEngineKeys(db(), 1);
+    const two = openEngineKeys(db(), 1);
+    expect(one.forReplica("m/p/0")).not.toBe(two.forReplica("m/p/0"));
+    one.close();
+    two.close();
+  });
+
+  it("are derived from the secret and the replica alone", () => {
+    const secret = new Uint8Array(32).fill(7);
+    expect(engineKeyFor(secret, "m/p/0")).toBe(engineKeyFor(new Uint8Array(32).fill(7), "m/p/0"));
+    expect(engineKeyFor(secret, "m/p/0")).not.toBe(engineKeyFor(new Uint8Array(32).fill(8), "m/p/0"));
+  });
+
+  it("go to the edge with each ready replica's endpoint", () => {
+    const ready: ReplicaRecord = {
+      id: "m/p/0",
+      model: "m",
+      profile: "p",
+      index: 0,
+      generation: 1,
+      shards: [
+        { rank: 0, node: "n1", gpus: [0], ports: { http: 20000, distInit: [] }, state: "ready", since: 0 },
+      ],
+      worldNodes: 1,
+      retiring: [],
+      retire: false,
+      origin: "reported",
+      adopted: true,
+      restarts: 0,
+    };
+    const facts = {
+      replicas: [ready],
+      address: (n: string) => n,
+      load: () => undefined,
+      staticEndpoints: [],
+      via: "direct" as const,
+      now: 0,
+    };
+    expect(endpointSet({ ...facts, engineKey: (id) => `key-of-${id}` })[0]?.apiKey).toBe("key-of-m/p/0");
+    expect(endpointSet(facts)[0]?.apiKey).toBe("");
+  });
+});

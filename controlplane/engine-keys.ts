@@ -1,0 +1,46 @@
+/**
+ * The keys engines placed here require of whoever calls their API
+ * (docs/security.md, "Engine keys"). Each replica gets its own, derived
+ * from one secret the control plane keeps in its database: a key read off
+ * one node (its process list, its agent's state) opens that replica's
+ * engine and no other, and the derivation needs no table of keys, so a
+ * restarted control plane publishes the same key for a replica it finds
+ * running as the one it launched it with, and touches no engine.
+ */
+import { createHmac, randomBytes } from "node:crypto";
+import { OneRowStore } from "./one-row-store.ts";
+
+const SECRET_BYTES = 32;
+// Names what the HMAC is for, so this secret could key something else one
+// day without two uses ever yielding the same value.
+const PURPOSE = "llmgw engine api key v1";
+
+/** A replica's key: printable ASCII, since it goes into a header and an argv. */
+export function engineKeyFor(secret: Uint8Array, replicaId: string): string {
+  return `llmgw-e-${createHmac("sha256", secret).update(`${PURPOSE}\0${replicaId}`).digest("base64url")}`;
+}
+
+export interface EngineKeys {
+  forReplica(replicaId: string): string;
+  close(): void;
+}
+
+/** The control plane's engine keys, from the secret in `db`, made on the first start. */
+export function openEngineKeys(db: string, now: number): EngineKeys {
+  const store = new OneRowStore<Uint8Array>(db, {
+    table: "engine_key_secret",
+    column: "secret",
+    type: "BLOB",
+    writtenAt: "created_at_ms",
+  });
+  let secret = store.read();
+  if (!secret || secret.byteLength < SECRET_BYTES) {
+    secret = new Uint8Array(randomBytes(SECRET_BYTES));
+    store.write(secret, now);
+  }
+  const held = new Uint8Array(secret);
+  return {
+    forReplica: (replicaId) => engineKeyFor(held, replicaId),
+    close: () => store.close(),
+  };
+}
