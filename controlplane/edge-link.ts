@@ -5,6 +5,7 @@ import { buildCatalog, type Catalog } from "./catalog.ts";
 import { type LoadedConfig, startupGraceMs } from "./config/load.ts";
 import { EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
 import { EdgeStatusPoller } from "./edge-status.ts";
+import type { EngineKeyOf } from "./engine-keys.ts";
 import type { LoadBoard } from "./load-board.ts";
 import type { Reconciler } from "./reconciler.ts";
 import type { Registry } from "./registry.ts";
@@ -24,7 +25,7 @@ export function edgeLink(
   registry: Registry,
   reconciler: Reconciler,
   loads: LoadBoard,
-  engineKey: (replicaId: string) => string,
+  engineKey: EngineKeyOf,
 ) {
   const { config } = loaded;
   const url = config.edge.url;

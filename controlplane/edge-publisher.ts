@@ -26,6 +26,7 @@
  * publishes no endpoint set during the startup grace, in which nothing is
  * placed anyway.
  */
+
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { EdgeSyncClient } from "../common/edgesync-client.ts";
@@ -40,6 +41,7 @@ import {
 } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
+import type { EngineKeyOf } from "./engine-keys.ts";
 import type { ShardAt } from "./load-board.ts";
 import { OneRowStore } from "./one-row-store.ts";
 import { replicaStatus } from "./reconcile/table.ts";
@@ -53,7 +55,7 @@ export interface EdgeFacts {
   /** How the edge reaches the replicas placed here (config `edge.via`). */
   via: EndpointConfig["via"];
   /** The key a replica's engine requires (controlplane/engine-keys.ts); without it, none is sent. */
-  engineKey?: (replicaId: string) => string;
+  engineKey?: EngineKeyOf;
   now: number;
 }
 
@@ -79,7 +81,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
         via: f.via,
         maxNumSeqs: load?.maxNumSeqs ?? 0,
         kvTokens: load?.kvCapacityTokens ?? 0n,
-        apiKey: f.engineKey?.(r.id) ?? "",
+        apiKey: f.engineKey?.(r.id, r.generation) ?? "",
       }),
     );
   }

@@ -17,34 +17,35 @@ const db = () => {
 };
 
 describe("engine keys", () => {
-  it("are one per replica, printable, and the same after a restart on the same database", () => {
+  it("are one per placement (replica and generation), printable, and the same after a restart on the same database", () => {
     const path = db();
     const first = openEngineKeys(path, 1);
-    const a = first.forReplica("llama/p/0");
-    const b = first.forReplica("llama/p/1");
+    const a = first.forReplica("llama/p/0", 1);
+    expect(first.forReplica("llama/p/1", 1)).not.toBe(a);
+    // Placed again (its node lost, a gang restart): a new key, the old one dead with the old engine.
+    expect(first.forReplica("llama/p/0", 2)).not.toBe(a);
     first.close();
-    expect(a).not.toBe(b);
     expect(a).toMatch(/^llmgw-e-[A-Za-z0-9_-]{43}$/);
     const again = openEngineKeys(path, 2);
-    expect(again.forReplica("llama/p/0")).toBe(a);
+    expect(again.forReplica("llama/p/0", 1)).toBe(a);
     again.close();
   });
 
   it("differ between control planes: each database makes its own secret", () => {
     const one = openEngineKeys(db(), 1);
     const two = openEngineKeys(db(), 1);
-    expect(one.forReplica("m/p/0")).not.toBe(two.forReplica("m/p/0"));
+    expect(one.forReplica("m/p/0", 1)).not.toBe(two.forReplica("m/p/0", 1));
     one.close();
     two.close();
   });
 
   it("are derived from the secret and the replica alone", () => {
     const secret = new Uint8Array(32).fill(7);
-    expect(engineKeyFor(secret, "m/p/0")).toBe(engineKeyFor(new Uint8Array(32).fill(7), "m/p/0"));
-    expect(engineKeyFor(secret, "m/p/0")).not.toBe(engineKeyFor(new Uint8Array(32).fill(8), "m/p/0"));
+    expect(engineKeyFor(secret, "m/p/0", 3)).toBe(engineKeyFor(new Uint8Array(32).fill(7), "m/p/0", 3));
+    expect(engineKeyFor(secret, "m/p/0", 3)).not.toBe(engineKeyFor(new Uint8Array(32).fill(8), "m/p/0", 3));
   });
 
-  it("go to the edge with each ready replica's endpoint", () => {
+  it("go to the edge with each ready replica's endpoint, for the generation it runs", () => {
     const ready: ReplicaRecord = {
       id: "m/p/0",
       model: "m",
@@ -69,7 +70,9 @@ describe("engine keys", () => {
       via: "direct" as const,
       now: 0,
     };
-    expect(endpointSet({ ...facts, engineKey: (id) => `key-of-${id}` })[0]?.apiKey).toBe("key-of-m/p/0");
+    expect(
+      endpointSet({ ...facts, engineKey: (id, generation) => `key-of-${id}@${generation}` })[0]?.apiKey,
+    ).toBe("key-of-m/p/0@1");
     expect(endpointSet(facts)[0]?.apiKey).toBe("");
   });
 });

@@ -1,10 +1,12 @@
 /**
  * The keys engines placed here require of whoever calls their API
- * (docs/security.md, "Engine keys"). Each replica gets its own, derived
- * from one secret the control plane keeps in its database: a key read off
- * one node (its process list, its agent's state) opens that replica's
- * engine and no other, and the derivation needs no table of keys, so a
- * restarted control plane publishes the same key for a replica it finds
+ * (docs/security.md, "Engine keys"). Each placement of a replica (its id
+ * and generation) gets its own, derived from one secret the control plane
+ * keeps in its database: a key read off one node (its process list, its
+ * agent's state) opens that engine and no other, and dies with it when the
+ * replica is placed again (a lost or revoked node's replicas get new
+ * generations elsewhere). The derivation needs no table of keys, so a
+ * restarted control plane publishes the same key for an engine it finds
  * running as the one it launched it with, and touches no engine.
  */
 import { createHmac, randomBytes } from "node:crypto";
@@ -16,12 +18,16 @@ const SECRET_BYTES = 32;
 const PURPOSE = "llmgw engine api key v1";
 
 /** A replica's key: printable ASCII, since it goes into a header and an argv. */
-export function engineKeyFor(secret: Uint8Array, replicaId: string): string {
-  return `llmgw-e-${createHmac("sha256", secret).update(`${PURPOSE}\0${replicaId}`).digest("base64url")}`;
+export function engineKeyFor(secret: Uint8Array, replicaId: string, generation: number): string {
+  const mac = createHmac("sha256", secret).update(`${PURPOSE}\0${replicaId}\0${generation}`);
+  return `llmgw-e-${mac.digest("base64url")}`;
 }
 
+/** A placement's engine key: the replica and the generation it was launched as. */
+export type EngineKeyOf = (replicaId: string, generation: number) => string;
+
 export interface EngineKeys {
-  forReplica(replicaId: string): string;
+  forReplica: EngineKeyOf;
   close(): void;
 }
 
@@ -40,7 +46,7 @@ export function openEngineKeys(db: string, now: number): EngineKeys {
   }
   const held = new Uint8Array(secret);
   return {
-    forReplica: (replicaId) => engineKeyFor(held, replicaId),
+    forReplica: (replicaId, generation) => engineKeyFor(held, replicaId, generation),
     close: () => store.close(),
   };
 }

@@ -10,6 +10,7 @@ import {
 import type { AgentStreams } from "./agentsvc/agent-streams.ts";
 import type { Catalog, CatalogProfile } from "./catalog.ts";
 import type { Config } from "./config/schema.ts";
+import type { EngineKeyOf } from "./engine-keys.ts";
 import type { IntentStore } from "./intent-store.ts";
 import { placementNode } from "./placement/snapshot.ts";
 import type { Assignment, PlacementNode } from "./placement/types.ts";
@@ -38,7 +39,7 @@ export interface ReconcilerDeps {
   /** Scaling between replicas.min and max; without it every profile keeps min. */
   scaler?: Scaler;
   /** The key a replica's engine is launched to require (controlplane/engine-keys.ts); without it, none. */
-  engineKey?: (replicaId: string) => string;
+  engineKey?: EngineKeyOf;
 }
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
@@ -370,7 +371,7 @@ export class Reconciler {
       minGpuMemoryMib: BigInt(p.minMemoryMiB),
       gpuMemoryUtilization: p.memoryFraction,
       generation: BigInt(generation),
-      engineApiKey: this.deps.engineKey?.(replicaId) ?? "",
+      engineApiKey: this.deps.engineKey?.(replicaId, generation) ?? "",
     });
   }
 }
