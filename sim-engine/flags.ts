@@ -55,6 +55,7 @@ const KNOWN: Record<string, Kind> = {
   "enable-prompt-tokens-details": "bool",
   "enable-auto-tool-choice": "bool",
   "tool-call-parser": "string",
+  "api-key": "list",
   ...SIM_KINDS,
 };
 
@@ -126,6 +127,8 @@ const Schema = z.object({
   "enable-prompt-tokens-details": z.boolean().default(false),
   "enable-auto-tool-choice": z.boolean().default(false),
   "tool-call-parser": z.string().min(1).optional(),
+  // Empty keys are allowed, as vLLM's argparse allows them; they are dropped (apiKeysOf).
+  "api-key": z.array(z.string()).min(1).optional(),
   ...SIM_SHAPE,
 });
 
@@ -155,6 +158,11 @@ export interface SimEngineFlags {
   /** `--enable-auto-tool-choice`; the parser's name is required with it, as in vLLM, and changes nothing in the sim. */
   enableAutoToolChoice: boolean;
   toolCallParser?: string;
+  /**
+   * `--api-key KEY...`, else `VLLM_API_KEY`: the keys a `/v1` request must
+   * bear (api-key.ts); none, the API is open. Never logged.
+   */
+  apiKeys: string[];
   sim: {
     speed: number;
     kvBlocks?: number;
@@ -212,7 +220,20 @@ function keepAliveSeconds(env: Readonly<Record<string, string | undefined>>): nu
   return seconds;
 }
 
-/** `env` is read only for vLLM's own variables (KEEP_ALIVE_ENV). */
+/** vLLM's variable for its API key, read when no `--api-key` is given. */
+export const API_KEY_ENV = "VLLM_API_KEY";
+
+/**
+ * The keys, as vLLM's api_server picks them: the command line's when
+ * `--api-key` is given (it "takes precedence over VLLM_API_KEY"), else the
+ * variable; empty ones dropped, so an empty VLLM_API_KEY (or `--api-key ""`)
+ * means no key.
+ */
+function apiKeysOf(cli: readonly string[] | undefined, env: Readonly<Record<string, string | undefined>>) {
+  return (cli ?? [env[API_KEY_ENV] ?? ""]).filter((k) => k !== "");
+}
+
+/** `env` is read only for vLLM's own variables (KEEP_ALIVE_ENV, API_KEY_ENV). */
 export function parseServeArgs(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>> = {},
@@ -234,7 +255,11 @@ export function parseServeArgs(
   if (f["enable-auto-tool-choice"] && f["tool-call-parser"] === undefined) {
     throw new FlagError("--enable-auto-tool-choice requires --tool-call-parser");
   }
-  return { ...flagsOf(f, ignored), httpKeepAliveSeconds: keepAliveSeconds(env) };
+  return {
+    ...flagsOf(f, ignored),
+    apiKeys: apiKeysOf(f["api-key"], env),
+    httpKeepAliveSeconds: keepAliveSeconds(env),
+  };
 }
 
 /**
@@ -299,7 +324,7 @@ function readWords(argv: readonly string[]) {
 function flagsOf(
   f: z.output<typeof Schema>,
   ignored: string[],
-): Omit<SimEngineFlags, "httpKeepAliveSeconds"> {
+): Omit<SimEngineFlags, "apiKeys" | "httpKeepAliveSeconds"> {
   return {
     model: f.model,
     host: f.host,
@@ -359,6 +384,7 @@ vLLM flags: --host --port --served-model-name NAME... --tensor-parallel-size/-tp
   --master-addr --master-port --headless --gpu-memory-utilization --max-model-len
   --max-num-seqs --max-num-batched-tokens --[no-]enable-prefix-caching --block-size
   --seed --enable-prompt-tokens-details --enable-auto-tool-choice --tool-call-parser NAME
+  --api-key KEY... (else VLLM_API_KEY: /v1 requests need Authorization: Bearer KEY)
   (other vLLM flags: accepted, ignored, warned)
 sim flags: --sim-speed K --sim-kv-blocks N --sim-gpu-memory-gib G --sim-output-len N
   --sim-startup-seconds S --sim-fail-rate P --sim-crash-after N

@@ -116,6 +116,7 @@ export function simServer(
     outputLen: flags.sim.outputLen,
     promptTokensDetails: flags.enablePromptTokensDetails,
     autoToolChoice: flags.enableAutoToolChoice,
+    apiKeys: flags.apiKeys,
     quirks: flags.sim.quirks,
     keepAliveMs: flags.httpKeepAliveSeconds * 1000,
     faults: new FaultPlan({

@@ -62,6 +62,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
     gpus_per_replica: setup.gpus,
     speed: flags.sim.speed,
     startup_seconds: flags.sim.startupSeconds,
+    // How many, never which: the keys stay out of the log.
+    api_keys: flags.apiKeys.length,
   });
   return done;
 }

@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Logger } from "../common/log.ts";
 import { usageModeOf } from "../common/usage-mode.ts";
+import { Secrets, UNAUTHORIZED_BODY, UNAUTHORIZED_STATUS, vllmAuthorized } from "./api-key.ts";
 import { EMBEDDING_DIM, embeddingVector, float32Base64 } from "./embeddings.ts";
 import type { EngineCore } from "./engine-core.ts";
 import type { FaultPlan } from "./faults.ts";
@@ -49,6 +50,11 @@ export interface ServerOptions {
   promptTokensDetails: boolean;
   /** `--enable-auto-tool-choice` with a `--tool-call-parser`: `tool_choice: "auto"` is served. */
   autoToolChoice?: boolean;
+  /**
+   * `--api-key` or `VLLM_API_KEY`: what a `/v1` request must bear, by vLLM's
+   * rule (api-key.ts). A persona checks its own engine's key instead.
+   */
+  apiKeys?: readonly string[];
   faults: FaultPlan;
   runner: Runner;
   log: Logger;
@@ -86,9 +92,11 @@ export class SimServer {
   private accepted = 0;
   private readonly quirks: Quirks;
   private readonly persona: Persona | undefined;
+  private readonly apiKeys: Secrets;
 
   constructor(opts: ServerOptions) {
     this.opts = opts;
+    this.apiKeys = new Secrets(opts.persona ? [] : (opts.apiKeys ?? []));
     this.quirks = opts.quirks ?? new Set();
     this.persona = opts.persona;
     // No buffer past the keep-alive: uvicorn closes at its timeout exactly,
@@ -125,6 +133,11 @@ export class SimServer {
     const path = (req.url ?? "/").split("?")[0]!;
     const method = req.method ?? "GET";
     if (this.persona && (await this.persona.route(req, res, path, method))) return;
+    // vLLM's middleware comes before any route: a /v1 path it does not have gets the 401 too, not a 404.
+    if (!vllmAuthorized(this.apiKeys, path, method, req.headers.authorization)) {
+      req.resume();
+      return this.sendText(res, UNAUTHORIZED_STATUS, UNAUTHORIZED_BODY, "application/json");
+    }
     if (path === "/health") {
       req.resume();
       res.writeHead(this.ready ? 200 : 503, { "content-length": "0" }).end();

@@ -18,7 +18,8 @@
  *   (validate_json_request), else a 400;
  * - with --api-key, every route but /health* and /metrics* needs
  *   `Authorization: Bearer KEY`, else 401 `{"error":"Unauthorized"}`
- *   (utils add_api_key_middleware);
+ *   (utils add_api_key_middleware; api-key.ts, which the vLLM persona's
+ *   rule shares the comparison and the refusal with);
  * - any `model` is served and echoed back, "default" when the request names
  *   none (openai/protocol.py's default; the Python OpenAI routes check no
  *   model name), and ids are bare 32-hex request ids (io_struct.py's rid);
@@ -33,6 +34,13 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "../common/log.ts";
 import type { UsageMode } from "../common/usage-mode.ts";
+import {
+  type Secrets,
+  sglangAuthorized,
+  sglangSecrets,
+  UNAUTHORIZED_BODY,
+  UNAUTHORIZED_STATUS,
+} from "./api-key.ts";
 import type { GenerationSpec } from "./generation.ts";
 import type { Persona, StreamOptionsLike } from "./persona.ts";
 import { ApiError } from "./protocol.ts";
@@ -70,18 +78,26 @@ export class SglangPersona implements Persona {
   private readonly created = Math.floor(Date.now() / 1000);
   /** SGLang's environment flag, read as its get_bool_env_var does: "true" or "1"; on when unset. */
   private readonly healthGenerates: boolean;
+  /** `--api-key` as the header it must equal. */
+  private readonly bearer: Secrets;
 
   constructor(o: SglangPersonaOptions) {
     this.o = o;
     this.observer = o.requests;
+    this.bearer = sglangSecrets(o.flags.apiKey);
     const v = o.env[HEALTH_GENERATION_ENV];
     this.healthGenerates = v === undefined || ["true", "1"].includes(v.toLowerCase());
   }
 
   route(req: IncomingMessage, res: ServerResponse, path: string, method: string): boolean {
-    if (!this.authorized(req, path, method)) {
+    if (!sglangAuthorized(this.bearer, path, method, req.headers.authorization)) {
       req.resume();
-      send(res, 401, { error: "Unauthorized" });
+      res
+        .writeHead(UNAUTHORIZED_STATUS, {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(UNAUTHORIZED_BODY),
+        })
+        .end(UNAUTHORIZED_BODY);
       return true;
     }
     if (INFERENCE.has(path)) return this.inference(req, res, method);
@@ -91,13 +107,6 @@ export class SglangPersona implements Persona {
     else if (method !== "GET") send(res, 405, { detail: "Method Not Allowed" });
     else answer(res);
     return true;
-  }
-
-  private authorized(req: IncomingMessage, path: string, method: string): boolean {
-    const key = this.o.flags.apiKey;
-    if (key === undefined || method === "OPTIONS") return true;
-    if (path.startsWith("/health") || path.startsWith("/metrics")) return true;
-    return req.headers.authorization === `Bearer ${key}`;
   }
 
   /** A POST to an OpenAI route goes on to the engine once its content type is JSON. */

@@ -144,6 +144,8 @@ export function simFlagsOf(f: SglangFlags, s: SglangSizing): SimEngineFlags {
     enablePromptTokensDetails: f.enableCacheReport,
     enableAutoToolChoice: f.toolCallParser !== undefined,
     ...(f.toolCallParser !== undefined ? { toolCallParser: f.toolCallParser } : {}),
+    // SGLang's --api-key is the persona's to check, by SGLang's rule (sglang-persona.ts), not vLLM's.
+    apiKeys: [],
     // The pool in pages: the KV cache's blocks are SGLang's pages.
     sim: { ...f.sim, kvBlocks: s.maxTotalNumTokens / f.pageSize },
     // SGLang runs uvicorn with timeout_keep_alive=5 (http_server.py), not configurable.

@@ -107,6 +107,23 @@ describe("flags", () => {
     expect(parseServeArgs(["m"]).sim.quirks.size).toBe(0);
     expect(() => parseServeArgs(["m", "--sim-quirks", "no-dne"])).toThrow(/--sim-quirks/);
   });
+
+  it("takes --api-key's keys, else VLLM_API_KEY's, dropping empty ones, as vLLM picks them", () => {
+    const env = { VLLM_API_KEY: "sk-env" };
+    expect(parseServeArgs(["m"]).apiKeys).toEqual([]);
+    expect(parseServeArgs(["m"], env).apiKeys).toEqual(["sk-env"]);
+    expect(parseServeArgs(["m"], { VLLM_API_KEY: "" }).apiKeys).toEqual([]);
+    expect(parseServeArgs(["m", "--api-key", "sk-1", "sk-2", "--port", "1"], env)).toMatchObject({
+      apiKeys: ["sk-1", "sk-2"],
+      port: 1,
+    });
+    expect(parseServeArgs(["m", "--api_key=sk-1"], env).apiKeys).toEqual(["sk-1"]);
+    // The command line wins even when it gives only an empty key: then there is none, as in vLLM.
+    expect(parseServeArgs(["m", "--api-key", ""], env).apiKeys).toEqual([]);
+    expect(() => parseServeArgs(["m", "--api-key"])).toThrow(/--api-key needs at least one value/);
+    // A known flag now: its value is not echoed in the "accepted but not simulated" warning.
+    expect(parseServeArgs(["m", "--api-key", "sk-1"]).ignored).toEqual([]);
+  });
 });
 
 describe("fault plan", () => {
