@@ -10,6 +10,24 @@ import { z } from "zod";
 import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { DEFAULT_SPILL_GROUP, spillGroupPriorityConflicts, viaSchema } from "./endpoint-fields.ts";
 
+/** The longest engine key the edge takes: far beyond any real one, far below a header's limit. */
+export const MAX_ENGINE_KEY = 1024;
+
+/**
+ * An engine's bearer key (vLLM's and SGLang's `--api-key`) as the edge
+ * takes it and sends it, `Authorization: Bearer KEY`: printable ASCII
+ * without spaces, since it goes into a header as it is. No message here
+ * repeats the value.
+ */
+export const engineKeySchema = z
+  .string()
+  .min(1)
+  .max(MAX_ENGINE_KEY)
+  .regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces (it is sent in a header)");
+
+/** A variable's name as a shell sets it. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
 export const staticEndpointSchema = z.strictObject({
   id: z.string().min(1).describe("Unique endpoint id"),
   url: z.url({ protocol: /^https?$/ }).describe("Base URL of an OpenAI-compatible engine"),
@@ -58,6 +76,15 @@ export const staticEndpointSchema = z.strictObject({
     .max(256)
     .optional()
     .describe("The model name sent to this engine (its --served-model-name); default: the catalog's name"),
+  // The name of a variable, never the key: files are committed and shared,
+  // the key stays in the environment of whichever process pushes the set.
+  api_key_env: z
+    .string()
+    .regex(ENV_NAME, "must be an environment variable's name (letters, digits, _), not the key itself")
+    .optional()
+    .describe(
+      "The environment variable holding the key the engine requires (its --api-key), read by the process that pushes the endpoint set; the edge sends it as Authorization: Bearer",
+    ),
 });
 
 export type StaticEndpointConfig = z.output<typeof staticEndpointSchema>;
@@ -82,18 +109,71 @@ export function staticEndpointListIssues(
   return out.sort((a, b) => a.index - b.index);
 }
 
-/** A static endpoint as EdgeSync carries it. */
-export function staticEndpoint(e: StaticEndpointConfig): Endpoint {
-  return create(EndpointSchema, {
-    id: e.id,
-    url: e.url,
-    models: [...e.models],
-    pool: e.pool,
-    weight: e.weight,
-    priority: e.priority,
-    via: e.via,
-    maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
-    kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
-    servedModelName: e.served_model_name ?? "",
+/** Where `api_key_env` is read: process.env at the callers, something else in a test. */
+export type EnvLookup = Readonly<Record<string, string | undefined>>;
+
+/** What is wrong with an endpoint's `api_key_env` in `env`, or undefined: the variable unset, empty, or no key. */
+function keyEnvIssue(e: StaticEndpointConfig, env: EnvLookup): string | undefined {
+  const name = e.api_key_env;
+  if (name === undefined) return undefined;
+  const value = Object.hasOwn(env, name) ? env[name] : undefined;
+  if (value === undefined || value === "") return `${name} is not set`;
+  const r = engineKeySchema.safeParse(value);
+  return r.success ? undefined : `${name}: ${r.error.issues[0]!.message}`;
+}
+
+/**
+ * The list's `api_key_env` variables that `env` does not hold as a key,
+ * each at its index: what the process that pushes the set reports by path
+ * (`endpoints[2].api_key_env: LLMGW_KEY_A is not set`) before pushing.
+ */
+export function staticEndpointKeyIssues(
+  list: readonly StaticEndpointConfig[],
+  env: EnvLookup,
+): { index: number; field: "api_key_env"; message: string }[] {
+  return list.flatMap((e, index) => {
+    const message = keyEnvIssue(e, env);
+    return message === undefined ? [] : [{ index, field: "api_key_env" as const, message }];
   });
+}
+
+/** A static endpoint whose key cannot be read: staticEndpointKeyIssues says which, by path, beforehand. */
+export class StaticEndpointKeyError extends Error {}
+
+/**
+ * Static endpoints as EdgeSync carries them, each key read from `env`
+ * (`api_key_env`; process.env at the callers): `list.map(staticEndpointIn(env))`.
+ * Throws StaticEndpointKeyError naming the endpoint and the variable, never
+ * a value, when that variable holds no key.
+ */
+export function staticEndpointIn(env: EnvLookup): (e: StaticEndpointConfig) => Endpoint {
+  return (e) => {
+    const issue = keyEnvIssue(e, env);
+    if (issue !== undefined) throw new StaticEndpointKeyError(`endpoint "${e.id}": api_key_env: ${issue}`);
+    return create(EndpointSchema, {
+      id: e.id,
+      url: e.url,
+      models: [...e.models],
+      pool: e.pool,
+      weight: e.weight,
+      priority: e.priority,
+      via: e.via,
+      maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
+      kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
+      servedModelName: e.served_model_name ?? "",
+      apiKey: e.api_key_env === undefined ? "" : env[e.api_key_env]!,
+    });
+  };
+}
+
+const NO_ENV: EnvLookup = {};
+
+/**
+ * A static endpoint as EdgeSync carries it, read against no environment:
+ * one with `api_key_env` throws StaticEndpointKeyError.
+ * @deprecated Use staticEndpointIn(env), which reads the endpoint's key;
+ * kept only while the control plane's publisher still maps with this.
+ */
+export function staticEndpoint(e: StaticEndpointConfig): Endpoint {
+  return staticEndpointIn(NO_ENV)(e);
 }

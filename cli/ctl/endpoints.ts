@@ -5,7 +5,9 @@ import { z } from "zod";
 import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../common/edgesync-client.ts";
 import { errorMessage } from "../../common/log.ts";
 import {
-  staticEndpoint,
+  type EnvLookup,
+  staticEndpointIn,
+  staticEndpointKeyIssues,
   staticEndpointListIssues,
   staticEndpointSchema,
 } from "../../common/static-endpoint.ts";
@@ -17,8 +19,8 @@ import { renderTable } from "./table.ts";
 
 /**
  * `llmgw ctl endpoints set FILE`: router-only mode. A YAML list of engines
- * (id, url, models, pool (the spill group), weight, priority, optionally via, capacity and
- * served_model_name) is validated
+ * (id, url, models, pool (the spill group), weight, priority, optionally via, capacity,
+ * served_model_name and api_key_env) is validated
  * here with path-named errors and written straight to the edge, with no
  * control plane involved — how a user points llmgw at engines they run by
  * hand.
@@ -30,8 +32,12 @@ export const endpointsFileSchema = z.array(staticEndpointSchema).superRefine((li
 });
 export type EndpointsFile = z.output<typeof endpointsFileSchema>;
 
-/** Parses and validates the file; throws one message listing every problem by path. */
-export function parseEndpointsFile(text: string, source: string): EndpointsFile {
+/**
+ * Parses and validates the file; throws one message listing every problem
+ * by path. With `env`, each `api_key_env` must name a variable set there
+ * (the keys this process would push).
+ */
+export function parseEndpointsFile(text: string, source: string, env?: EnvLookup): EndpointsFile {
   const doc = parseDocument(text);
   if (doc.errors.length > 0) throw new Error(`${source}: ${doc.errors.map((e) => e.message).join("; ")}`);
   let raw = doc.toJS() as unknown;
@@ -41,10 +47,23 @@ export function parseEndpointsFile(text: string, source: string): EndpointsFile 
   }
   const r = endpointsFileSchema.safeParse(raw ?? []);
   if (!r.success) {
-    const issues = formatIssues(r.error).map((i) => (i.startsWith("[") ? `endpoints${i}` : i));
-    throw new Error(`${source}: invalid endpoints:\n${issues.map((i) => `  - ${i}`).join("\n")}`);
+    throw invalidFile(
+      source,
+      formatIssues(r.error).map((i) => (i.startsWith("[") ? `endpoints${i}` : i)),
+    );
+  }
+  const keys = env ? staticEndpointKeyIssues(r.data, env) : [];
+  if (keys.length > 0) {
+    throw invalidFile(
+      source,
+      keys.map((i) => `endpoints[${i.index}].${i.field}: ${i.message}`),
+    );
   }
   return r.data;
+}
+
+function invalidFile(source: string, issues: string[]): Error {
+  return new Error(`${source}: invalid endpoints:\n${issues.map((i) => `  - ${i}`).join("\n")}`);
 }
 
 const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--allow-empty] [--site SITE]
@@ -53,8 +72,10 @@ const HELP = `usage: llmgw ctl endpoints set FILE [--edge URL] [--version N] [--
 
 FILE is a YAML list of endpoints: id, url, models, pool (its spill group), weight,
 priority (the spill group's), via,
-capacity (max_num_seqs, kv_tokens: what the engine can hold) and
-served_model_name (the name sent to that engine, if not the catalog's).
+capacity (max_num_seqs, kv_tokens: what the engine can hold),
+served_model_name (the name sent to that engine, if not the catalog's) and
+api_key_env (the variable holding the key the engine requires, its --api-key:
+read from this command's environment, set and check alike; never the key in the file).
 An empty list replaces the edge's endpoints only with --allow-empty: it stops
 every request to them. --site writes that site's set (docs/sites.md); without
 it, the default site's, or the own site of a site's token.
@@ -82,7 +103,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
   }
   let endpoints: EndpointsFile;
   try {
-    endpoints = parseEndpointsFile(readFileSync(file, "utf8"), file);
+    endpoints = parseEndpointsFile(readFileSync(file, "utf8"), file, process.env);
   } catch (err) {
     process.stderr.write(`${errorMessage(err)}\n`);
     return 1;
@@ -99,7 +120,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
   }
   try {
     const res = await edgeSyncClient(edge).putEndpointSets({
-      endpoints: endpoints.map(staticEndpoint),
+      endpoints: endpoints.map(staticEndpointIn(process.env)),
       version: values.version ? BigInt(values.version) : 0n,
       allowEmpty: values["allow-empty"] === true,
       site: values.site ?? "",
