@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { DEFAULT_SPILL_GROUP, viaSchema } from "../../common/endpoint-fields.ts";
+import { engineKeySchema } from "../../common/static-endpoint.ts";
 import type { EndpointSpec } from "../routing/types.ts";
 import { ROUTING_POLICIES, type RoutingPolicy } from "./router.ts";
 
@@ -22,10 +23,22 @@ export const endpointRecordSchema = z.object({
   kv_tokens: z.number().int().positive().optional(),
   /** The model name this engine is sent instead of the catalog's. */
   served_model_name: z.string().min(1).max(256).optional(),
+  /**
+   * The bearer key the engine requires (vLLM's and SGLang's `--api-key`),
+   * sent as its Authorization header; the rule is the pushers' own
+   * (common/static-endpoint.ts). It stays in the record: endpointSpec()
+   * leaves it out, so it never reaches the pools, and the proxy finds it
+   * with RoutingTable.engineKeyOf().
+   */
+  api_key: engineKeySchema.optional(),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 
-/** What routing needs of a record: everything but the models it serves. */
+/**
+ * What routing needs of a record: everything but the models it serves and
+ * the engine's key. The spec travels to the model's pool and back out in its
+ * status, so the key is never copied into it.
+ */
 export function endpointSpec(e: EndpointRecord & { site?: string }): EndpointSpec {
   const spec: EndpointSpec = {
     id: e.id,
@@ -70,6 +83,7 @@ export class RoutingTable {
   private readonly models = new Map<string, CatalogModel>();
   private readonly endpointModels = new Map<string, string[]>();
   private readonly endpointSites = new Map<string, string>();
+  private readonly engineKeys = new Map<string, string>();
 
   constructor(
     readonly catalog: CatalogDoc,
@@ -98,6 +112,7 @@ export class RoutingTable {
       this.endpointModels.set(e.id, served);
       const site = (e as { site?: string }).site;
       if (site) this.endpointSites.set(e.id, site);
+      if (e.api_key) this.engineKeys.set(e.id, e.api_key);
     }
   }
 
@@ -114,6 +129,20 @@ export class RoutingTable {
   /** The site that published an endpoint of the union (edge/config/site-sets.ts); undefined for a record without one. */
   siteOfEndpoint(id: string): string | undefined {
     return this.endpointSites.get(id);
+  }
+
+  /** Whether the endpoint is in the set (a lease may name one from the pool's newer set). */
+  hasEndpoint(id: string): boolean {
+    return this.endpointModels.has(id);
+  }
+
+  /**
+   * The bearer key the endpoint's engine requires, by its id in the union:
+   * a site's endpoint under its qualified id (`id@site`, site-sets.ts), as
+   * leases name it. Undefined for one without a key, or not in the set.
+   */
+  engineKeyOf(id: string): string | undefined {
+    return this.engineKeys.get(id);
   }
 
   endpointsFor(model: string): readonly EndpointRecord[] {

@@ -114,6 +114,7 @@ function pushedEndpoints(endpoints: PutEndpointSetsRequest["endpoints"]): Endpoi
       max_num_seqs: e.maxNumSeqs || undefined,
       kv_tokens: e.kvTokens > 0n ? Number(e.kvTokens) : undefined,
       served_model_name: e.servedModelName || undefined,
+      api_key: e.apiKey || undefined,
     });
     if (!r.success) {
       const issue = r.error.issues[0]!;
