@@ -25,8 +25,8 @@ import { ApiError, errors } from "./openai-errors.ts";
 import { admit, ClientGone } from "./pool/client.ts";
 import { estimateTally } from "./pool/estimate-tally.ts";
 import { AttemptPlan } from "./proxy/attempt-plan.ts";
+import { keyedUpstream } from "./proxy/keyed-upstream.ts";
 import { type ApiPath, type Outcome, proxy } from "./proxy/proxy.ts";
-import { upstreamFor } from "./proxy/upstream.ts";
 import { parseJsonBody, readBodyLimited, validate } from "./request-schema.ts";
 import { chatViewOf } from "./routing/conversation.ts";
 import { predictDemand } from "./routing/demand.ts";
@@ -234,7 +234,7 @@ export function inference(apiPath: ApiPath, schema: Schema) {
         band: req.band,
         targets: plan,
         clientSignal: c.req.raw.signal,
-        upstream: (ep) => upstreamFor(ep, c.env),
+        upstream: (ep) => keyedUpstream(c.env, config.table, ep),
       });
       finish(
         run.then(

@@ -6,6 +6,11 @@
  *   (private IP or hostname) picks the destination and nothing is public;
  * - tunnel: a public tunnel hostname behind Cloudflare Access, reached with
  *   the service token the Worker holds as secrets.
+ *
+ * Whichever way, an engine that requires a key (`--api-key`) is sent it as
+ * `Authorization: Bearer KEY`: the endpoint set carries it, the routing
+ * table holds it by endpoint id (RoutingTable.engineKeyOf), and the caller
+ * passes it in here. The client's own Authorization never reaches an engine.
  */
 import type { EndpointRecord } from "../config/catalog.ts";
 
@@ -23,10 +28,47 @@ export interface UpstreamEnv {
 
 export class UpstreamConfigError extends Error {}
 
+const globalFetch: UpstreamFetch = (url, init) => fetch(url, init);
+
+/**
+ * `init` with the engine's key as its Authorization header, in place of
+ * any other. The proxy's own headers are a plain object, copied as one;
+ * anything else goes through Headers.
+ */
+function withBearer(init: RequestInit, bearer: string): RequestInit {
+  const h = init.headers;
+  if (h instanceof Headers || Array.isArray(h)) {
+    const headers = new Headers(h);
+    headers.set("authorization", bearer);
+    return { ...init, headers };
+  }
+  const own = h as Record<string, string> | undefined;
+  const headers: Record<string, string> = { authorization: bearer };
+  for (const k in own) if (k.toLowerCase() !== "authorization") headers[k] = own[k]!;
+  return { ...init, headers };
+}
+
+/**
+ * How one attempt reaches `endpoint`. `apiKey`: the key its engine
+ * requires, if any. Without one nothing is added per request: the fetch
+ * for `direct` is the plain one.
+ */
 export function upstreamFor(
   endpoint: Pick<EndpointRecord, "id" | "via">,
   env: UpstreamEnv,
-  direct: UpstreamFetch = (url, init) => fetch(url, init),
+  apiKey?: string | undefined,
+  direct: UpstreamFetch = globalFetch,
+): UpstreamFetch {
+  const base = reach(endpoint, env, direct);
+  if (!apiKey) return base;
+  const bearer = `Bearer ${apiKey}`;
+  return (url, init) => base(url, withBearer(init, bearer));
+}
+
+function reach(
+  endpoint: Pick<EndpointRecord, "id" | "via">,
+  env: UpstreamEnv,
+  direct: UpstreamFetch,
 ): UpstreamFetch {
   switch (endpoint.via) {
     case "vpc": {
