@@ -174,7 +174,7 @@ export async function connect(call: Call): Promise<Response | Failure> {
   } catch {
     // The status is what matters; a truncated body just gets a generic message.
   }
-  return stop(call, statusFailure(res.status, text));
+  return stop(call, statusFailure(endpoint.id, res.status, text));
 }
 
 /**

@@ -10,18 +10,28 @@ const cases: [
 ][] = [
   [
     "503 from the engine",
-    statusFailure(503, '{"error":{"message":"busy"}}'),
+    statusFailure("a", 503, '{"error":{"message":"busy"}}'),
     { status: 503, code: null, retryable: true, verdict: "fail" },
   ],
   [
     "429 from the engine: retried, but the engine is alive",
-    statusFailure(429, "slow down"),
+    statusFailure("a", 429, "slow down"),
     { status: 429, code: null, retryable: true, verdict: "ok" },
   ],
   [
     "400 from the engine",
-    statusFailure(400, '{"detail":"bad"}'),
+    statusFailure("a", 400, '{"detail":"bad"}'),
     { status: 400, code: null, retryable: false, verdict: "ok" },
+  ],
+  [
+    "401 from the engine: it refused the edge's key, the endpoint's fault",
+    statusFailure("a", 401, '{"error":"Unauthorized"}'),
+    { status: 502, code: "upstream_unauthorized", retryable: true, verdict: "fail" },
+  ],
+  [
+    "403 from the engine (or the Access in front of it): the same",
+    statusFailure("a", 403, "<html><title>Forbidden</title></html>"),
+    { status: 502, code: "upstream_unauthorized", retryable: true, verdict: "fail" },
   ],
   [
     "connection refused",
@@ -97,11 +107,42 @@ describe("failure", () => {
   });
 });
 
+describe("an engine that refuses the edge's key", () => {
+  it.each([401, 403])(
+    "%i: names the endpoint and what to check, in OpenAI's shape, and never repeats the engine's body",
+    async (status) => {
+      const f = statusFailure("h100-a@eu", status, '{"error":"Invalid API key sk-edge-secret"}');
+      expect(f.error.type).toBe("server_error");
+      expect(f.error.message).toContain("h100-a@eu");
+      expect(f.error.message).toContain("refused the edge's key");
+      expect(f.error.message).toContain(`HTTP ${status}`);
+      expect(f.error.message).not.toContain("sk-edge-secret");
+      expect(f.error.headers["retry-after"]).toBeUndefined();
+      const body = JSON.parse(await f.error.toResponse().text());
+      expect(Object.keys(body.error).sort()).toEqual(["code", "message", "param", "type"]);
+    },
+  );
+
+  it("is counted as the engine's failure in the outcome, with its code", () => {
+    const o = outcomeOf(
+      { endpoint: "a", model: "m", attempts: 1 },
+      { kind: "refused", failure: statusFailure("a", 401, "") },
+    );
+    expect(o).toMatchObject({
+      status: 502,
+      errorCode: "upstream_unauthorized",
+      verdict: "fail",
+      disconnected: false,
+    });
+    expect(o.why).toMatch(/^upstream_unauthorized: The engine \(a\) refused the edge's key/);
+  });
+});
+
 describe("outcomeOf", () => {
   const where = { endpoint: "a", model: "m", attempts: 2 };
   const usage = { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 };
   const cut = thrownFailure("a", "relay", new Error("reset"), undefined, false);
-  const refused = statusFailure(503, "busy");
+  const refused = statusFailure("a", 503, "busy");
   const rows: [string, End, Record<string, unknown>][] = [
     [
       "answered",

@@ -8,9 +8,10 @@
  *
  * The breaker hears a failure only when the engine really failed
  * (docs/edge.md, "Retries, breakers"): no first byte, a connection error,
- * or a stream cut before any choice finished. An engine's own 4xx is a live
- * engine refusing the caller; a stream cut after an answer finished lost
- * the client some text, but the engine was working.
+ * a stream cut before any choice finished, or an engine refusing the edge's
+ * own key (401, 403). An engine's other 4xx is a live engine refusing the
+ * caller; a stream cut after an answer finished lost the client some text,
+ * but the engine was working.
  */
 import { ApiError, errors, normaliseEngineError, type OpenAIErrorBody } from "../openai-errors.ts";
 import type { Verdict } from "../routing/pool-core.ts";
@@ -44,14 +45,40 @@ function failed(stage: Stage, error: ApiError, engineFault: boolean): Failure {
   };
 }
 
+/**
+ * The statuses with which an engine refuses whoever calls it: there the
+ * caller is the edge, with the endpoint's key (or none), never the client,
+ * whose key the edge checked and did not pass on.
+ */
+const REFUSED_STATUS = new Set([401, 403]);
+
 /** The engine answered with an error status; `body` is what it said, in any shape. */
-export function statusFailure(status: number, body: string): Failure {
+export function statusFailure(endpoint: string, status: number, body: string): Failure {
+  if (REFUSED_STATUS.has(status)) return refusedKey(endpoint, status);
   const e = normaliseEngineError(status, body);
   return {
     error: new ApiError(status, e.message, e.type, e.code, e.param),
     retryable: RETRYABLE_STATUS.has(status),
     verdict: status >= 500 ? "fail" : "ok",
   };
+}
+
+/**
+ * An engine that refused the edge's key: that endpoint is misconfigured,
+ * not the client's request, so it is a failure of the endpoint (retried on
+ * the next, heard by its breaker) and the client, when none is left, gets a
+ * 502 as from any gateway whose upstream answered wrong, never a 401 that
+ * would tell it its own key is bad. The message says what to check; the
+ * engine's body is left out, since it could echo what it was sent.
+ */
+function refusedKey(endpoint: string, status: number): Failure {
+  const error = new ApiError(
+    502,
+    `The engine (${endpoint}) refused the edge's key (HTTP ${status}): check that the key pushed for this endpoint (api_key_env, for a static one) is the one the engine was started with (--api-key)${status === 403 ? "; through a tunnel, also the Worker's Access service token" : ""}.`,
+    "server_error",
+    "upstream_unauthorized",
+  );
+  return { error, retryable: true, verdict: "fail" };
 }
 
 /**

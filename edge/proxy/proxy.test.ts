@@ -330,6 +330,68 @@ describe("proxy", () => {
     expect(verdicts).toEqual([["a", "ok"]]);
   });
 
+  describe("an engine that refuses the edge's key (401, 403)", () => {
+    const unauthorized = () => new Response('{"error":"Unauthorized"}', { status: 401 });
+    const forbidden = () => new Response("<html><title>Forbidden</title></html>", { status: 403 });
+    const answer = () =>
+      Response.json({ choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+
+    it("is that endpoint's failure: the next endpoint serves, and the breaker hears it", async () => {
+      const { result, verdicts, calls } = run({ a: unauthorized, b: forbidden, c: answer }, ["a", "b", "c"]);
+      const r = await result;
+      expect(r.response.status).toBe(200);
+      expect(r.response.headers.get("x-llmgw-attempts")).toBe("3");
+      expect(calls).toHaveLength(3);
+      await r.outcome;
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "fail"],
+        ["c", "ok"],
+      ]);
+    });
+
+    it("with none left, the client gets a 502 upstream_unauthorized naming the endpoint, never a 401", async () => {
+      const { result, verdicts } = run({ a: unauthorized, b: unauthorized }, ["a", "b"]);
+      const r = await result;
+      expect(r.response.status).toBe(502);
+      const body = (await r.response.json()) as { error: Record<string, unknown> };
+      expect(body.error).toMatchObject({ type: "server_error", code: "upstream_unauthorized", param: null });
+      expect(body.error.message).toMatch(/^The engine \(b\) refused the edge's key \(HTTP 401\)/);
+      expect(r.response.headers.get("retry-after")).toBeNull();
+      expect(await r.outcome).toMatchObject({ status: 502, errorCode: "upstream_unauthorized", attempts: 2 });
+      expect(verdicts).toEqual([
+        ["a", "fail"],
+        ["b", "fail"],
+      ]);
+    });
+
+    it.each(["headers", "first_token"] as const)(
+      "a stream (committed at %s) is retried before any 200, or refused with the 502",
+      async (commit) => {
+        const stream = { stream: true, settings: committedAt(commit) };
+        const served = run(
+          { a: unauthorized, b: () => sse([chunk("ok", 1), "data: [DONE]\n\n"]) },
+          ["a", "b"],
+          stream,
+        );
+        const r = await served.result;
+        expect(r.response.status).toBe(200);
+        expect(r.response.headers.get("x-llmgw-endpoint")).toBe("b");
+        expect(await r.response.text()).toContain('"content":"ok"');
+        await r.outcome;
+        expect(served.verdicts).toEqual([
+          ["a", "fail"],
+          ["b", "ok"],
+        ]);
+        const refused = await run({ a: forbidden }, ["a"], stream).result;
+        expect(refused.response.status).toBe(502);
+        expect(((await refused.response.json()) as { error: { code: string } }).error.code).toBe(
+          "upstream_unauthorized",
+        );
+      },
+    );
+  });
+
   it("after the last endpoint, answers with the last failure", async () => {
     const { result, verdicts } = run({}, ["a", "b"]);
     const r = await result;
