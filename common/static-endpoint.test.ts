@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
   StaticEndpointKeyError,
-  staticEndpoint,
   staticEndpointIn,
   staticEndpointKeyIssues,
   staticEndpointSchema,
@@ -27,8 +26,6 @@ describe("a static endpoint's api_key_env", () => {
     expect(a!.apiKey).toBe(KEY);
     expect(b!.apiKey).toBe("");
     expect(a!.id).toBe("a");
-    // Without api_key_env, nothing is read: the old form still builds it.
-    expect(staticEndpoint(list[1]!).apiKey).toBe("");
   });
 
   it("is an issue at its path when the variable is unset, empty, or holds no key a header can carry", () => {
@@ -55,6 +52,5 @@ describe("a static endpoint's api_key_env", () => {
     const e = parse({ id: "h100-a", api_key_env: "LLMGW_KEY_A" });
     expect(() => staticEndpointIn({})(e)).toThrow(StaticEndpointKeyError);
     expect(() => staticEndpointIn({})(e)).toThrow('endpoint "h100-a": api_key_env: LLMGW_KEY_A is not set');
-    expect(() => staticEndpoint(e)).toThrow(StaticEndpointKeyError);
   });
 });

@@ -165,15 +165,3 @@ export function staticEndpointIn(env: EnvLookup): (e: StaticEndpointConfig) => E
     });
   };
 }
-
-const NO_ENV: EnvLookup = {};
-
-/**
- * A static endpoint as EdgeSync carries it, read against no environment:
- * one with `api_key_env` throws StaticEndpointKeyError.
- * @deprecated Use staticEndpointIn(env), which reads the endpoint's key;
- * kept only while the control plane's publisher still maps with this.
- */
-export function staticEndpoint(e: StaticEndpointConfig): Endpoint {
-  return staticEndpointIn(NO_ENV)(e);
-}

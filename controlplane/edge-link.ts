@@ -43,7 +43,12 @@ export function edgeLink(
   const client = edgeSyncClient(url, token);
   const published = new PublishedEndpoints(join(config.data_dir, "llmgw.db"));
   const timeoutMs = () => reconciler.currentConfig.router.scrape_timeout;
-  const capacity = new StaticCapacity({ log: log.child({ component: "static-capacity" }), timeoutMs, now });
+  const capacity = new StaticCapacity({
+    log: log.child({ component: "static-capacity" }),
+    timeoutMs,
+    now,
+    env: process.env,
+  });
   const publisher = new EdgePublisher({
     client,
     log: log.child({ component: "edge-publisher", edge: url }),
@@ -65,6 +70,7 @@ export function edgeLink(
       staticEndpoints: capacity.apply(reconciler.currentConfig.endpoints),
       via: reconciler.currentConfig.edge.via,
       engineKey,
+      env: process.env,
       now: now(),
     }),
   });

@@ -31,7 +31,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { EdgeSyncClient } from "../common/edgesync-client.ts";
 import { errorMessage, type Logger } from "../common/log.ts";
-import { staticEndpoint } from "../common/static-endpoint.ts";
+import { type EnvLookup, staticEndpointIn } from "../common/static-endpoint.ts";
 import type { ShardLoad } from "../proto/gen/agent/v1/agent_pb.ts";
 import {
   type Endpoint,
@@ -54,6 +54,8 @@ export interface EdgeFacts {
   staticEndpoints: readonly EndpointConfig[];
   /** How the edge reaches the replicas placed here (config `edge.via`). */
   via: EndpointConfig["via"];
+  /** Where a static endpoint's `api_key_env` is read (process.env); absent, no key is. */
+  env?: EnvLookup;
   /** The key a replica's engine requires (controlplane/engine-keys.ts); without it, none is sent. */
   engineKey?: EngineKeyOf;
   now: number;
@@ -61,7 +63,7 @@ export interface EdgeFacts {
 
 /** Pure: the endpoint set the edge should have now. */
 export function endpointSet(f: EdgeFacts): Endpoint[] {
-  const out: Endpoint[] = f.staticEndpoints.map(staticEndpoint);
+  const out: Endpoint[] = f.staticEndpoints.map(staticEndpointIn(f.env ?? {}));
   for (const r of f.replicas) {
     if (replicaStatus(r, f.now) !== "ready") continue;
     const head = r.shards.find((s) => s.rank === 0);

@@ -13,6 +13,7 @@
  * The decisions are pure (which endpoints to probe now and why, what the
  * edge is given); `StaticCapacity` is the shell that fetches and logs.
  */
+
 import { doublingDelay } from "../common/backoff.ts";
 import { KV_CAPACITY_SOURCES, kvCapacityOfAny } from "../common/engine-capacity.ts";
 import { fetchEngineJson, fetchFirstJson, fetchMetricsText } from "../common/engine-fetch.ts";
@@ -23,6 +24,7 @@ import {
   type EngineCapacity,
   SGLANG_SERVER_INFO_PATHS,
 } from "../common/sglang-server-info.ts";
+import type { EnvLookup } from "../common/static-endpoint.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 
 /** What is known of one endpoint's capacity, for the url it was probed at. */
@@ -102,6 +104,11 @@ export function capacityInMetrics(text: string): { kvTokens: number; sglang: boo
   return { kvTokens: kvCapacityOfAny(samples), sglang };
 }
 
+/** The key `e`'s engine wants, from its `api_key_env`; "" for none (the config loader has checked it is set). */
+function keyOf(e: EndpointConfig, env: EnvLookup | undefined): string {
+  return (e.api_key_env && env?.[e.api_key_env]) || "";
+}
+
 /** Pure: what a probe learned for `e`, only figures its entry lacks; empty when none. */
 export function learnedFor(e: EndpointConfig, found: EngineCapacity): EngineCapacity {
   return {
@@ -118,6 +125,8 @@ export interface StaticCapacityOptions {
   retry?: RetryPolicy;
   fetchText?: (url: string, timeoutMs: number) => Promise<string>;
   fetchJson?: (url: string, timeoutMs: number, apiKey: string) => Promise<unknown>;
+  /** Where an endpoint's `api_key_env` is read (process.env): SGLang wants its key on its server info too. */
+  env?: EnvLookup;
 }
 
 export class StaticCapacity {
@@ -189,7 +198,7 @@ export class StaticCapacity {
       e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !metrics.kvTokens);
     if (!metrics.sglang || !wantsInfo) return { kvTokens: metrics.kvTokens, from: "/metrics" };
     const urls = SGLANG_SERVER_INFO_PATHS.map((p) => `${engineRoot(e.url)}${p}`);
-    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), "", fetchJson);
+    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), keyOf(e, this.opts.env), fetchJson);
     const info = capacityFromServerInfo(asked.body);
     return {
       kvTokens: metrics.kvTokens || info.kvTokens,

@@ -110,6 +110,22 @@ describe("configuration loading", () => {
     expect(issues("control: [unclosed\n")[0]).toMatch(/^YAML: /);
   });
 
+  it("checks a static endpoint's api_key_env in this process's environment, by path, never echoing a key", () => {
+    const text = `endpoints:
+  - { id: a, url: "http://10.0.1.50:8000", models: [m], api_key_env: LLMGW_KEY_A }
+  - { id: b, url: "http://10.0.1.51:8000", models: [m], api_key_env: LLMGW_KEY_B }
+models:
+  - name: m
+`;
+    expect(issues(text, { LLMGW_KEY_A: "sk-engine-a" })).toEqual([
+      "endpoints[1].api_key_env: LLMGW_KEY_B is not set",
+    ]);
+    expect(issues(text, { LLMGW_KEY_A: "sk-engine-a", LLMGW_KEY_B: "two words" }).join("\n")).not.toContain(
+      "two words",
+    );
+    expect(issues(text, { LLMGW_KEY_A: "sk-engine-a", LLMGW_KEY_B: "sk-engine-b" })).toEqual([]);
+  });
+
   it("names the site, the default one when the file names none, and refuses a name that is not one", () => {
     expect(parseConfig("", "(defaults)").config.site).toBe("default");
     expect(parseConfig("site: eu-west\n", "test.yaml").config.site).toBe("eu-west");

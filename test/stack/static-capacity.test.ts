@@ -20,12 +20,15 @@ import { freePort, type Proc, REPO, runLlmgw, startProcess, waitUntil } from "..
  * SGLang persona behind a third and, behind a fourth, a server that drops
  * every connection. The control plane learns the sim engine's KV tokens
  * from its /metrics, SGLang's from its metrics and its batch from its
- * server info; the dark one stays unknown.
+ * server info; the dark one stays unknown. SGLang requires a key, which the
+ * config names by its variable (`api_key_env`): the control plane asks the
+ * server info with it and pushes it, and the edge serves with it.
  */
 const SG_KV_TOKENS = 12_000;
 const SG_BATCH = 24;
 const BLOCKS = 1000;
 const BLOCK_SIZE = 16;
+const SG_KEY = "sk-static-sglang-0123456789";
 
 describe("static endpoints' capacity, learned from the engine", () => {
   let edge: Edge;
@@ -46,6 +49,7 @@ describe("static endpoints' capacity, learned from the engine", () => {
     const sgPort = await freePort();
     sglang = startProcess("sglang", `${REPO}/test/bin/sglang`, [
       ...["-m", "sglang.launch_server", "--model-path", "sg", "--port", String(sgPort), "--enable-metrics"],
+      ...["--api-key", SG_KEY],
       ...[
         "--dp-size",
         "2",
@@ -76,9 +80,12 @@ describe("static endpoints' capacity, learned from the engine", () => {
         `  - { id: learned, url: "${sim.url}", models: [sc], capacity: { max_num_seqs: 8 } }`,
         `  - { id: stated, url: "${sim.url}/v1", models: [sc], capacity: { kv_tokens: 4096 } }`,
         `  - { id: dark, url: "${darkUrl}", models: [sc-dark] }`,
-        `  - { id: sglang, url: "${sgUrl}/v1", models: [sg] }`,
+        `  - { id: sglang, url: "${sgUrl}/v1", models: [sg], api_key_env: LLMGW_TEST_SGLANG_KEY }`,
       ].join("\n"),
-      { env: { LLMGW_TEST_EDGE_TOKEN: edge.token }, adminToken: "static-capacity-admin-token" },
+      {
+        env: { LLMGW_TEST_EDGE_TOKEN: edge.token, LLMGW_TEST_SGLANG_KEY: SG_KEY },
+        adminToken: "static-capacity-admin-token",
+      },
     );
   }, 120_000);
 
@@ -152,5 +159,15 @@ describe("static endpoints' capacity, learned from the engine", () => {
     expect(e.kvTokens).toBe(BigInt(SG_KV_TOKENS));
     expect(e.maxNumSeqs).toBe(SG_BATCH);
     expect((await status("sg")).stdout).toMatch(/sglang\s.*24 seqs, 12,000 tokens/);
+    // Its server info and its API want the key, which the control plane pushed and the edge sends.
+    expect((await fetch(`${e.url.replace(/\/v1$/, "")}/server_info`)).status).toBe(401);
+    const key = await createKey(edge, { band: "gold" });
+    const reply = await clientFor(edge, key.secret).chat.completions.create({
+      model: "sg",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 4,
+    });
+    expect(reply.choices[0]?.message.content).toBeTruthy();
+    expect(cp!.proc.output()).not.toContain(SG_KEY);
   }, 60_000);
 });
