@@ -1,4 +1,7 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
 import { clientFor, createKey, type Edge, keyUsage } from "../edge/helpers.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { runLlmgw, waitUntil } from "../harness/process.ts";
@@ -54,7 +57,11 @@ describe("an SGLang replica", () => {
       return (e?.kvTokens ?? 0n) > 0n && (e?.maxNumSeqs ?? 0) > 0;
     });
     const e = (await endpoint())!;
-    const info = (await (await fetch(`${e.url}/get_server_info`)).json()) as {
+    // The engine wants its key there, as SGLang does: the one the agent launched it with.
+    const { records } = readStateFile(join(stack!.cp.dir, "agents", "sg-1", STATE_FILE_NAME));
+    const headers = { authorization: `Bearer ${records[0]!.spec.engineApiKey}` };
+    expect((await fetch(`${e.url}/get_server_info`)).status).toBe(401);
+    const info = (await (await fetch(`${e.url}/get_server_info`, { headers })).json()) as {
       internal_states: { effective_max_running_requests_per_dp: number }[];
     };
     const batch = info.internal_states.reduce((n, s) => n + s.effective_max_running_requests_per_dp, 0);
@@ -134,6 +141,19 @@ describe("an SGLang replica", () => {
       await Promise.all(streams);
     }
   }, 60_000);
+
+  it("is launched with its key on its command line, which the agent blanks out of what it logs and shows", async () => {
+    const agentDir = join(stack!.cp.dir, "agents", "sg-1");
+    const key = readStateFile(join(agentDir, STATE_FILE_NAME)).records[0]!.spec.engineApiKey;
+    expect(key).toMatch(/^llmgw-e-/);
+    const logs = join(agentDir, "logs");
+    const engineLog = readdirSync(logs)
+      .map((f) => readFileSync(join(logs, f), "utf8"))
+      .join("\n");
+    expect(engineLog).toMatch(/starting: .* --api-key \[engine key\] /);
+    for (const shown of [engineLog, stack!.agent.output(), (await stack!.cp.ctl("explain", MODEL)).stdout])
+      expect(shown).not.toContain(key);
+  });
 
   it("has its own error bodies and completion streams turned into OpenAI's at the edge", async () => {
     const key = await createKey(edge, { band: "gold" });
