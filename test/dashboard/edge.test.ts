@@ -1,8 +1,9 @@
+import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientFor, createKey, type Edge, type TestKey } from "../edge/helpers.ts";
 import { launchChromium, screenshot } from "../harness/browser.ts";
-import type { ControlPlaneHandle } from "../harness/fleet.ts";
+import { type ControlPlaneHandle, engineKeyOf } from "../harness/fleet.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { waitUntil } from "../harness/process.ts";
 
@@ -173,9 +174,12 @@ describe("the dashboard's Edge and Keys panels, with the edge in workerd", () =>
     // engine under another site's name. Its control plane pushes no load,
     // so the page has a site with no feed and no endpoint ready.
     const served = (await cp.client.getEdgeStatus({ model: MODEL })).models[0]!.pool!.endpoints[0]!;
+    // The engine wants the key its control plane launched it with, which this set must carry too.
+    const replica = (await cp.replicas()).find((r) => r.model === MODEL && r.shards.length > 0)!;
+    const apiKey = engineKeyOf(join(cp.dir, "agents", replica.shards[0]!.node), replica.id);
     await edge.sync.putEndpointSets({
       site: "dash-b",
-      endpoints: [{ id: "dash-b-0", url: served.url, models: [MODEL] }],
+      endpoints: [{ id: "dash-b-0", url: served.url, models: [MODEL], apiKey }],
     });
     const sites = page.locator(`#edge [data-pool="${MODEL}"] table.sites`);
     const row = (site: string) => sites.locator(`tr[data-site="${site}"]`);

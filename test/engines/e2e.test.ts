@@ -5,6 +5,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type ControlPlaneHandle,
+  engineKeyOf,
   killProcessesMatching,
   loopbackAddress,
   processArgv,
@@ -116,7 +117,9 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
   }
 
   function client(): OpenAI {
-    return new OpenAI({ baseURL: `${engineUrl}/v1`, apiKey: "unused", maxRetries: 0, timeout: 20_000 });
+    // Past the edge, as only a test does: with the key the agent launched the engine with.
+    const apiKey = engineKeyOf(stateDir, CHAT);
+    return new OpenAI({ baseURL: `${engineUrl}/v1`, apiKey, maxRetries: 0, timeout: 20_000 });
   }
 
   /** The agent's own /metrics, on a port of its own for each start (startWatchedAgent). */

@@ -3,7 +3,13 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { killEngines } from "../../agent/kill-engines.ts";
-import { type ControlPlaneHandle, loopbackAddress, startAgent, startControlPlane } from "../harness/fleet.ts";
+import {
+  type ControlPlaneHandle,
+  engineKeyOf,
+  loopbackAddress,
+  startAgent,
+  startControlPlane,
+} from "../harness/fleet.ts";
 import { type Proc, waitUntil } from "../harness/process.ts";
 
 /**
@@ -88,7 +94,8 @@ describe("scaling (real processes)", () => {
   const client = (r: Replica) =>
     new OpenAI({
       baseURL: `http://${loopbackAddress(r.shards[0]!.node)}:${r.shards[0]!.ports.http}/v1`,
-      apiKey: "unused",
+      // Straight to the engine, past the edge: with the key its agent launched it with.
+      apiKey: engineKeyOf(join(cp.dir, "agents", r.shards[0]!.node), r.id),
       maxRetries: 0,
     });
   /** One streamed chat of exactly `tokens` tokens; what came back. */

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { controlClient } from "../../cli/ctl/client.ts";
 import { type Installed, packAndInstall } from "../../scripts/pack-install.ts";
 import {
+  engineKeyOf,
   killProcessesMatching,
   loopbackAddress,
   processArgv,
@@ -141,7 +142,8 @@ describe("npm pack, then npm install --omit=dev", () => {
       ]);
       const engine = new OpenAI({
         baseURL: `http://${loopbackAddress(node)}:${replica.shards[0]!.ports!.http}/v1`,
-        apiKey: "unused",
+        // Past the edge, as only a test does: with the key the agent launched the engine with.
+        apiKey: engineKeyOf(join(cp.dir, "agents", node), REPLICA),
         maxRetries: 0,
       });
       const chat = await engine.chat.completions.create({
