@@ -6,7 +6,7 @@ import { createLogger } from "../common/log.ts";
 import { type Endpoint, EndpointSchema } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import { buildCatalog } from "./catalog.ts";
 import { configSchema } from "./config/schema.ts";
-import { type EdgeFacts, EdgePublisher, PublishedEndpoints } from "./edge-publisher.ts";
+import { type EdgeFacts, EdgePublisher, endpointSet, PublishedEndpoints } from "./edge-publisher.ts";
 import type { ReplicaRecord, TrackedState } from "./reconcile/types.ts";
 
 const endpoint = (id: string, host: string) =>
@@ -72,6 +72,23 @@ async function harness(stored: Endpoint[] | undefined) {
   await first;
   return { p, puts, facts, store };
 }
+
+describe("the endpoint set", () => {
+  it("carries each ready replica's engine key, for the generation it runs", () => {
+    const facts: EdgeFacts = {
+      replicas: [replica("m/p/0", "n1", "ready")],
+      address: (n) => n,
+      load: () => undefined,
+      staticEndpoints: [],
+      via: "direct",
+      now: 0,
+    };
+    expect(
+      endpointSet({ ...facts, engineKey: (id, generation) => `key-of-${id}@${generation}` })[0]?.apiKey,
+    ).toBe("key-of-m/p/0@1");
+    expect(endpointSet(facts)[0]?.apiKey).toBe("");
+  });
+});
 
 describe("EdgePublisher after a restart", () => {
   it("keeps what the edge has until an agent reports the replica or the hold ends", async () => {

@@ -2,9 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { endpointSet } from "./edge-publisher.ts";
 import { engineKeyFor, openEngineKeys } from "./engine-keys.ts";
-import type { ReplicaRecord } from "./reconcile/types.ts";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -43,36 +41,5 @@ describe("engine keys", () => {
     const secret = new Uint8Array(32).fill(7);
     expect(engineKeyFor(secret, "m/p/0", 3)).toBe(engineKeyFor(new Uint8Array(32).fill(7), "m/p/0", 3));
     expect(engineKeyFor(secret, "m/p/0", 3)).not.toBe(engineKeyFor(new Uint8Array(32).fill(8), "m/p/0", 3));
-  });
-
-  it("go to the edge with each ready replica's endpoint, for the generation it runs", () => {
-    const ready: ReplicaRecord = {
-      id: "m/p/0",
-      model: "m",
-      profile: "p",
-      index: 0,
-      generation: 1,
-      shards: [
-        { rank: 0, node: "n1", gpus: [0], ports: { http: 20000, distInit: [] }, state: "ready", since: 0 },
-      ],
-      worldNodes: 1,
-      retiring: [],
-      retire: false,
-      origin: "reported",
-      adopted: true,
-      restarts: 0,
-    };
-    const facts = {
-      replicas: [ready],
-      address: (n: string) => n,
-      load: () => undefined,
-      staticEndpoints: [],
-      via: "direct" as const,
-      now: 0,
-    };
-    expect(
-      endpointSet({ ...facts, engineKey: (id, generation) => `key-of-${id}@${generation}` })[0]?.apiKey,
-    ).toBe("key-of-m/p/0@1");
-    expect(endpointSet(facts)[0]?.apiKey).toBe("");
   });
 });
