@@ -118,6 +118,10 @@ const ROUNDS = numberKnob("ROUNDS", 6, 1);
 const OUTPUT_LEN = numberKnob("OUTPUT_LEN", 16, 1);
 const POOL_RTT_MS = numberKnob("POOL_RTT_MS", 40);
 const HOLD = process.env.HOLD !== "0";
+// A deployment's engines require a key the edge sends (docs/security.md,
+// engine keys): so do the bench's, and every target sends it, unless 0.
+const ENGINE_KEY = process.env.ENGINE_KEY === "0" ? "" : "llmgw-e-bench-0123456789abcdef";
+const engineAuth: Record<string, string> = ENGINE_KEY ? { authorization: `Bearer ${ENGINE_KEY}` } : {};
 const API = process.env.API ?? "chat";
 const ENGINE = process.env.ENGINE ?? "vllm";
 if (ENGINE !== "vllm" && ENGINE !== "sglang")
@@ -371,7 +375,7 @@ async function measure(
         scriptPath: w.script,
         modulesRoot: dir,
         port: ports[i]!,
-        bindings: { UPSTREAM: sim.url },
+        bindings: { UPSTREAM: sim.url, ...(ENGINE_KEY ? { UPSTREAM_KEY: ENGINE_KEY } : {}) },
         ...directs[i]!.options,
       }),
   );
@@ -391,9 +395,10 @@ async function measure(
         return directs[i]!.url(mf);
       }),
     );
-    for (const e of edges) await setEndpoints(e.edge, [{ id: "bench-1", url: sim.url, models: ["bench"] }]);
+    const endpoint = { id: "bench-1", url: sim.url, models: ["bench"], apiKey: ENGINE_KEY || undefined };
+    for (const e of edges) await setEndpoints(e.edge, [endpoint]);
     targets = [
-      mk("engine direct", sim.url),
+      mk("engine direct", sim.url, engineAuth),
       ...workers.map((w, i) => mk(w.name, urls[i]!, {}, workerdPid(ports[i]!))),
       ...edges.map((e) =>
         mk(e.name, e.edge.url, { authorization: `Bearer ${e.key}` }, workerdPid(e.edge.port)),
@@ -423,6 +428,7 @@ async function measure(
 async function scenarioSim(speed: string, traceFile: string) {
   // Lockstep answers ignore EOS; the others end at one drawn from [L/2, 3L/2].
   const simFlags = ["--sim-speed", speed, "--sim-output-len", String(OUTPUT_LEN), "--sim-trace", traceFile];
+  if (ENGINE_KEY) simFlags.push("--api-key", ENGINE_KEY);
   const sim =
     ENGINE === "sglang"
       ? await startSglangSim("bench", ["--max-running-requests", "512", ...simFlags])

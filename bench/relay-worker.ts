@@ -11,6 +11,8 @@
  */
 interface RelayEnv {
   UPSTREAM: string;
+  /** The engine's key, when it requires one (bench:edge's ENGINE_KEY). */
+  UPSTREAM_KEY?: string;
 }
 
 export default {
@@ -18,7 +20,9 @@ export default {
     const url = new URL(request.url);
     const upstream = await fetch(`${env.UPSTREAM}${url.pathname}${url.search}`, {
       method: request.method,
-      headers: { "content-type": "application/json" },
+      headers: env.UPSTREAM_KEY
+        ? { "content-type": "application/json", authorization: `Bearer ${env.UPSTREAM_KEY}` }
+        : { "content-type": "application/json" },
       body: request.body,
     });
     if (!upstream.body || upstream.status !== 200) {

@@ -321,6 +321,8 @@ export interface EndpointSpec {
   capacity?: { maxNumSeqs?: number; kvTokens?: number };
   /** The model name sent to this engine in place of the catalog's. */
   servedModelName?: string;
+  /** The key the engine requires, which the edge sends it. */
+  apiKey?: string | undefined;
 }
 
 export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: EndpointSpec[]): Promise<void> {
@@ -336,6 +338,7 @@ export async function setEndpoints(edge: Pick<Edge, "sync">, endpoints: Endpoint
       maxNumSeqs: e.capacity?.maxNumSeqs ?? 0,
       kvTokens: BigInt(e.capacity?.kvTokens ?? 0),
       servedModelName: e.servedModelName ?? "",
+      apiKey: e.apiKey ?? "",
     })),
   });
 }
