@@ -69,7 +69,9 @@ export function edgeLink(
       load: (shard) => loads.get(shard),
       staticEndpoints: capacity.apply(reconciler.currentConfig.endpoints),
       via: reconciler.currentConfig.edge.via,
-      engineKey,
+      // What the engine was launched with wins over what this control plane would derive now.
+      engineKey: (id, generation, node) =>
+        reconciler.launchedKey(id, node, generation) ?? engineKey(id, generation),
       env: process.env,
       now: now(),
     }),

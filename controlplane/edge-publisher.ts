@@ -41,7 +41,6 @@ import {
 } from "../proto/gen/edge/v1/edgesync_pb.ts";
 import type { Catalog } from "./catalog.ts";
 import type { EndpointConfig } from "./config/schema.ts";
-import type { EngineKeyOf } from "./engine-keys.ts";
 import type { ShardAt } from "./load-board.ts";
 import { OneRowStore } from "./one-row-store.ts";
 import { replicaStatus } from "./reconcile/table.ts";
@@ -56,8 +55,8 @@ export interface EdgeFacts {
   via: EndpointConfig["via"];
   /** Where a static endpoint's `api_key_env` is read (process.env); absent, no key is. */
   env?: EnvLookup;
-  /** The key a replica's engine requires (controlplane/engine-keys.ts); without it, none is sent. */
-  engineKey?: EngineKeyOf;
+  /** The key the engine of a replica's rank 0 on `node` requires; without it, none is sent. */
+  engineKey?: (replicaId: string, generation: number, node: string) => string;
   now: number;
 }
 
@@ -83,7 +82,7 @@ export function endpointSet(f: EdgeFacts): Endpoint[] {
         via: f.via,
         maxNumSeqs: load?.maxNumSeqs ?? 0,
         kvTokens: load?.kvCapacityTokens ?? 0n,
-        apiKey: f.engineKey?.(r.id, r.generation) ?? "",
+        apiKey: f.engineKey?.(r.id, r.generation, head.node) ?? "",
       }),
     );
   }

@@ -191,6 +191,18 @@ export class Reconciler {
     if (before !== o.state) this.trigger(`${o.replicaId} rank ${o.rank} ${o.state}`);
   }
 
+  /**
+   * The key the engine of a replica's rank 0 on `node` was launched with, as
+   * its agent reports it; undefined until it has. This, not what this
+   * control plane would derive, is what the edge must send: the two differ
+   * for an engine launched before engine keys (it has none) and after a
+   * database was replaced (another secret).
+   */
+  launchedKey(replicaId: string, node: string, generation: number): string | undefined {
+    const spec = this.reported.get(shardKey(replicaId, 0, node))?.spec;
+    return spec && Number(spec.generation) === generation ? spec.engineApiKey : undefined;
+  }
+
   nodes(): PlacementNode[] {
     return this.deps.registry.list().map((n) => placementNode(n, this.deps.intents.get(n.name)));
   }

@@ -1,8 +1,9 @@
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
 import { openEngineKeys } from "../../controlplane/engine-keys.ts";
+import { OneRowStore } from "../../controlplane/one-row-store.ts";
 import { clientFor, createKey, type Edge } from "../edge/helpers.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { waitUntil } from "../harness/process.ts";
@@ -115,24 +116,62 @@ describe("engine keys", () => {
     expect(statSync(held).mode & 0o077).toBe(0);
   });
 
-  it("after a control plane restart, the same key for the same engine, untouched", async () => {
-    const before = await replica();
-    await stack!.cp.restart();
+  const ask = async (content: string) => {
     const openai = clientFor(edge, (await createKey(edge)).secret);
-    // Served through the edge again once the restarted control plane has republished.
-    await waitUntil("the restarted control plane routes the replica", async () => {
-      const s = await stack!.cp.client.getEdgeStatus({ model: MODEL }).catch(() => undefined);
-      return s?.models[0]?.pool?.endpoints.some((e) => e.state === "ready") ?? false;
-    });
     const reply = await openai.chat.completions.create({
       model: MODEL,
-      messages: [{ role: "user", content: "Again." }],
+      messages: [{ role: "user", content }],
       max_tokens: 4,
     });
-    expect(reply.choices[0]?.message.content).toBeTruthy();
+    return reply.choices[0]?.message.content;
+  };
+  /** kill -9 of the control plane, then a start on the same database, once its agent has reported the replica again. */
+  const restartControlPlane = async (pid: number | null) => {
+    await stack!.cp.proc.kill("SIGKILL");
+    await stack!.cp.restart();
+    await waitUntil("the replica reported again, the same process", async () => {
+      const [r] = await stack!.cp.replicas().catch(() => []);
+      return r?.state === "ready" && r.shards[0]?.pid === pid;
+    });
+  };
+
+  it("after a control plane restart, the same key for the same engine, untouched", async () => {
+    const before = await replica();
+    await restartControlPlane(before.pid);
+    expect(await ask("Again.")).toBeTruthy();
     const after = await replica();
     expect(after.pid).toBe(before.pid);
     expect(after.key).toBe(before.key);
     expect((await models(after.url, before.key)).status).toBe(200);
+  }, 90_000);
+
+  it("sends a running engine the key it was launched with, also from a control plane whose secret is another now", async () => {
+    const before = await replica();
+    // Another secret, as a replaced database would bring: this control plane would derive another key.
+    const secret = new OneRowStore<Uint8Array>(join(stack!.cp.dir, "data", "llmgw.db"), {
+      table: "engine_key_secret",
+      column: "secret",
+      type: "BLOB",
+      writtenAt: "created_at_ms",
+    });
+    secret.write(new Uint8Array(32).fill(9), Date.now());
+    secret.close();
+    await restartControlPlane(before.pid);
+    const keys = openEngineKeys(join(stack!.cp.dir, "data", "llmgw.db"), Date.now());
+    expect(keys.forReplica(before.id, before.generation)).not.toBe(before.key);
+    keys.close();
+    // A static endpoint for another model, loaded with SIGHUP: the control plane publishes its set
+    // again, the replica's entry as it knows it now.
+    appendFileSync(
+      stack!.cp.configPath,
+      `  - name: keys-marker\nendpoints:\n  - { id: marker, url: "http://127.0.0.1:9", models: [keys-marker] }\n`,
+    );
+    stack!.cp.proc.child.kill("SIGHUP");
+    await waitUntil("the set with the marker at the edge", async () => {
+      const pools = (await edge.sync.getPoolStatus({ model: "keys-marker" }).catch(() => undefined))?.pools;
+      return pools?.[0]?.endpoints.some((e) => e.id === "marker") ?? false;
+    });
+    expect(await ask("Still you?")).toBeTruthy();
+    expect((await replica()).pid).toBe(before.pid);
   }, 90_000);
 });
