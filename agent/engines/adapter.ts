@@ -117,6 +117,14 @@ export const SGLANG_METRICS: MetricNames = {
   kvCapacity: SGLANG_KV_CAPACITY,
 };
 
+/**
+ * A rank > 0 of a multi-node replica: it runs workers only (vLLM's
+ * `--headless`, SGLang's schedulers), and rank 0 serves the replica's API.
+ */
+export function servesNoHttp(spec: StartShard): boolean {
+  return spec.worldNodes > 1 && spec.rank > 0;
+}
+
 /** The rank-0 peer's address and first dist-init port: the rendezvous every rank dials. */
 export function rendezvous(spec: StartShard, node: NodeContext): { host: string; port: number | undefined } {
   if (spec.rank === 0) return { host: node.advertiseAddress, port: spec.ports?.distInit[0] };

@@ -12,6 +12,7 @@ import {
   probeHostFor,
   rendezvous,
   SGLANG_METRICS,
+  servesNoHttp,
   withSpecEnv,
 } from "./adapter.ts";
 
@@ -45,7 +46,7 @@ export function sglangArgs(spec: StartShard, node: NodeContext): string[] {
   }
   // SGLang takes its key from the command line only; the agent blanks it
   // out of the lines it logs and reports (adapter.ts redacted).
-  if (spec.engineApiKey && !(spec.worldNodes > 1 && spec.rank > 0)) args.push("--api-key", spec.engineApiKey);
+  if (spec.engineApiKey && !servesNoHttp(spec)) args.push("--api-key", spec.engineApiKey);
   args.push("--enable-metrics", ...spec.args);
   return args;
 }
@@ -65,8 +66,7 @@ export const sglangAdapter: EngineAdapter = {
   engine: "sglang",
   defaultBin: "python",
   build(spec, node): EngineLaunch {
-    // Non-zero ranks run schedulers only; the HTTP server is rank 0's.
-    const follower = spec.worldNodes > 1 && spec.rank > 0;
+    const follower = servesNoHttp(spec);
     return {
       argv: [node.bin || this.defaultBin, ...sglangArgs(spec, node)],
       env: withSpecEnv(gpuEnv(spec, node), spec),

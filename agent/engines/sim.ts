@@ -4,11 +4,12 @@ import {
   type EngineLaunch,
   listenHost,
   probeHostFor,
+  servesNoHttp,
   VLLM_METRICS,
   withApiKeyEnv,
   withSpecEnv,
 } from "./adapter.ts";
-import { isHeadless, vllmMaxNumSeqs, vllmServeArgs } from "./vllm.ts";
+import { vllmMaxNumSeqs, vllmServeArgs } from "./vllm.ts";
 
 /** bin/llmgw.mjs of this checkout: the sim engine is a subcommand of llmgw itself. */
 export const LLMGW_ENTRY = fileURLToPath(new URL("../../bin/llmgw.mjs", import.meta.url));
@@ -25,7 +26,7 @@ export const simAdapter: EngineAdapter = {
   defaultBin: LLMGW_ENTRY,
   build(spec, node): EngineLaunch {
     const entry = node.bin || this.defaultBin;
-    const headless = isHeadless(spec);
+    const headless = servesNoHttp(spec);
     return {
       argv: [process.execPath, entry, "sim-engine", "serve", ...vllmServeArgs(spec, node)],
       env: withApiKeyEnv(withSpecEnv({}, spec), spec),

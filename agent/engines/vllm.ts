@@ -9,6 +9,7 @@ import {
   type NodeContext,
   probeHostFor,
   rendezvous,
+  servesNoHttp,
   VLLM_METRICS,
   withApiKeyEnv,
   withSpecEnv,
@@ -55,7 +56,7 @@ export function vllmServeArgs(spec: StartShard, node: NodeContext): string[] {
     if (head.port !== undefined) args.push("--master-port", String(head.port));
   }
   // Followers run only workers; the API server lives on rank 0.
-  if (isHeadless(spec)) args.push("--headless");
+  if (servesNoHttp(spec)) args.push("--headless");
   if (spec.gpuMemoryUtilization > 0) {
     args.push("--gpu-memory-utilization", fraction(spec.gpuMemoryUtilization));
   }
@@ -101,10 +102,6 @@ export function vllmMaxNumSeqs(spec: StartShard): number {
   return perRank * Math.max(1, spec.dataParallel);
 }
 
-export function isHeadless(spec: StartShard): boolean {
-  return spec.worldNodes > 1 && spec.rank > 0;
-}
-
 export const vllmAdapter: EngineAdapter = {
   engine: "vllm",
   defaultBin: "vllm",
@@ -117,7 +114,7 @@ export const vllmAdapter: EngineAdapter = {
       // workers to meet on; name it explicitly per node.
       env.VLLM_HOST_IP = node.advertiseAddress;
     }
-    const headless = isHeadless(spec);
+    const headless = servesNoHttp(spec);
     return {
       argv: [node.bin || this.defaultBin, "serve", ...vllmServeArgs(spec, node)],
       env: withApiKeyEnv(withSpecEnv(env, spec), spec),
