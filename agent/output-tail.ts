@@ -1,4 +1,5 @@
 import { open } from "node:fs/promises";
+import { redacted } from "./engines/adapter.ts";
 
 /**
  * The last lines an engine wrote, read back from its log file rather than
@@ -26,6 +27,15 @@ export async function readTail(path: string, lines = TAIL_LINES, fromOffset = 0)
   } finally {
     await fh?.close();
   }
+}
+
+/**
+ * The tail as the agent reports it (to the control plane, `ctl explain`,
+ * the dashboard): the last TAIL_LINES, the engine's key blanked out, since
+ * SGLang prints its command line and settings.
+ */
+export async function reportedTail(path: string, engineKey: string): Promise<string[]> {
+  return (await readTail(path, TAIL_LINES)).map((l) => redacted(l, engineKey));
 }
 
 /** Pure: the last `n` non-empty lines of `text`; `cut` drops a first line that began before the window. */

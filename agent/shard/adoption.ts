@@ -1,7 +1,6 @@
 import { adoptEngine, cmdlineMentions, type EngineProcess, processAlive } from "../engine-process.ts";
-import { redacted } from "../engines/adapter.ts";
 import { engineUrl, probeHealth } from "../health-probe.ts";
-import { readTail, TAIL_LINES } from "../output-tail.ts";
+import { reportedTail } from "../output-tail.ts";
 import type { ShardRecord } from "../state-file.ts";
 import { fromRecord } from "./record.ts";
 import { buildLaunch, type RunnerContext, ShardRunner } from "./runner.ts";
@@ -40,9 +39,7 @@ export async function adoptShard(ctx: RunnerContext, rec: ShardRecord, pollMs: n
       });
   }
   if (!proc || !launch) {
-    const tail = wasRunning
-      ? (await readTail(rec.logPath, TAIL_LINES)).map((l) => redacted(l, rec.spec.engineApiKey))
-      : [];
+    const tail = wasRunning ? await reportedTail(rec.logPath, rec.spec.engineApiKey) : [];
     runner.dispatch({ kind: "not-found", tail });
     return runner;
   }

@@ -14,7 +14,7 @@ import {
   validateLaunch,
 } from "../engines/validate.ts";
 import { engineUrl, probeHealth } from "../health-probe.ts";
-import { readTail, TAIL_LINES } from "../output-tail.ts";
+import { reportedTail } from "../output-tail.ts";
 import type { ShardRecord } from "../state-file.ts";
 import { type Effect, type LifeEvent, type ShardLife, step } from "./lifecycle.ts";
 import { LoadWatch, type ScrapeSettings } from "./load-watch.ts";
@@ -333,15 +333,9 @@ export class ShardRunner {
     if (this.proc !== proc || this.closed || this.life.phase.name === "terminating") return;
     // The leader is gone; its workers must not linger holding VRAM.
     if (groupAlive(proc.pid)) proc.signalGroup("SIGKILL");
-    const tail = await this.tail();
+    const tail = await reportedTail(this.logPath, this.life.spec.engineApiKey);
     const exitCode = info.known && info.code !== null ? info.code : undefined;
     this.dispatch({ kind: "exited", pid: proc.pid, how: describeExit(info), exitCode, tail });
-  }
-
-  /** The engine's last lines, its key blanked out: they go to the control plane and `ctl explain`. */
-  private async tail(): Promise<string[]> {
-    const key = this.life.spec.engineApiKey;
-    return (await readTail(this.logPath, TAIL_LINES)).map((l) => redacted(l, key));
   }
 
   /** SIGTERM to the group, up to `graceMs` for it (and any workers it forked) to go, then SIGKILL. */
@@ -360,7 +354,7 @@ export class ShardRunner {
       const info = await within(proc.exited, 5_000);
       if (info?.known && info.code !== null) exitCode = info.code;
     }
-    const tail = proc ? await this.tail() : [];
+    const tail = proc ? await reportedTail(this.logPath, this.life.spec.engineApiKey) : [];
     if (!signal.aborted) this.dispatch({ kind: "terminated", exitCode, tail });
   }
 }
