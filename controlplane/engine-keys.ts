@@ -5,9 +5,10 @@
  * keeps in its database: a key read off one node (its process list, its
  * agent's state) opens that engine and no other, and dies with it when the
  * replica is placed again (a lost or revoked node's replicas get new
- * generations elsewhere). The derivation needs no table of keys, so a
- * restarted control plane publishes the same key for an engine it finds
- * running as the one it launched it with, and touches no engine.
+ * generations elsewhere). The derivation needs no table of keys. It gives
+ * the key an engine is launched with; what the edge is sent for a running
+ * engine is the key its agent reports (Reconciler.launchedKey), so a
+ * restarted control plane, even one with another secret, touches no engine.
  */
 import { createHmac, randomBytes } from "node:crypto";
 import { OneRowStore } from "./one-row-store.ts";
