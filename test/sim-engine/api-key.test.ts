@@ -4,10 +4,10 @@
  * variable, the edge sends `Authorization: Bearer KEY`). Real processes on
  * loopback, driven with the official `openai` client and plain fetch.
  */
-import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, type Proc, REPO, startLlmgw, startProcess, waitUntil } from "../harness/process.ts";
+import type { Proc } from "../harness/process.ts";
+import { healthy, startVllmSim } from "./engine-process.ts";
 
 const MODEL = "test-model";
 const procs: Proc[] = [];
@@ -23,22 +23,9 @@ async function engine(
   env: NodeJS.ProcessEnv,
   viaShim = false,
 ): Promise<Engine> {
-  const port = await freePort();
-  const args = ["serve", MODEL, "--host", "127.0.0.1", "--port", String(port), "--sim-speed", "50", ...flags];
-  const proc = viaShim
-    ? startProcess(name, join(REPO, "test", "bin", "vllm"), args, env)
-    : startLlmgw(name, ["sim-engine", ...args], env);
-  procs.push(proc);
-  return { proc, url: `http://127.0.0.1:${port}` };
-}
-
-async function healthy(e: Engine): Promise<void> {
-  await waitUntil(
-    `${e.proc.name} healthy`,
-    async () => (await fetch(`${e.url}/health`)).status === 200,
-    20_000,
-    50,
-  );
+  const sim = await startVllmSim(name, MODEL, ["--sim-speed", "50", ...flags], { env, viaShim });
+  procs.push(sim.proc);
+  return sim;
 }
 
 const client = (e: Engine, apiKey: string) => new OpenAI({ baseURL: `${e.url}/v1`, apiKey, maxRetries: 0 });

@@ -13,6 +13,7 @@ import { loadFromSamples } from "../../agent/scraper.ts";
 import { parsePrometheusText } from "../../common/prometheus-text.ts";
 import { StartShardSchema } from "../../proto/gen/agent/v1/agent_pb.ts";
 import { freePort, type Proc, REPO, startProcess, waitUntil } from "../harness/process.ts";
+import { healthy } from "./engine-process.ts";
 
 const SHIM = `${REPO}/test/bin/sglang`;
 const MODEL = "meta-llama/Llama-3.1-8B-Instruct";
@@ -54,15 +55,6 @@ async function engine(name: string, argv: string[], env: NodeJS.ProcessEnv = {})
 }
 
 const quickHealth = { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: "false" };
-
-async function healthy(e: Engine): Promise<void> {
-  await waitUntil(
-    `${e.proc.name} healthy`,
-    async () => (await fetch(`${e.url}/health`)).status === 200,
-    20_000,
-    50,
-  );
-}
 
 // biome-ignore lint/suspicious/noExplicitAny: the JSON under test, read field by field
 type Body = any;

@@ -11,7 +11,8 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FaultPlan } from "../../sim-engine/faults.ts";
 import type { TraceRecord } from "../../sim-engine/request-trace.ts";
-import { freePort, type Proc, REPO, startLlmgw, startProcess, waitUntil } from "../harness/process.ts";
+import { freePort, type Proc, startLlmgw, waitUntil } from "../harness/process.ts";
+import { healthy, startVllmSim } from "./engine-process.ts";
 
 const MODEL = "test-model";
 const procs: Proc[] = [];
@@ -29,23 +30,9 @@ async function engine(
   viaShim = false,
   env: NodeJS.ProcessEnv = {},
 ): Promise<Engine> {
-  const port = await freePort();
-  const args = ["serve", MODEL, "--host", "127.0.0.1", "--port", String(port), ...flags];
-  const proc = viaShim
-    ? startProcess(name, join(REPO, "test", "bin", "vllm"), args, env)
-    : startLlmgw(name, ["sim-engine", ...args], env);
-  procs.push(proc);
-  const url = `http://127.0.0.1:${port}`;
-  return { proc, port, url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 }) };
-}
-
-async function healthy(e: Engine): Promise<void> {
-  await waitUntil(
-    `${e.proc.name} healthy`,
-    async () => (await fetch(`${e.url}/health`)).status === 200,
-    20_000,
-    50,
-  );
+  const sim = await startVllmSim(name, MODEL, flags, { env, viaShim });
+  procs.push(sim.proc);
+  return { ...sim, client: new OpenAI({ baseURL: `${sim.url}/v1`, apiKey: "unused", maxRetries: 0 }) };
 }
 
 async function metric(e: Engine, name: string, labels = ""): Promise<number> {
