@@ -89,6 +89,11 @@ export const staticEndpointSchema = z.strictObject({
 
 export type StaticEndpointConfig = z.output<typeof staticEndpointSchema>;
 
+/** An issue of a list of static endpoints at its path, as every door reports one: `endpoints[2].api_key_env: …`. */
+export function endpointIssueText(i: { index: number; field: string; message: string }): string {
+  return `endpoints[${i.index}].${i.field}: ${i.message}`;
+}
+
 /**
  * What is wrong across a list of static endpoints, each issue at its index
  * and field: an id used twice, a spill group given two priorities.

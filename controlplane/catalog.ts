@@ -12,7 +12,7 @@
 
 import { checkCatalogNames } from "../common/catalog-names.ts";
 import { ownedArgs, ownedEnv } from "../common/engine-args.ts";
-import { staticEndpointListIssues } from "../common/static-endpoint.ts";
+import { endpointIssueText, staticEndpointListIssues } from "../common/static-endpoint.ts";
 import type {
   Config,
   EndpointConfig,
@@ -300,7 +300,7 @@ function analyse(config: Config): { issues: string[]; catalog?: Catalog } {
   });
 
   for (const c of staticEndpointListIssues(config.endpoints)) {
-    issues.push(`endpoints[${c.index}].${c.field}: ${c.message}`);
+    issues.push(endpointIssueText(c));
   }
   config.endpoints.forEach((e, i) => {
     e.models.forEach((n, j) => {

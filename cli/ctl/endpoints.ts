@@ -6,6 +6,7 @@ import { DEFAULT_EDGE, edgeSyncClient, edgeUrl } from "../../common/edgesync-cli
 import { errorMessage } from "../../common/log.ts";
 import {
   type EnvLookup,
+  endpointIssueText,
   staticEndpointIn,
   staticEndpointKeyIssues,
   staticEndpointListIssues,
@@ -54,10 +55,7 @@ export function parseEndpointsFile(text: string, source: string, env?: EnvLookup
   }
   const keys = env ? staticEndpointKeyIssues(r.data, env) : [];
   if (keys.length > 0) {
-    throw invalidFile(
-      source,
-      keys.map((i) => `endpoints[${i.index}].${i.field}: ${i.message}`),
-    );
+    throw invalidFile(source, keys.map(endpointIssueText));
   }
   return r.data;
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parseDocument, parse as parseYaml } from "yaml";
-import { staticEndpointKeyIssues } from "../../common/static-endpoint.ts";
+import { endpointIssueText, staticEndpointKeyIssues } from "../../common/static-endpoint.ts";
 import { formatIssues } from "../../common/zod-issues.ts";
 import { catalogIssues } from "../catalog.ts";
 import { type Config, configSchema } from "./schema.ts";
@@ -95,11 +95,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   // A key the control plane would push is checked where it is read: the
   // environment of this process (the file names the variable, never the key).
   const keyIssues = staticEndpointKeyIssues(result.data.endpoints, env);
-  if (keyIssues.length > 0)
-    throw new ConfigError(
-      source,
-      keyIssues.map((i) => `endpoints[${i.index}].${i.field}: ${i.message}`),
-    );
+  if (keyIssues.length > 0) throw new ConfigError(source, keyIssues.map(endpointIssueText));
   const router = (raw as Record<string, unknown>).router;
   const routerSection =
     typeof router === "object" && router !== null ? (router as Record<string, unknown>) : {};
