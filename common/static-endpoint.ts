@@ -117,12 +117,21 @@ export function staticEndpointListIssues(
 /** Where `api_key_env` is read: process.env at the callers, something else in a test. */
 export type EnvLookup = Readonly<Record<string, string | undefined>>;
 
+/**
+ * The key an endpoint's `api_key_env` holds in `env`, "" for none: only
+ * the variable itself, never something `env` inherits (`toString`).
+ */
+export function staticEndpointKey(e: StaticEndpointConfig, env: EnvLookup): string {
+  const name = e.api_key_env;
+  return (name !== undefined && Object.hasOwn(env, name) && env[name]) || "";
+}
+
 /** What is wrong with an endpoint's `api_key_env` in `env`, or undefined: the variable unset, empty, or no key. */
 function keyEnvIssue(e: StaticEndpointConfig, env: EnvLookup): string | undefined {
   const name = e.api_key_env;
   if (name === undefined) return undefined;
-  const value = Object.hasOwn(env, name) ? env[name] : undefined;
-  if (value === undefined || value === "") return `${name} is not set`;
+  const value = staticEndpointKey(e, env);
+  if (value === "") return `${name} is not set`;
   const r = engineKeySchema.safeParse(value);
   return r.success ? undefined : `${name}: ${r.error.issues[0]!.message}`;
 }
@@ -166,7 +175,7 @@ export function staticEndpointIn(env: EnvLookup): (e: StaticEndpointConfig) => E
       maxNumSeqs: e.capacity?.max_num_seqs ?? 0,
       kvTokens: BigInt(e.capacity?.kv_tokens ?? 0),
       servedModelName: e.served_model_name ?? "",
-      apiKey: e.api_key_env === undefined ? "" : env[e.api_key_env]!,
+      apiKey: staticEndpointKey(e, env),
     });
   };
 }

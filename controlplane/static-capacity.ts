@@ -24,7 +24,7 @@ import {
   type EngineCapacity,
   SGLANG_SERVER_INFO_PATHS,
 } from "../common/sglang-server-info.ts";
-import type { EnvLookup } from "../common/static-endpoint.ts";
+import { type EnvLookup, staticEndpointKey } from "../common/static-endpoint.ts";
 import type { EndpointConfig } from "./config/schema.ts";
 
 /** What is known of one endpoint's capacity, for the url it was probed at. */
@@ -102,11 +102,6 @@ export function capacityInMetrics(text: string): { kvTokens: number; sglang: boo
     return kvNames.has(n);
   });
   return { kvTokens: kvCapacityOfAny(samples), sglang };
-}
-
-/** The key `e`'s engine wants, from its `api_key_env`; "" for none (the config loader has checked it is set). */
-function keyOf(e: EndpointConfig, env: EnvLookup | undefined): string {
-  return (e.api_key_env && env?.[e.api_key_env]) || "";
 }
 
 /** Pure: what a probe learned for `e`, only figures its entry lacks; empty when none. */
@@ -198,7 +193,12 @@ export class StaticCapacity {
       e.capacity?.max_num_seqs === undefined || (e.capacity?.kv_tokens === undefined && !metrics.kvTokens);
     if (!metrics.sglang || !wantsInfo) return { kvTokens: metrics.kvTokens, from: "/metrics" };
     const urls = SGLANG_SERVER_INFO_PATHS.map((p) => `${engineRoot(e.url)}${p}`);
-    const asked = await fetchFirstJson(urls, this.opts.timeoutMs(), keyOf(e, this.opts.env), fetchJson);
+    const asked = await fetchFirstJson(
+      urls,
+      this.opts.timeoutMs(),
+      staticEndpointKey(e, this.opts.env ?? {}),
+      fetchJson,
+    );
     const info = capacityFromServerInfo(asked.body);
     return {
       kvTokens: metrics.kvTokens || info.kvTokens,
