@@ -1,8 +1,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readStateFile, STATE_FILE_NAME } from "../../agent/state-file.ts";
 import { clientFor, createKey, type Edge, keyUsage } from "../edge/helpers.ts";
+import { engineKeyOf } from "../harness/fleet.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { runLlmgw, waitUntil } from "../harness/process.ts";
 
@@ -49,6 +49,9 @@ describe("an SGLang replica", () => {
     await stack?.stop();
   });
 
+  /** The key the agent launched the replica's engine with. */
+  const launchedKey = async () =>
+    engineKeyOf(join(stack!.cp.dir, "agents", "sg-1"), (await stack!.cp.replicas())[0]!.id);
   const endpoint = async () => (await edge.sync.getPoolStatus({ model: MODEL })).pools[0]?.endpoints[0];
 
   it("reaches the pool with the batch its server info states and the KV tokens its metrics state", async () => {
@@ -58,8 +61,7 @@ describe("an SGLang replica", () => {
     });
     const e = (await endpoint())!;
     // The engine wants its key there, as SGLang does: the one the agent launched it with.
-    const { records } = readStateFile(join(stack!.cp.dir, "agents", "sg-1", STATE_FILE_NAME));
-    const headers = { authorization: `Bearer ${records[0]!.spec.engineApiKey}` };
+    const headers = { authorization: `Bearer ${await launchedKey()}` };
     expect((await fetch(`${e.url}/get_server_info`)).status).toBe(401);
     const info = (await (await fetch(`${e.url}/get_server_info`, { headers })).json()) as {
       internal_states: { effective_max_running_requests_per_dp: number }[];
@@ -144,7 +146,7 @@ describe("an SGLang replica", () => {
 
   it("is launched with its key on its command line, which the agent blanks out of what it logs and shows", async () => {
     const agentDir = join(stack!.cp.dir, "agents", "sg-1");
-    const key = readStateFile(join(agentDir, STATE_FILE_NAME)).records[0]!.spec.engineApiKey;
+    const key = await launchedKey();
     expect(key).toMatch(/^llmgw-e-/);
     const logs = join(agentDir, "logs");
     const engineLog = readdirSync(logs)
