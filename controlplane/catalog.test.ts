@@ -105,6 +105,8 @@ describe("parallelism arithmetic", () => {
     const p = c.profile("m/p")!;
     expect([p.gpusPerReplica, p.gpusPerNode, p.nodes, p.fabric]).toEqual([16, 8, 2, "ib"]);
     expect(p.replicas).toEqual({ min: 1, max: 1 });
+    // Make before break unless told otherwise.
+    expect(p.rollout).toEqual({ maxSurge: 1, maxUnavailable: 0 });
   });
 
   it("reports every arithmetic error with its exact path, all at once", () => {
@@ -116,6 +118,7 @@ describe("parallelism arithmetic", () => {
       { name: "e", replicas: { min: 3, max: 2 } },
       { name: "f", tensor_parallel: 2, pipeline_parallel: 2, data_parallel: 2, nodes: 2, fabric: "ib" },
       { name: "g", tensor_parallel: 4, pipeline_parallel: 2, data_parallel: 2, nodes: 4, fabric: "ib" },
+      { name: "h", rollout: { max_surge: 0, max_unavailable: 0 } },
     );
     expect(issues).toEqual([
       "models[1].profiles[0].nodes: must divide tensor_parallel × pipeline_parallel × data_parallel (3 × 1 × 1 = 3)",
@@ -124,6 +127,7 @@ describe("parallelism arithmetic", () => {
       'models[1].profiles[3].fabric: a profile spanning 2 nodes must name a fabric label key (e.g. "ib") its nodes share',
       "models[1].profiles[4].replicas.max: must be at least replicas.min (3)",
       "models[1].profiles[6].data_parallel: with several nodes each data-parallel rank must fit on one node (tensor_parallel × pipeline_parallel = 8, GPUs per node 4)",
+      "models[1].profiles[7].rollout: max_surge and max_unavailable cannot both be 0: a changed profile could never replace a replica",
     ]);
   });
 

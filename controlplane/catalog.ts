@@ -52,6 +52,8 @@ export interface CatalogProfile {
   readonly strategy: PlacementStrategy;
   readonly startupDeadlineMs: number;
   readonly stopGraceMs: number;
+  /** How a change of this profile replaces its running replicas (reconcile/rollout.ts). */
+  readonly rollout: { readonly maxSurge: number; readonly maxUnavailable: number };
   /** The profile as configured, for the engine adapters. */
   readonly config: ProfileConfig;
 }
@@ -193,6 +195,11 @@ function checkProfile(p: ProfileConfig, path: string, issues: string[]): Catalog
     issues.push(`${path}.replicas.max: must be at least replicas.min (${p.replicas.min})`);
   }
   if (p.startup_deadline <= 0) issues.push(`${path}.startup_deadline: must be positive`);
+  if (p.rollout.max_surge === 0 && p.rollout.max_unavailable === 0) {
+    issues.push(
+      `${path}.rollout: max_surge and max_unavailable cannot both be 0: a changed profile could never replace a replica`,
+    );
+  }
   for (const o of ownedArgs(p.engine, p.engine_args))
     issues.push(`${path}.engine_args[${o.index}]: ${o.message}`);
   for (const o of ownedEnv(p.env)) issues.push(`${path}.env.${o.name}: ${o.message}`);
@@ -217,6 +224,7 @@ function checkProfile(p: ProfileConfig, path: string, issues: string[]): Catalog
     strategy: p.spread ? "spread" : "binpack",
     startupDeadlineMs: p.startup_deadline,
     stopGraceMs: p.stop_grace,
+    rollout: { maxSurge: p.rollout.max_surge, maxUnavailable: p.rollout.max_unavailable },
     config: p,
   };
 }

@@ -16,8 +16,9 @@ import { placementNode } from "./placement/snapshot.ts";
 import type { Assignment, PlacementNode } from "./placement/types.ts";
 import { explainModel } from "./reconcile/explain.ts";
 import { plan, planSettings } from "./reconcile/plan.ts";
+import { specMismatch } from "./reconcile/spec.ts";
 import { ReplicaTable } from "./reconcile/table.ts";
-import type { Action, ObservedShard, PlanState } from "./reconcile/types.ts";
+import type { Action, ObservedShard, PlanState, ReplicaRecord } from "./reconcile/types.ts";
 import type { Registry } from "./registry.ts";
 import type { Scaler } from "./scaler.ts";
 
@@ -65,6 +66,9 @@ export function observedFrom(s: ShardStatus): ObservedShard | undefined {
       dataParallel: s.spec.dataParallel || 1,
       nodes: s.spec.worldNodes || 1,
       gpusPerNode: s.spec.gpuIndices.length,
+      args: [...s.spec.args],
+      env: { ...s.spec.env },
+      memoryFraction: s.spec.gpuMemoryUtilization,
     };
   }
   if (failed) {
@@ -201,6 +205,16 @@ export class Reconciler {
   launchedKey(replicaId: string, node: string, generation: number): string | undefined {
     const spec = this.reported.get(shardKey(replicaId, 0, node))?.spec;
     return spec && Number(spec.generation) === generation ? spec.engineApiKey : undefined;
+  }
+
+  /**
+   * What differs between the spec a replica runs and its profile's now (a
+   * rollout replaces it), or undefined when nothing does, it is on its way
+   * out, or its spec is not known yet.
+   */
+  outdated(r: ReplicaRecord): string | undefined {
+    const p = this.catalog.profile(r.model, r.profile);
+    return p && !r.retire ? specMismatch(r.spec, p) : undefined;
   }
 
   nodes(): PlacementNode[] {

@@ -171,6 +171,26 @@ export const profileSchema = z.strictObject({
     .prefault("30s")
     .describe("SIGTERM to SIGKILL grace when stopping a shard"),
   spread: z.boolean().default(false).describe("Place on the emptiest nodes instead of bin-packing"),
+  // A changed profile replaces its running replicas make-before-break by
+  // default: a GPU fleet that is full cannot surge, so max_unavailable is the
+  // operator's explicit trade of capacity for progress.
+  rollout: z
+    .strictObject({
+      max_surge: z
+        .number()
+        .int()
+        .min(0)
+        .default(1)
+        .describe("Replicas placed beyond the wanted count while a changed profile rolls out"),
+      max_unavailable: z
+        .number()
+        .int()
+        .min(0)
+        .default(0)
+        .describe("Serving replicas a rollout may drain before their replacements are ready"),
+    })
+    .prefault({})
+    .describe("How replicas running an older spec of this profile are replaced after it changes"),
 });
 
 export const modelSchema = z.strictObject({

@@ -1,12 +1,10 @@
 import { describe, expect, it } from "vitest";
 import type { ShardState } from "../../common/shard-state.ts";
-import { gpuNode, type NodeSpec } from "../../test/fixtures/placement.ts";
-import { buildCatalog, type Catalog } from "../catalog.ts";
-import { configSchema } from "../config/schema.ts";
-import type { PlacementNode } from "../placement/types.ts";
+import { gpuNode } from "../../test/fixtures/placement.ts";
+import { catalogOf, kinds, spec8b, World } from "../../test/fixtures/plan-world.ts";
 import { parseReplicaId, replicaId } from "./ids.ts";
-import { backoffAfter, plan, planSettings } from "./plan.ts";
-import { ReplicaTable, replicaStatus } from "./table.ts";
+import { backoffAfter } from "./plan.ts";
+import { replicaStatus } from "./table.ts";
 import type { Action } from "./types.ts";
 
 const SMALL = {
@@ -28,42 +26,6 @@ const BIG = {
   ],
 };
 
-function catalogOf(...models: Record<string, unknown>[]): Catalog {
-  return buildCatalog(configSchema.parse({ models }));
-}
-
-class World {
-  table = new ReplicaTable();
-  settings = planSettings(
-    configSchema.parse({ control: { base_backoff: "10s", max_backoff: "60s", lost_after: "60s" } }).control,
-  );
-  nodes: PlacementNode[];
-  constructor(
-    public catalog: Catalog,
-    specs: Record<string, NodeSpec>,
-  ) {
-    this.nodes = Object.entries(specs).map(([n, s]) => gpuNode(n, s));
-  }
-  plan(now: number, apply = true): Action[] {
-    const actions = plan(this.table.planState(this.catalog, this.nodes, this.settings), now);
-    if (apply) this.table.apply(actions, now);
-    return actions;
-  }
-  node(name: string): PlacementNode {
-    return this.nodes.find((n) => n.name === name)!;
-  }
-  /** Every shard of every current generation reports `state`. */
-  report(state: ShardState, now: number, filter: (id: string) => boolean = () => true): void {
-    for (const r of this.table.list()) {
-      if (!filter(r.id)) continue;
-      for (const s of r.shards) {
-        this.table.observe(s.node, { replicaId: r.id, rank: s.rank, generation: r.generation, state }, now);
-      }
-    }
-  }
-}
-
-const kinds = (as: Action[]) => as.map((a) => `${a.kind} ${a.replicaId}`);
 const fourNodes = () => ({
   a: { fabric: { ib: "pod-a" } },
   b: { fabric: { ib: "pod-a" } },
@@ -231,15 +193,7 @@ describe("lost versus unreachable", () => {
 
   describe("a node back after it was lost", () => {
     const id = "llama-8b/1gpu/0";
-    const spec = {
-      engine: "vllm",
-      source: "meta-llama/8b",
-      tensorParallel: 1,
-      pipelineParallel: 1,
-      dataParallel: 1,
-      nodes: 1,
-      gpusPerNode: 1,
-    };
+    const spec = spec8b;
     /** One replica ready on `a`, then `a` lost, and `others` (if any) join to take a replacement. */
     function lostWorld(others: string[]): World {
       const w = new World(
@@ -321,16 +275,6 @@ describe("lost versus unreachable", () => {
 });
 
 describe("adoption", () => {
-  const spec8b = {
-    engine: "vllm",
-    source: "meta-llama/8b",
-    tensorParallel: 1,
-    pipelineParallel: 1,
-    dataParallel: 1,
-    nodes: 1,
-    gpusPerNode: 1,
-  };
-
   it("adopts matching shards an agent reports and places only what is missing", () => {
     const w = new World(catalogOf(SMALL), { a: {}, b: {} });
     w.table.observeRegistration(
@@ -392,18 +336,40 @@ describe("adoption", () => {
     expect(kinds(w.plan(60_000))).toEqual(["place llama-8b/1gpu/1", "place llama-8b/1gpu/2"]);
   });
 
-  it("stops reported shards that do not match the profile", () => {
+  it("stops a reported replica of another world size", () => {
     const w = new World(catalogOf(SMALL), { a: {} });
     w.table.observeRegistration(
       "a",
-      [{ replicaId: "llama-8b/1gpu/0", rank: 0, state: "ready", spec: { ...spec8b, source: "old/7b" } }],
+      [
+        {
+          replicaId: "llama-8b/1gpu/0",
+          rank: 0,
+          state: "ready",
+          spec: { ...spec8b, nodes: 2 },
+          worldNodes: 2,
+        },
+      ],
       0,
     );
     const [stop] = w.plan(0) as Extract<Action, { kind: "stop" }>[];
     expect(stop?.kind).toBe("stop");
     expect(stop?.retire).toBe(true);
-    expect(stop?.reason).toBe(
-      "reported replica does not match llama-8b/1gpu: source is old/7b, profile wants meta-llama/8b",
+    expect(stop?.reason).toBe("reported replica does not match llama-8b/1gpu: nodes is 2, profile wants 1");
+  });
+
+  it("adopts a reported replica with an older spec, for the rollout to replace", () => {
+    const w = new World(catalogOf({ ...SMALL, profiles: [{ ...SMALL.profiles[0], replicas: { min: 1 } }] }), {
+      a: {},
+    });
+    w.table.observeRegistration(
+      "a",
+      [{ replicaId: "llama-8b/1gpu/0", rank: 0, state: "ready", spec: { ...spec8b, source: "old/7b" } }],
+      0,
+    );
+    const actions = w.plan(0);
+    expect(kinds(actions)).toEqual(["adopt llama-8b/1gpu/0", "place llama-8b/1gpu/1"]);
+    expect(actions[0]!.reason).toBe(
+      "running rank 0 on a serves llama-8b/1gpu with an older spec (source is old/7b, profile wants meta-llama/8b): the rollout replaces it",
     );
   });
 

@@ -16,15 +16,18 @@
  *    rank is stopped and the replica waits to be placed again. Failures that
  *    are the model's (exit, startup deadline) grow the model's exponential
  *    backoff (base_backoff doubling to max_backoff); a lost node does not;
- * 3. replicas agents reported at registration that match the profile are
- *    adopted, not restarted; ones that do not match are stopped; multi-node
- *    ones with ranks missing are held for the adoption grace first;
- * 4. per profile: surplus replicas are stopped (not-ready and highest index
- *    first), or drained when the scaling stage (scale.ts) asked for fewer
- *    within replicas.max; replicas on draining nodes are replaced elsewhere
- *    first and drained once enough replacements are ready (or at the drain deadline);
- *    missing replicas are placed, biggest profiles first so large gangs find
- *    whole nodes before small replicas fragment them.
+ * 3. replicas agents reported at registration are adopted, not restarted,
+ *    unless their world size is not the profile's (those are stopped); one
+ *    that runs an older spec is left to the rollout; multi-node ones with
+ *    ranks missing are held for the adoption grace first;
+ * 4. per profile: replicas running an older spec are replaced a few at a
+ *    time, make before break (rollout.ts); surplus replicas are stopped
+ *    (not-ready and highest index first), or drained when the scaling stage
+ *    (scale.ts) asked for fewer within replicas.max; replicas on draining
+ *    nodes are replaced elsewhere first and drained once enough replacements
+ *    are ready (or at the drain deadline); missing replicas are placed,
+ *    biggest profiles first so large gangs find whole nodes before small
+ *    replicas fragment them.
  */
 import { doublingDelay } from "../../common/backoff.ts";
 import type { Catalog, CatalogProfile } from "../catalog.ts";
@@ -32,6 +35,8 @@ import { Fleet } from "../placement/fleet.ts";
 import { PlacementSession, placeReplica } from "../placement/pipeline.ts";
 import type { Assignment, Explanation, PlacementNode } from "../placement/types.ts";
 import { replicaId } from "./ids.ts";
+import { drainable, type Outdated, splitOutdated } from "./rollout.ts";
+import { specMismatch, specOf } from "./spec.ts";
 import type {
   Action,
   Failure,
@@ -41,7 +46,6 @@ import type {
   ReplicaRecord,
   ShardRecord,
   ShardRef,
-  ShardSpecSummary,
 } from "./types.ts";
 import { isDead } from "./types.ts";
 
@@ -69,23 +73,6 @@ export function backoffAfter(
     retryAt: now + doublingDelay(failures, settings.baseBackoffMs, settings.maxBackoffMs),
     lastFailure: failure,
   };
-}
-
-/** Why a reported shard's spec does not fit the profile, or undefined when it does. */
-export function specMismatch(spec: ShardSpecSummary | undefined, p: CatalogProfile): string | undefined {
-  if (!spec) return undefined;
-  const pairs: [string, unknown, unknown][] = [
-    ["engine", spec.engine, p.engine],
-    ["source", spec.source, p.source],
-    ["tensor_parallel", spec.tensorParallel, p.tensorParallel],
-    ["pipeline_parallel", spec.pipelineParallel, p.pipelineParallel],
-    ["data_parallel", spec.dataParallel, p.dataParallel],
-    ["nodes", spec.nodes, p.nodes],
-    ["gpus_per_node", spec.gpusPerNode, p.gpusPerNode],
-  ];
-  for (const [name, have, want] of pairs)
-    if (have !== want) return `${name} is ${have}, profile wants ${want}`;
-  return undefined;
 }
 
 class Pass {
@@ -234,28 +221,38 @@ class Pass {
       return "pending";
     }
 
-    if (r.origin === "reported" && !r.adopted) {
-      const mismatch = specMismatch(r.spec, prof);
-      if (mismatch) {
-        this.retire(r, `reported replica does not match ${prof.key}: ${mismatch}`);
-        return "gone";
-      }
-      if (r.shards.length < prof.nodes) {
-        if (this.now < (r.reportedAt ?? this.now) + this.state.settings.adoptionGraceMs) return "live";
-        this.restart(r, {
-          reason: `only ${r.shards.length} of ${prof.nodes} ranks reported within the adoption grace`,
-          at: this.now,
-          countsForBackoff: false,
-        });
-        return "pending";
-      }
-      this.actions.push({
-        kind: "adopt",
-        replicaId: r.id,
-        generation: r.generation,
-        reason: `running ${r.shards.map((s) => `rank ${s.rank} on ${s.node}`).join(", ")} matches ${prof.key}`,
-      });
+    return r.origin === "reported" && !r.adopted ? this.adopt(r, prof) : "live";
+  }
+
+  /** A replica an agent reported and nobody placed: kept, held for its missing ranks, or stopped. */
+  private adopt(r: ReplicaRecord, prof: CatalogProfile): "live" | "pending" | "gone" {
+    const mismatch = specMismatch(r.spec, prof);
+    // Another world size is another gang: its ranks cannot be counted
+    // against this profile's. Anything else that differs still serves the
+    // model, and the rollout replaces it make before break.
+    if (mismatch && r.spec?.nodes !== prof.nodes) {
+      this.retire(r, `reported replica does not match ${prof.key}: ${mismatch}`);
+      return "gone";
     }
+    if (r.shards.length < prof.nodes) {
+      if (this.now < (r.reportedAt ?? this.now) + this.state.settings.adoptionGraceMs) return "live";
+      this.restart(r, {
+        reason: `only ${r.shards.length} of ${prof.nodes} ranks reported within the adoption grace`,
+        at: this.now,
+        countsForBackoff: false,
+      });
+      return "pending";
+    }
+    this.actions.push({
+      kind: "adopt",
+      replicaId: r.id,
+      generation: r.generation,
+      reason: `running ${r.shards.map((s) => `rank ${s.rank} on ${s.node}`).join(", ")} ${
+        mismatch
+          ? `serves ${prof.key} with an older spec (${mismatch}): the rollout replaces it`
+          : `matches ${prof.key}`
+      }`,
+    });
     return "live";
   }
 
@@ -316,7 +313,7 @@ class Pass {
     });
   }
 
-  /** Surplus, drain and placement for one profile. */
+  /** Surplus, drains, the rollout and placement for one profile. */
   reconcileProfile(prof: CatalogProfile, records: ReplicaRecord[]): void {
     const live: ReplicaRecord[] = [];
     const pending: ReplicaRecord[] = [];
@@ -330,24 +327,49 @@ class Pass {
     let staying: ReplicaRecord[] = [];
     for (const r of live) (r.shards.some((s) => this.draining(s.node)) ? leaving : staying).push(r);
 
-    const ready = (r: ReplicaRecord): boolean =>
-      r.shards.length > 0 && r.shards.every((s) => s.state === "ready");
-    if (staying.length > desired) {
-      const order = [...staying].sort((a, b) => Number(ready(a)) - Number(ready(b)) || b.index - a.index);
-      const surplus = order.slice(0, staying.length - desired);
-      // Replicas beyond replicas.max are a configuration change and stop as
-      // before; a scale-down within the range drains a serving replica, so
-      // the edge stops sending to it and no request is cut.
-      const overMax = Math.max(0, staying.length - prof.replicas.max);
-      surplus.forEach((r, i) => {
-        const why = `${prof.key} wants ${desired} replica(s), ${staying.length} running`;
-        if (i < overMax || !ready(r) || this.state.desired === undefined) this.retire(r, `surplus: ${why}`);
-        else this.drainAway(r, `scale down: ${why}`);
-      });
-      staying = staying.filter((r) => !surplus.includes(r));
-    }
-
+    const roll = splitOutdated(staying, prof, ready);
+    for (const o of roll.restart) this.retire(o.replica, `rollout: not serving yet and ${o.why}`);
+    staying = this.dropSurplus(prof, roll.staying, desired);
     const readyStaying = staying.filter(ready).length;
+    this.drainLeavingNodes(leaving, readyStaying, desired);
+    const drained = drainable(roll.leaving, readyStaying, desired, prof.rollout.maxUnavailable);
+    for (const o of drained) this.drainAway(o.replica, `rollout: ${o.why}; enough replicas serve without it`);
+    // Replacements for the replicas in their turn, but never more than
+    // max_surge beyond the wanted count while the ones they replace still run.
+    const stillRunning = roll.leaving.length - drained.length;
+    const need = Math.min(
+      desired - staying.length,
+      desired + prof.rollout.maxSurge - staying.length - stillRunning,
+    );
+    this.placeMissing(prof, records, pending, need, desired, roll.leaving);
+  }
+
+  /**
+   * Replicas beyond the wanted count: outdated and not ready ones first, then
+   * the highest index. Returns the ones that stay.
+   */
+  private dropSurplus(prof: CatalogProfile, staying: ReplicaRecord[], desired: number): ReplicaRecord[] {
+    if (staying.length <= desired) return staying;
+    const outdated = (r: ReplicaRecord) => specMismatch(r.spec, prof) !== undefined;
+    const order = [...staying].sort(
+      (a, b) =>
+        Number(outdated(b)) - Number(outdated(a)) || Number(ready(a)) - Number(ready(b)) || b.index - a.index,
+    );
+    const surplus = order.slice(0, staying.length - desired);
+    // Replicas beyond replicas.max are a configuration change and stop as
+    // before; a scale-down within the range drains a serving replica, so
+    // the edge stops sending to it and no request is cut.
+    const overMax = Math.max(0, staying.length - prof.replicas.max);
+    surplus.forEach((r, i) => {
+      const why = `${prof.key} wants ${desired} replica(s), ${staying.length} running`;
+      if (i < overMax || !ready(r) || this.state.desired === undefined) this.retire(r, `surplus: ${why}`);
+      else this.drainAway(r, `scale down: ${why}`);
+    });
+    return staying.filter((r) => !surplus.includes(r));
+  }
+
+  /** Replicas on draining nodes go once enough replacements serve, or at the node's deadline. */
+  private drainLeavingNodes(leaving: ReplicaRecord[], readyStaying: number, desired: number): void {
     for (const r of leaving.sort((a, b) => a.index - b.index)) {
       const nodes = [...new Set(r.shards.map((s) => s.node).filter((n) => this.draining(n)))];
       const deadline = Math.min(
@@ -362,10 +384,23 @@ class Pass {
         this.retire(r, `drain deadline of ${nodes.join(", ")} passed without a ready replacement`);
       }
     }
+  }
 
-    const need = desired - staying.length;
+  /** Places `need` replicas (pending slots first, then the lowest free index) and forgets pending slots beyond it. */
+  private placeMissing(
+    prof: CatalogProfile,
+    records: readonly ReplicaRecord[],
+    pending: ReplicaRecord[],
+    need: number,
+    desired: number,
+    rolling: readonly Outdated[],
+  ): void {
     pending.sort((a, b) => a.index - b.index);
     const used = new Set(records.map((r) => r.index));
+    const purpose =
+      rolling.length > 0
+        ? `rollout: replacing ${rolling.map((o) => o.replica.id).join(", ")} (${rolling[0]!.why})`
+        : undefined;
     let next = 0;
     for (let i = 0; i < need; i++) {
       const r: ReplicaRecord | undefined = pending[i];
@@ -376,7 +411,7 @@ class Pass {
         used.add(next);
         id = replicaId(prof.model, prof.name, next);
       }
-      this.tryPlace(prof, id, r);
+      this.tryPlace(prof, id, r, purpose);
     }
     for (const r of pending.slice(Math.max(0, need))) {
       this.actions.push({
@@ -387,7 +422,8 @@ class Pass {
     }
   }
 
-  private tryPlace(prof: CatalogProfile, id: string, r: ReplicaRecord | undefined): void {
+  /** `purpose`, when the placement is a rollout's replacement: said in its reason, and in a wait's. */
+  private tryPlace(prof: CatalogProfile, id: string, r: ReplicaRecord | undefined, purpose?: string): void {
     const b = this.backoff.get(prof.model);
     const base = { kind: "wait" as const, replicaId: id, model: prof.model, profile: prof.name };
     if (b && b.retryAt > this.now) {
@@ -410,7 +446,12 @@ class Pass {
     }
     const known = this.unplaceable.get(prof.key);
     if (known) {
-      this.actions.push({ ...base, reason: headline(known), explanation: { ...known, replicaId: id } });
+      const reason = withPurpose(headline(known), purpose);
+      this.actions.push({
+        ...base,
+        reason,
+        explanation: { ...known, replicaId: id, ...noted(purpose, reason) },
+      });
       return;
     }
     let assignment: Assignment | undefined;
@@ -431,7 +472,8 @@ class Pass {
     if (!assignment) {
       const { explanation } = placeReplica(this.fleet, prof, { replicaId: id, explain: true });
       this.unplaceable.set(prof.key, explanation);
-      this.actions.push({ ...base, reason: headline(explanation), explanation });
+      const reason = withPurpose(headline(explanation), purpose);
+      this.actions.push({ ...base, reason, explanation: { ...explanation, ...noted(purpose, reason) } });
       return;
     }
     this.actions.push({
@@ -441,9 +483,27 @@ class Pass {
       profile: prof.name,
       generation: (r?.generation ?? 0) + 1,
       assignment,
-      reason: r?.lastFailure ? `replacing after: ${r.lastFailure.reason}` : "missing replica",
+      spec: specOf(prof),
+      reason: r?.lastFailure ? `replacing after: ${r.lastFailure.reason}` : (purpose ?? "missing replica"),
     });
   }
+}
+
+const ready = (r: ReplicaRecord): boolean =>
+  r.shards.length > 0 && r.shards.every((s) => s.state === "ready");
+
+/**
+ * A rollout that cannot place its replacement keeps every replica it would
+ * replace serving; the wait says so, and what would let it go on.
+ */
+function withPurpose(reason: string, purpose: string | undefined): string {
+  if (!purpose) return reason;
+  return `${reason}; ${purpose} waits for room for one more replica, or for rollout.max_unavailable above 0`;
+}
+
+/** A rollout's wait says so in `ctl explain` too. */
+function noted(purpose: string | undefined, reason: string): Pick<Explanation, "note"> {
+  return purpose ? { note: reason.slice(reason.indexOf(purpose)) } : {};
 }
 
 function headline(e: Explanation): string {

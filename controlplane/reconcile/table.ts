@@ -77,6 +77,7 @@ export class ReplicaTable {
         rec.adopted = true;
         rec.retire = false;
         rec.placedAt = now;
+        rec.spec = a.spec;
         rec.placement = {
           score: a.assignment.score,
           why: a.assignment.why,
@@ -121,6 +122,8 @@ export class ReplicaTable {
         const back = r.retiring.filter((s) => a.shards.some((x) => x.node === s.node && x.rank === s.rank));
         r.retiring = r.retiring.filter((s) => !back.includes(s));
         r.shards = back.map(({ generation: _g, spec: _s, ...s }) => s);
+        // It runs what it was launched with, not what its replacement was.
+        if (back[0]?.spec) r.spec = back[0].spec;
         r.generation = a.generation;
         r.worldNodes = back.length;
         r.origin = "placed";
@@ -180,6 +183,8 @@ export class ReplicaTable {
     const cur = sameGen ? r.shards.find((s) => s.rank === o.rank && s.node === node) : undefined;
     if (cur) {
       this.update(r, cur, o, now, false);
+      // The agent's word over the placement's: it is what the engine runs.
+      if (o.spec) r.spec = o.spec;
       if (r.shards.length > 0 && r.shards.every((s) => s.state === "ready")) {
         // The model demonstrably works: its next failure starts from base_backoff.
         this.backoff.delete(r.model);

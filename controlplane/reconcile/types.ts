@@ -61,7 +61,7 @@ export interface ShardRecord {
   spec?: ShardSpecSummary;
 }
 
-/** The structural parts of a running shard's spec, compared with the profile at adoption. */
+/** What a shard was launched with that its profile decides (spec.ts). */
 export interface ShardSpecSummary {
   engine: string;
   source: string;
@@ -70,6 +70,9 @@ export interface ShardSpecSummary {
   dataParallel: number;
   nodes: number;
   gpusPerNode: number;
+  args: string[];
+  env: Record<string, string>;
+  memoryFraction: number;
 }
 
 export interface ReplicaRecord {
@@ -92,6 +95,11 @@ export interface ReplicaRecord {
   origin: "placed" | "reported";
   adopted: boolean;
   reportedAt?: number;
+  /**
+   * What its current generation runs: the profile's spec when it was placed,
+   * then what its agent reports. Unknown for a replica kept across a restart
+   * until its agent reports it.
+   */
   spec?: ShardSpecSummary;
   restarts: number;
   lastFailure?: Failure;
@@ -155,6 +163,8 @@ export type Action =
       profile: string;
       generation: number;
       assignment: Assignment;
+      /** What it is launched with (spec.ts), so a later profile change can be told. */
+      spec: ShardSpecSummary;
       reason: string;
     }
   /** Stop (or gracefully drain) these shards; with `retire`, the replica slot goes away too. */

@@ -1,0 +1,73 @@
+/**
+ * A profile that changed (its source, engine_args, env, parallelism…)
+ * replaces the replicas that run its older spec a few at a time, make before
+ * break, as a Kubernetes Deployment rolls: `max_surge` replacements are
+ * placed beyond the wanted count, and a replica that serves is drained only
+ * once enough others serve that at most `max_unavailable` of the wanted are
+ * missing. A replacement that fails therefore never costs a serving replica:
+ * it goes into the model's backoff and the older ones keep serving.
+ *
+ * Pure: the planner (plan.ts) hands it a profile's replicas that stay after
+ * surplus and node drains, and turns the answer into actions.
+ */
+import type { CatalogProfile } from "../catalog.ts";
+import { specMismatch } from "./spec.ts";
+import type { ReplicaRecord } from "./types.ts";
+
+export interface Outdated {
+  replica: ReplicaRecord;
+  /** What differs from the profile (spec.ts). */
+  why: string;
+}
+
+export interface RolloutSplit {
+  /** Outdated and not serving: nothing is lost by stopping them now; they are placed again as the profile is. */
+  restart: Outdated[];
+  /** Outdated, serving, and being replaced: not counted toward the wanted replicas, so replacements are placed. */
+  leaving: Outdated[];
+  /** Counted toward the wanted replicas: current ones, and outdated ones whose turn has not come. */
+  staying: ReplicaRecord[];
+}
+
+/** Sorts a profile's staying replicas by whether, and when, the rollout replaces them. */
+export function splitOutdated(
+  replicas: readonly ReplicaRecord[],
+  prof: CatalogProfile,
+  ready: (r: ReplicaRecord) => boolean,
+): RolloutSplit {
+  const split: RolloutSplit = { restart: [], leaving: [], staying: [] };
+  const serving: Outdated[] = [];
+  for (const replica of replicas) {
+    const why = specMismatch(replica.spec, prof);
+    if (why === undefined) split.staying.push(replica);
+    else if (ready(replica)) serving.push({ replica, why });
+    else split.restart.push({ replica, why });
+  }
+  // Lowest index first, so the same replicas stay in turn from pass to pass.
+  serving.sort((a, b) => a.replica.index - b.replica.index);
+  const turn = prof.rollout.maxSurge + prof.rollout.maxUnavailable;
+  split.leaving = serving.slice(0, turn);
+  for (const o of serving.slice(turn)) split.staying.push(o.replica);
+  return split;
+}
+
+/**
+ * The leaving replicas that may be drained now: each one only while the
+ * ready replicas left after it still number at least the wanted count less
+ * `max_unavailable`. `readyStaying` counts the ready replicas that stay.
+ */
+export function drainable(
+  leaving: readonly Outdated[],
+  readyStaying: number,
+  wanted: number,
+  maxUnavailable: number,
+): Outdated[] {
+  let ready = readyStaying + leaving.length;
+  const out: Outdated[] = [];
+  for (const o of leaving) {
+    if (ready - 1 < wanted - maxUnavailable) break;
+    out.push(o);
+    ready--;
+  }
+  return out;
+}
