@@ -429,6 +429,17 @@ function controlPlaneMetrics(
     () => byLabel("result", adminAuth.reloads),
   );
   metrics.gauge("llmgw_replicas", "Replicas in the table.", () => reconciler.table.size);
+  metrics.gauge(
+    "llmgw_replicas_outdated",
+    "Replicas running an older spec than their profile's, by model: a rollout under way, or waiting for room.",
+    () =>
+      reconciler.currentCatalog.models
+        .filter((m) => !m.routerOnly)
+        .map((m) => ({
+          labels: { model: m.name },
+          value: reconciler.table.list().filter((r) => r.model === m.name && reconciler.outdated(r)).length,
+        })),
+  );
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
   metrics.gauge(
     "llmgw_reconcile_last_pass_seconds",

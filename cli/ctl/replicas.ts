@@ -15,6 +15,7 @@ export function replicaJson(r: Replica) {
     since: iso(r.sinceUnixMs),
     restarts: r.restarts,
     nextAttempt: iso(r.nextAttemptUnixMs),
+    outdated: r.outdated || null,
     shards: r.shards.map((s) => ({
       rank: s.rank,
       node: s.nodeName,
@@ -56,7 +57,8 @@ export function replicasTable(rows: readonly ReplicaJson[], now = Date.now()): s
     ["REPLICA", "STATE", "SINCE", "NODES/RANKS", "GPUS", "PORTS", "LOAD (wait/run/kv)", "LAST FAILURE"],
     rows.map((r) => [
       r.id,
-      r.state,
+      // What differs is in `ctl explain` and --json; a column of it would be most of the table.
+      r.outdated ? `${r.state}, outdated` : r.state,
       ago(r.since ? Date.parse(r.since) : 0, now),
       r.shards.map((s) => `${s.node}#${s.rank}`).join(",") || "-",
       r.shards.map((s) => s.gpus.join("+")).join(",") || "-",

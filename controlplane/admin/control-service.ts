@@ -106,7 +106,9 @@ function fleetCalls(
       return {
         replicas: reconciler.table
           .list()
-          .map((r) => replicaToProto(r, t, reconciler.table.backoff.get(r.model), live)),
+          .map((r) =>
+            replicaToProto(r, t, reconciler.table.backoff.get(r.model), live, reconciler.outdated(r)),
+          ),
       };
     },
     listModels: () => ({

@@ -22,6 +22,8 @@ export function replicaToProto(
   backoff: ModelBackoff | undefined,
   /** What the agent last said about a shard that the table does not keep: its PID and load. */
   live: (shard: ShardAt) => { pid?: number | undefined; load?: ShardLoad | undefined },
+  /** What differs from its profile now (Reconciler.outdated). */
+  outdated?: string,
 ): Replica {
   // A replica on its way out is dated by its stop, not by its placement.
   const since = r.retire
@@ -36,6 +38,7 @@ export function replicaToProto(
     sinceUnixMs: BigInt(Number.isFinite(since) ? since : 0),
     restarts: r.restarts,
     nextAttemptUnixMs: BigInt(backoff && backoff.retryAt > now ? backoff.retryAt : (r.waiting?.until ?? 0)),
+    outdated: outdated ?? "",
     ...(f
       ? {
           lastFailure: {

@@ -5,12 +5,14 @@
  * would decide. Format with placement/explain.ts `formatExplanations`.
  */
 import { formatDuration } from "../../common/duration.ts";
+import type { CatalogProfile } from "../catalog.ts";
 import { requirementText } from "../placement/explain.ts";
 import { requirements } from "../placement/stages.ts";
 import type { Explanation } from "../placement/types.ts";
 import { plan } from "./plan.ts";
+import { specMismatch } from "./spec.ts";
 import { replicaStatus } from "./table.ts";
-import type { Failure, PlanState } from "./types.ts";
+import type { Failure, PlanState, ReplicaRecord } from "./types.ts";
 
 /** Lines of an engine's output shown with its failure: enough for a traceback's last frames and its error. */
 const TAIL_LINES = 12;
@@ -21,6 +23,11 @@ function failureOf(f: Failure | undefined, now: number): Pick<Explanation, "last
   return {
     lastFailure: { summary: `${f.reason}, ${age} ago`, tail: (f.outputTail ?? []).slice(-TAIL_LINES) },
   };
+}
+
+function outdatedNote(r: ReplicaRecord, p: CatalogProfile): string {
+  const why = specMismatch(r.spec, p);
+  return why ? `; runs an older spec (${why}): the rollout replaces it` : "";
 }
 
 /** Explanations for a model (by name or alias), or undefined when the catalog has no such model. */
@@ -64,7 +71,7 @@ export function explainModel(state: PlanState, model: string, now: number): Expl
             r.placement?.why ?? (r.origin === "reported" ? "adopted from a running agent" : "placed earlier"),
           ...(r.placement?.fabric ? { fabric: r.placement.fabric } : {}),
         },
-        note: `${replicaStatus(r, now, state.backoff.get(r.model))}, generation ${r.generation}, ${r.restarts} restart(s)`,
+        note: `${replicaStatus(r, now, state.backoff.get(r.model))}, generation ${r.generation}, ${r.restarts} restart(s)${outdatedNote(r, p)}`,
         ...failureOf(r.lastFailure, now),
       });
     }
