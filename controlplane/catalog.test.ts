@@ -106,7 +106,7 @@ describe("parallelism arithmetic", () => {
     expect([p.gpusPerReplica, p.gpusPerNode, p.nodes, p.fabric]).toEqual([16, 8, 2, "ib"]);
     expect(p.replicas).toEqual({ min: 1, max: 1 });
     // Make before break unless told otherwise.
-    expect(p.rollout).toEqual({ maxSurge: 1, maxUnavailable: 0 });
+    expect(p.rollout).toEqual({ maxSurge: 1, maxUnavailable: 0, paused: false });
   });
 
   it("reports every arithmetic error with its exact path, all at once", () => {

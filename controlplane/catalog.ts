@@ -53,7 +53,7 @@ export interface CatalogProfile {
   readonly startupDeadlineMs: number;
   readonly stopGraceMs: number;
   /** How a change of this profile replaces its running replicas (reconcile/rollout.ts). */
-  readonly rollout: { readonly maxSurge: number; readonly maxUnavailable: number };
+  readonly rollout: { readonly maxSurge: number; readonly maxUnavailable: number; readonly paused: boolean };
   /** The profile as configured, for the engine adapters. */
   readonly config: ProfileConfig;
 }
@@ -224,7 +224,11 @@ function checkProfile(p: ProfileConfig, path: string, issues: string[]): Catalog
     strategy: p.spread ? "spread" : "binpack",
     startupDeadlineMs: p.startup_deadline,
     stopGraceMs: p.stop_grace,
-    rollout: { maxSurge: p.rollout.max_surge, maxUnavailable: p.rollout.max_unavailable },
+    rollout: {
+      maxSurge: p.rollout.max_surge,
+      maxUnavailable: p.rollout.max_unavailable,
+      paused: p.rollout.paused,
+    },
     config: p,
   };
 }

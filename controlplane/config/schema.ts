@@ -188,6 +188,12 @@ export const profileSchema = z.strictObject({
         .min(0)
         .default(0)
         .describe("Serving replicas a rollout may drain before their replacements are ready"),
+      paused: z
+        .boolean()
+        .default(false)
+        .describe(
+          "Hold the rollout: replicas running an older spec keep running; new placements use the profile as it is",
+        ),
     })
     .prefault({})
     .describe("How replicas running an older spec of this profile are replaced after it changes"),

@@ -27,7 +27,8 @@ function failureOf(f: Failure | undefined, now: number): Pick<Explanation, "last
 
 function outdatedNote(r: ReplicaRecord, p: CatalogProfile): string {
   const why = specMismatch(r.spec, p);
-  return why ? `; runs an older spec (${why}): the rollout replaces it` : "";
+  if (!why) return "";
+  return `; runs an older spec (${why}): ${p.rollout.paused ? "the rollout is paused (rollout.paused)" : "the rollout replaces it"}`;
 }
 
 /** Explanations for a model (by name or alias), or undefined when the catalog has no such model. */

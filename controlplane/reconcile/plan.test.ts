@@ -253,6 +253,22 @@ describe("lost versus unreachable", () => {
       expect(w.table.get(id)!.retiring).toEqual([]);
     });
 
+    it("is reinstated with an older spec, for the rollout to replace once that one is ready", () => {
+      const w = lostWorld(["b"]);
+      // The profile changed while `a` was away; its replacement runs the new spec.
+      const changed = { ...SMALL.profiles[0], replicas: { min: 1 }, engine_args: ["--max-num-seqs", "8"] };
+      w.catalog = catalogOf({ ...SMALL, profiles: [changed] });
+      expect(kinds(w.plan(80_000))).toEqual([`restart ${id}`, `place ${id}`]);
+      w.report("starting", 80_001);
+      comeBack(w, 90_000);
+      expect(kinds(w.plan(90_001))).toEqual([`reinstate ${id}`]);
+      expect(w.table.get(id)!.spec).toEqual(spec);
+      w.table.observe("b", { replicaId: id, rank: 0, generation: 2, state: "stopped" }, 90_002);
+      const next = w.plan(90_003);
+      expect(kinds(next)).toEqual(["place llama-8b/1gpu/1"]);
+      expect(next[0]!.reason).toMatch(/^rollout: replacing llama-8b\/1gpu\/0 \(engine_args are \[\]/);
+    });
+
     it("stops as a stray when the replacement already serves", () => {
       const w = lostWorld(["b"]);
       w.plan(80_000);

@@ -277,7 +277,9 @@ class Pass {
     if (r.shards.some((s) => s.state === "ready")) return false;
     const returning = new Set(strays.map((s) => s.node));
     if (r.shards.some((s) => returning.has(s.node))) return false;
-    if (strays.some((s) => specMismatch(s.spec, prof))) return false;
+    // A returning replica with an older spec still serves the model: it is
+    // taken back, and the rollout replaces it make before break.
+    if (strays.some((s) => s.spec && s.spec.nodes !== prof.nodes)) return false;
     this.actions.push({
       kind: "reinstate",
       replicaId: r.id,
@@ -332,15 +334,13 @@ class Pass {
     staying = this.dropSurplus(prof, roll.staying, desired);
     const readyStaying = staying.filter(ready).length;
     this.drainLeavingNodes(leaving, readyStaying, desired);
-    const drained = drainable(roll.leaving, readyStaying, desired, prof.rollout.maxUnavailable);
+    const drained = drainable(roll.leaving, readyStaying, desired, prof.rollout);
     for (const o of drained) this.drainAway(o.replica, `rollout: ${o.why}; enough replicas serve without it`);
     // Replacements for the replicas in their turn, but never more than
     // max_surge beyond the wanted count while the ones they replace still run.
     const stillRunning = roll.leaving.length - drained.length;
-    const need = Math.min(
-      desired - staying.length,
-      desired + prof.rollout.maxSurge - staying.length - stillRunning,
-    );
+    const surge = prof.rollout.paused ? 0 : prof.rollout.maxSurge;
+    const need = Math.min(desired - staying.length, desired + surge - staying.length - stillRunning);
     this.placeMissing(prof, records, pending, need, desired, roll.leaving);
   }
 

@@ -125,6 +125,28 @@ describe("rollout of a changed profile", () => {
     expect(place!.reason).toBe("rollout: replacing llama-8b/1gpu/0 (env differs in HF_TOKEN)");
   });
 
+  it("holds where it stands while paused, and goes on when the pause is lifted", () => {
+    const w = rolled({ a: {} });
+    expect(kinds(w.plan(10))).toEqual(["place llama-8b/1gpu/2"]);
+    w.catalog = catalogOf(profile({ ...CHANGED, rollout: { paused: true } }));
+    w.report("ready", 11, (id) => id.endsWith("/2"));
+    // The replacement serves; nothing is drained or placed while paused.
+    expect(w.plan(12)).toEqual([]);
+    expect(w.plan(13)).toEqual([]);
+    expect(readyCount(w)).toBe(3);
+    w.catalog = catalogOf(profile(CHANGED));
+    expect(kinds(w.plan(14))).toEqual(["stop llama-8b/1gpu/0"]);
+  });
+
+  it("paused from the change on, places no replacement and stops nothing", () => {
+    const w = new World(catalogOf(profile()), { a: {} });
+    w.plan(0);
+    w.report("ready", 1, (id) => id.endsWith("/0"));
+    w.catalog = catalogOf(profile({ ...CHANGED, rollout: { paused: true } }));
+    // Neither the serving one nor the one still starting.
+    expect(w.plan(10)).toEqual([]);
+  });
+
   it("leaves a replica whose spec is not known yet alone", () => {
     const w = rolled({ a: {} });
     for (const r of w.table.list()) delete r.spec;

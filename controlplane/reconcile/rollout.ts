@@ -7,6 +7,11 @@
  * missing. A replacement that fails therefore never costs a serving replica:
  * it goes into the model's backoff and the older ones keep serving.
  *
+ * `paused` holds it where it stands: nothing is placed for it, drained or
+ * restarted until it is lifted, while other placements (a failure's, a
+ * scale-up's) run the profile as it is. A canary is `max_surge: 1`, then
+ * `paused: true` once the first replacement serves.
+ *
  * Pure: the planner (plan.ts) hands it a profile's replicas that stay after
  * surplus and node drains, and turns the answer into actions.
  */
@@ -29,7 +34,11 @@ export interface RolloutSplit {
   staying: ReplicaRecord[];
 }
 
-/** Sorts a profile's staying replicas by whether, and when, the rollout replaces them. */
+/**
+ * Sorts a profile's staying replicas by whether, and when, the rollout
+ * replaces them. While paused the turn is still taken (so a replacement
+ * already placed is not counted as surplus), but nothing is restarted.
+ */
 export function splitOutdated(
   replicas: readonly ReplicaRecord[],
   prof: CatalogProfile,
@@ -41,6 +50,7 @@ export function splitOutdated(
     const why = specMismatch(replica.spec, prof);
     if (why === undefined) split.staying.push(replica);
     else if (ready(replica)) serving.push({ replica, why });
+    else if (prof.rollout.paused) split.staying.push(replica);
     else split.restart.push({ replica, why });
   }
   // Lowest index first, so the same replicas stay in turn from pass to pass.
@@ -54,14 +64,17 @@ export function splitOutdated(
 /**
  * The leaving replicas that may be drained now: each one only while the
  * ready replicas left after it still number at least the wanted count less
- * `max_unavailable`. `readyStaying` counts the ready replicas that stay.
+ * `max_unavailable`, and none while paused. `readyStaying` counts the ready
+ * replicas that stay.
  */
 export function drainable(
   leaving: readonly Outdated[],
   readyStaying: number,
   wanted: number,
-  maxUnavailable: number,
+  rollout: CatalogProfile["rollout"],
 ): Outdated[] {
+  if (rollout.paused) return [];
+  const { maxUnavailable } = rollout;
   let ready = readyStaying + leaving.length;
   const out: Outdated[] = [];
   for (const o of leaving) {

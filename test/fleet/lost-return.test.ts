@@ -122,11 +122,15 @@ describe("a node back after it was declared lost (real processes)", () => {
 
   it("a replacement still loading stops; the returning engine is the replica again", async () => {
     // From now on a new engine takes a minute to load, as a large model's
-    // weights would; the running ones are not restarted for it.
+    // weights would; the rollout is paused, so the running ones are not
+    // replaced for it (docs/placement.md, "Rollouts").
     const text = readFileSync(cp.configPath, "utf8");
     writeFileSync(
       cp.configPath,
-      text.replace('"--sim-speed", "50"]', '"--sim-speed", "50", "--sim-startup-seconds", "60"]'),
+      text.replace(
+        '"--sim-speed", "50"]',
+        '"--sim-speed", "50", "--sim-startup-seconds", "60"]\n        rollout: { paused: true }',
+      ),
     );
     cp.proc.child.kill("SIGHUP");
     const before = await settled(2);
