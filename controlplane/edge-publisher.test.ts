@@ -111,6 +111,19 @@ describe("EdgePublisher after a restart", () => {
     expect(store.load().endpoints?.map((e) => e.id)).toEqual(["a/p/0"]);
   });
 
+  it("drops a replica it has itself stopped and forgotten during the hold, keeping the ones no agent reported", async () => {
+    const { p, puts, facts } = await harness([endpoint("a/p/0", "n1"), endpoint("b/p/0", "n2")]);
+    facts.replicas = [replica("a/p/0", "n1", "ready"), replica("a/p/1", "n1", "ready")];
+    facts.now = 1_000;
+    await p.tick();
+    expect(puts.at(-1)).toEqual(["a/p/0", "a/p/1", "b/p/0"]);
+    // A rollout (or a scale-down) drained a/p/0 and a/p/1 and forgot them: long before the hold ends.
+    facts.replicas = [replica("a/p/2", "n1", "ready")];
+    facts.now = 2_000;
+    await p.tick();
+    expect(puts.at(-1)).toEqual(["a/p/2", "b/p/0"]);
+  });
+
   it("names a stored set that does not decode, and reads it as none", () => {
     const store = new PublishedEndpoints(":memory:");
     expect(store.load()).toEqual({ endpoints: undefined });

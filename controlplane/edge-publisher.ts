@@ -109,13 +109,20 @@ const fingerprint = (list: readonly Endpoint[]) =>
 /**
  * Pure: what to publish while holding after a start. `last` is what the edge
  * was last given. An endpoint of `last` stays unless an agent has reported
- * its replica since the start (the replica has shards), in which case the
- * current set decides; an id in both takes the current entry.
+ * its replica since the start (the replica has shards), or this control
+ * plane has known it since (`known`: it published it, or held it, and has
+ * since stopped and forgotten it, as a scale-down or a rollout does), in
+ * which case the current set decides; an id in both takes the current entry.
  */
-export function graceSet(current: readonly Endpoint[], last: readonly Endpoint[], f: EdgeFacts): Endpoint[] {
+export function graceSet(
+  current: readonly Endpoint[],
+  last: readonly Endpoint[],
+  f: EdgeFacts,
+  known: ReadonlySet<string> = new Set(),
+): Endpoint[] {
   const ids = new Set(current.map((e) => e.id));
   const reported = new Set(f.replicas.filter((r) => r.shards.length > 0).map((r) => r.id));
-  const kept = last.filter((e) => !ids.has(e.id) && !reported.has(e.id));
+  const kept = last.filter((e) => !ids.has(e.id) && !reported.has(e.id) && !known.has(e.id));
   return [...current, ...kept].sort((a, b) => a.id.localeCompare(b.id));
 }
 
@@ -194,6 +201,8 @@ export class EdgePublisher {
   private busy = false;
   /** What the edge was last given (this run or, from the store, the one before). */
   private last: Endpoint[] | undefined;
+  /** Ids this control plane has routed or seen running since its start: for those, its own set decides. */
+  private readonly known = new Set<string>();
   private heldLogged = false;
   failures = 0;
   endpointWrites = 0;
@@ -335,7 +344,11 @@ export class EdgePublisher {
       return undefined;
     }
     const until = this.opts.holdUntil;
-    return until !== undefined && f.now < until ? graceSet(current, this.last, f) : current;
+    if (until === undefined || f.now >= until) return current;
+    const held = graceSet(current, this.last, f, this.known);
+    for (const e of current) this.known.add(e.id);
+    for (const r of f.replicas) if (r.shards.length > 0) this.known.add(r.id);
+    return held;
   }
 
   private async pushLoad(f: EdgeFacts): Promise<void> {

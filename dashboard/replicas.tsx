@@ -21,6 +21,7 @@ function LastTransition({ r, now }: { r: Replica; now: number }) {
       <span class="sub"> for {since(r.sinceUnixMs, now)}</span>
       {r.restarts > 0 ? <span class="sub"> · {r.restarts} restarts</span> : null}
       {next > 0 ? <span class="sub"> · next attempt in {duration(next)}</span> : null}
+      {r.outdated ? <div class="outdated">runs an older spec: {r.outdated}</div> : null}
       {f ? (
         <details class="failure">
           <summary>
@@ -52,7 +53,13 @@ export function Replicas({ replicas, now }: { replicas: readonly Replica[]; now:
           </thead>
           <tbody>
             {replicas.map((r) => (
-              <tr key={r.id} data-replica={r.id} data-model={r.model} data-state={r.state}>
+              <tr
+                key={r.id}
+                data-replica={r.id}
+                data-model={r.model}
+                data-state={r.state}
+                data-outdated={r.outdated ? "true" : "false"}
+              >
                 <td class="name">{r.id}</td>
                 <td>
                   {r.model}

@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientFor, createKey } from "../edge/helpers.ts";
+import { launchChromium, screenshot } from "../harness/browser.ts";
 import { processArgv } from "../harness/fleet.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { waitUntil } from "../harness/process.ts";
@@ -113,6 +114,18 @@ describe("rollout of a changed profile (real processes)", () => {
         60_000,
         100,
       );
+      // The edge routes to the new ones only, well inside the minute after
+      // the control plane's start in which it keeps what it last published.
+      const now = (await replicas()).map((r) => r.id).sort();
+      await waitUntil(
+        "the edge's pool holds the new replicas only",
+        async () => {
+          const pool = (await stack!.edge.sync.getPoolStatus({ model: MODEL })).pools[0];
+          return JSON.stringify(pool?.endpoints.map((e) => e.id).sort()) === JSON.stringify(now);
+        },
+        10_000,
+        100,
+      );
       await waitUntil("more traffic served after the rollout", () => traffic.seen.ok >= 40, 30_000, 100);
     } finally {
       await traffic.stop();
@@ -163,6 +176,22 @@ describe("rollout of a changed profile (real processes)", () => {
       expect(await stack!.cp.metric(`llmgw_replicas_outdated{model="${MODEL}"}`)).toBe(2);
       const table = (await stack!.cp.ctl("replicas")).stdout;
       expect(table).toContain("ready, outdated");
+      // And the dashboard, on each older replica's row.
+      const browser = await launchChromium();
+      try {
+        const page = await browser.newPage();
+        await page.goto(`${stack!.cp.adminUrl}/#token=${ADMIN_TOKEN}`);
+        for (const s of serving) {
+          const row = page.locator(`#replicas tr[data-replica="${s.id}"]`);
+          await row.and(page.locator('[data-outdated="true"]')).waitFor({ timeout: 15_000 });
+          expect(await row.locator(".outdated").textContent()).toBe(
+            'runs an older spec: engine_args are ["--sim-speed","50","--max-num-seqs","32"], profile wants ["--sim-speed=-1"]',
+          );
+        }
+        await screenshot(page, "rollout", "outdated");
+      } finally {
+        await browser.close();
+      }
 
       reconfigure('["--sim-speed", "50", "--max-num-seqs", "32"]');
       await waitUntil(
