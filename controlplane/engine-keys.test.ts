@@ -37,6 +37,29 @@ describe("engine keys", () => {
     two.close();
   });
 
+  it("rotate: new keys from then on, and the old ones told apart, also after a restart", () => {
+    const path = db();
+    const keys = openEngineKeys(path, 1);
+    const old = keys.forReplica("m/p/0", 1);
+    expect(keys.isRetired(old, "m/p/0", 1)).toBe(false);
+    keys.rotate(2);
+    const fresh = keys.forReplica("m/p/0", 1);
+    expect(fresh).not.toBe(old);
+    expect(keys.isRetired(old, "m/p/0", 1)).toBe(true);
+    expect(keys.isRetired(fresh, "m/p/0", 1)).toBe(false);
+    // A key that is neither (another database's, none at all) is not retired: nothing replaces its engine.
+    expect(keys.isRetired("llmgw-e-from-elsewhere", "m/p/0", 1)).toBe(false);
+    expect(keys.isRetired("", "m/p/0", 1)).toBe(false);
+    keys.close();
+    const again = openEngineKeys(path, 3);
+    expect(again.forReplica("m/p/0", 1)).toBe(fresh);
+    expect(again.isRetired(old, "m/p/0", 1)).toBe(true);
+    again.rotate(4);
+    expect(again.isRetired(old, "m/p/0", 1)).toBe(true);
+    expect(again.isRetired(fresh, "m/p/0", 1)).toBe(true);
+    again.close();
+  });
+
   it("are derived from the secret and the replica alone", () => {
     const secret = new Uint8Array(32).fill(7);
     expect(engineKeyFor(secret, "m/p/0", 3)).toBe(engineKeyFor(new Uint8Array(32).fill(7), "m/p/0", 3));

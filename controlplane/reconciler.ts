@@ -10,15 +10,15 @@ import {
 import type { AgentStreams } from "./agentsvc/agent-streams.ts";
 import type { Catalog, CatalogProfile } from "./catalog.ts";
 import type { Config } from "./config/schema.ts";
-import type { EngineKeyOf } from "./engine-keys.ts";
+import type { EngineKeyOf, RetiredKeyTest } from "./engine-keys.ts";
 import type { IntentStore } from "./intent-store.ts";
 import { placementNode } from "./placement/snapshot.ts";
 import type { Assignment, PlacementNode } from "./placement/types.ts";
 import { explainModel } from "./reconcile/explain.ts";
 import { plan, planSettings } from "./reconcile/plan.ts";
-import { specMismatch } from "./reconcile/spec.ts";
+import { outdatedWhy } from "./reconcile/rollout.ts";
 import { ReplicaTable } from "./reconcile/table.ts";
-import type { Action, ObservedShard, PlanState, ReplicaRecord } from "./reconcile/types.ts";
+import type { Action, ObservedShard, PlanState } from "./reconcile/types.ts";
 import type { Registry } from "./registry.ts";
 import type { Scaler } from "./scaler.ts";
 
@@ -41,6 +41,8 @@ export interface ReconcilerDeps {
   scaler?: Scaler;
   /** The key a replica's engine is launched to require (controlplane/engine-keys.ts); without it, none. */
   engineKey?: EngineKeyOf;
+  /** Whether a launched key derives from a retired secret: its replica is rolled (engine-keys.ts). */
+  retiredKey?: RetiredKeyTest;
 }
 
 /** A ShardStatus in the planner's words. Undefined for states it cannot use. */
@@ -208,13 +210,37 @@ export class Reconciler {
   }
 
   /**
-   * What differs between the spec a replica runs and its profile's now (a
-   * rollout replaces it), or undefined when nothing does, it is on its way
-   * out, or its spec is not known yet.
+   * Why each replica that a rollout replaces is to be replaced (its spec is
+   * not its profile's now, or its engine key is retired), by id; replicas on
+   * their way out and ones whose spec is not known yet are not in it.
    */
-  outdated(r: ReplicaRecord): string | undefined {
-    const p = this.catalog.profile(r.model, r.profile);
-    return p && !r.retire ? specMismatch(r.spec, p) : undefined;
+  outdated(): Map<string, string> {
+    const retiredKeys = this.retiredKeys();
+    const out = new Map<string, string>();
+    for (const r of this.table.list()) {
+      const p = this.catalog.profile(r.model, r.profile);
+      const why = p && !r.retire ? outdatedWhy(r, p, retiredKeys) : undefined;
+      if (why) out.set(r.id, why);
+    }
+    return out;
+  }
+
+  /** The replicas whose engines run with a retired key, by id: what a rotation will replace. */
+  retiredKeyReplicas(): string[] {
+    return [...this.retiredKeys().keys()].sort();
+  }
+
+  /** Replica id → generation, for each engine an agent reports running with a retired key. */
+  private retiredKeys(): Map<string, number> {
+    const out = new Map<string, number>();
+    const test = this.deps.retiredKey;
+    if (!test) return out;
+    for (const { spec } of this.reported.values()) {
+      if (!spec || this.table.get(spec.replicaId)?.generation !== Number(spec.generation)) continue;
+      if (test(spec.engineApiKey, spec.replicaId, Number(spec.generation)))
+        out.set(spec.replicaId, Number(spec.generation));
+    }
+    return out;
   }
 
   nodes(): PlacementNode[] {
@@ -240,7 +266,10 @@ export class Reconciler {
    * pass decides them anew, `explain`'s dry run reuses the last decision.
    */
   private planState(now: number, decide: boolean): PlanState {
-    const state = this.table.planState(this.catalog, this.nodes(), this.settings());
+    const state: PlanState = {
+      ...this.table.planState(this.catalog, this.nodes(), this.settings()),
+      retiredKeys: this.retiredKeys(),
+    };
     const scaler = this.deps.scaler;
     if (!scaler) return state;
     return {

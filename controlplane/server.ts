@@ -89,6 +89,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       now,
       scaler,
       engineKey: engineKeys.forReplica,
+      retiredKey: engineKeys.isRetired,
       afterPass: () => known.save(knownFleet(reconciler.table.list(), registry.list()), now()),
     },
     config,
@@ -120,6 +121,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       loads,
       scaler,
       now,
+      engineKeys,
       ...(edge ? { edgeStatus: edge.status, edgeSync: edge.client } : {}),
       ...(tls ? { joinTokens: tls.enrollment, claims } : {}),
       ...(revocation ? { revocation } : {}),
@@ -432,13 +434,12 @@ function controlPlaneMetrics(
   metrics.gauge(
     "llmgw_replicas_outdated",
     "Replicas running an older spec than their profile's, by model: a rollout under way, or waiting for room.",
-    () =>
-      reconciler.currentCatalog.models
+    () => {
+      const outdated = [...reconciler.outdated().keys()].map((id) => reconciler.table.get(id)?.model);
+      return reconciler.currentCatalog.models
         .filter((m) => !m.routerOnly)
-        .map((m) => ({
-          labels: { model: m.name },
-          value: reconciler.table.list().filter((r) => r.model === m.name && reconciler.outdated(r)).length,
-        })),
+        .map((m) => ({ labels: { model: m.name }, value: outdated.filter((x) => x === m.name).length }));
+    },
   );
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);
   metrics.gauge(

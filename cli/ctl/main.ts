@@ -28,6 +28,8 @@ commands:
   endpoints set FILE    write a static endpoint list to the edge (router-only mode)
   endpoints check FILE  validate an endpoint list as set would, without writing it
   endpoints status      each model's pool at the edge: saturation, band queues, endpoints' load
+  engine-keys rotate    a new secret for the keys engines require; the engines with a key
+                        from the old one are replaced one at a time, make before break
   tokens create [--ttl 1h] [--uses 1] [--node NAME [--replace]]
                         a join token for agent enrollment (mTLS), shown once; it enrolls a
                         name that holds no certificate, or only NAME (--node); --replace
@@ -114,6 +116,8 @@ export async function main(argv: string[]): Promise<number> {
       }
       case "tokens":
         return await tokensCommand(client, positionals, values);
+      case "engine-keys":
+        return await engineKeysCommand(client, positionals, values.json ?? false);
       default:
         process.stderr.write(`llmgw ctl: unknown command "${command}"\n\n${HELP}`);
         return 2;
@@ -144,6 +148,18 @@ async function revokeCommand(client: ControlClient, node: string | undefined, js
   else
     process.stdout.write(
       `${node}: revoked ${r.serials.length} certificate${r.serials.length === 1 ? "" : "s"}${r.disconnected ? ", stream closed" : ""}; re-admitting it takes a new join token\n`,
+    );
+  return 0;
+}
+
+async function engineKeysCommand(client: ControlClient, positionals: string[], json: boolean) {
+  if (positionals[0] !== "rotate" || positionals.length > 1)
+    throw new Error("usage: llmgw ctl engine-keys rotate [--json]");
+  const { replicas } = await client.rotateEngineKeys({});
+  if (json) process.stdout.write(`${JSON.stringify({ rotated: true, replicas })}\n`);
+  else
+    process.stdout.write(
+      `engine key secret rotated: new placements get keys from the new one; ${replicas.length} replica(s) run with a key from the old one and are replaced one at a time (ctl replicas shows them outdated)${replicas.length > 0 ? `: ${replicas.join(", ")}` : ""}\n`,
     );
   return 0;
 }

@@ -25,6 +25,7 @@ export const ADMIN_ACCESS = {
   drain: "token",
   createJoinToken: "token",
   revokeNode: "token",
+  rotateEngineKeys: "token",
   getEdgeStatus: "token",
   getKeyUsage: "token",
 } as const satisfies Record<AdminDoor, Access>;

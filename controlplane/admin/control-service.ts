@@ -5,6 +5,7 @@ import type { EdgeSyncClient } from "../../common/edgesync-client.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { ClaimRefusals } from "../agentsvc/claim-refusals.ts";
 import type { EdgeStatusPoller } from "../edge-status.ts";
+import type { EngineKeys } from "../engine-keys.ts";
 import type { IntentStore } from "../intent-store.ts";
 import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
@@ -45,6 +46,8 @@ export interface ControlServiceDeps {
   };
   /** The edge link's EdgeSync client (server.ts), when `edge` is configured. */
   edgeSync?: EdgeSyncClient;
+  /** The engine key secret (engine-keys.ts), for its rotation. */
+  engineKeys?: Pick<EngineKeys, "rotate">;
 }
 
 /** Operators get a drain deadline unless they name one. */
@@ -64,6 +67,14 @@ export function controlRoutes(deps: ControlServiceDeps) {
     ...intentCalls(deps, now, known),
     ...enrollmentCalls(deps),
     ...edgeCalls(deps),
+    rotateEngineKeys: () => {
+      if (!deps.engineKeys) {
+        throw new ConnectError("this control plane launches engines without keys", Code.FailedPrecondition);
+      }
+      deps.engineKeys.rotate(now());
+      deps.reconciler.trigger("engine key secret rotated");
+      return { replicas: deps.reconciler.retiredKeyReplicas() };
+    },
   };
   return (router: ConnectRouter) => {
     router.service(ControlService, calls);
@@ -103,12 +114,11 @@ function fleetCalls(
     },
     listReplicas: () => {
       const t = now();
+      const outdated = reconciler.outdated();
       return {
         replicas: reconciler.table
           .list()
-          .map((r) =>
-            replicaToProto(r, t, reconciler.table.backoff.get(r.model), live, reconciler.outdated(r)),
-          ),
+          .map((r) => replicaToProto(r, t, reconciler.table.backoff.get(r.model), live, outdated.get(r.id))),
       };
     },
     listModels: () => ({

@@ -10,7 +10,7 @@ import { requirementText } from "../placement/explain.ts";
 import { requirements } from "../placement/stages.ts";
 import type { Explanation } from "../placement/types.ts";
 import { plan } from "./plan.ts";
-import { specMismatch } from "./spec.ts";
+import { outdatedWhy } from "./rollout.ts";
 import { replicaStatus } from "./table.ts";
 import type { Failure, PlanState, ReplicaRecord } from "./types.ts";
 
@@ -25,8 +25,8 @@ function failureOf(f: Failure | undefined, now: number): Pick<Explanation, "last
   };
 }
 
-function outdatedNote(r: ReplicaRecord, p: CatalogProfile): string {
-  const why = specMismatch(r.spec, p);
+function outdatedNote(r: ReplicaRecord, p: CatalogProfile, retiredKeys: PlanState["retiredKeys"]): string {
+  const why = outdatedWhy(r, p, retiredKeys);
   if (!why) return "";
   return `; runs an older spec (${why}): ${p.rollout.paused ? "the rollout is paused (rollout.paused)" : "the rollout replaces it"}`;
 }
@@ -72,7 +72,7 @@ export function explainModel(state: PlanState, model: string, now: number): Expl
             r.placement?.why ?? (r.origin === "reported" ? "adopted from a running agent" : "placed earlier"),
           ...(r.placement?.fabric ? { fabric: r.placement.fabric } : {}),
         },
-        note: `${replicaStatus(r, now, state.backoff.get(r.model))}, generation ${r.generation}, ${r.restarts} restart(s)${outdatedNote(r, p)}`,
+        note: `${replicaStatus(r, now, state.backoff.get(r.model))}, generation ${r.generation}, ${r.restarts} restart(s)${outdatedNote(r, p, state.retiredKeys)}`,
         ...failureOf(r.lastFailure, now),
       });
     }

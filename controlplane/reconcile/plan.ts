@@ -35,7 +35,7 @@ import { Fleet } from "../placement/fleet.ts";
 import { PlacementSession, placeReplica } from "../placement/pipeline.ts";
 import type { Assignment, Explanation, PlacementNode } from "../placement/types.ts";
 import { replicaId } from "./ids.ts";
-import { drainable, type Outdated, splitOutdated } from "./rollout.ts";
+import { drainable, type Outdated, outdatedWhy, splitOutdated } from "./rollout.ts";
 import { specMismatch, specOf } from "./spec.ts";
 import type {
   Action,
@@ -329,7 +329,7 @@ class Pass {
     let staying: ReplicaRecord[] = [];
     for (const r of live) (r.shards.some((s) => this.draining(s.node)) ? leaving : staying).push(r);
 
-    const roll = splitOutdated(staying, prof, ready);
+    const roll = splitOutdated(staying, prof, ready, this.state.retiredKeys);
     for (const o of roll.restart) this.retire(o.replica, `rollout: not serving yet and ${o.why}`);
     staying = this.dropSurplus(prof, roll.staying, desired);
     const readyStaying = staying.filter(ready).length;
@@ -350,7 +350,7 @@ class Pass {
    */
   private dropSurplus(prof: CatalogProfile, staying: ReplicaRecord[], desired: number): ReplicaRecord[] {
     if (staying.length <= desired) return staying;
-    const outdated = (r: ReplicaRecord) => specMismatch(r.spec, prof) !== undefined;
+    const outdated = (r: ReplicaRecord) => outdatedWhy(r, prof, this.state.retiredKeys) !== undefined;
     const order = [...staying].sort(
       (a, b) =>
         Number(outdated(b)) - Number(outdated(a)) || Number(ready(a)) - Number(ready(b)) || b.index - a.index,

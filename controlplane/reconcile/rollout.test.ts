@@ -147,6 +147,23 @@ describe("rollout of a changed profile", () => {
     expect(w.plan(10)).toEqual([]);
   });
 
+  it("replaces the replicas whose engine key is retired, the same way, and only their generation", () => {
+    const w = new World(catalogOf(profile()), { a: {} });
+    w.plan(0);
+    w.report("ready", 1);
+    w.retiredKeys.set("llama-8b/1gpu/0", 1);
+    w.retiredKeys.set("llama-8b/1gpu/1", 7);
+    const [place] = w.plan(10);
+    expect(kinds([place!])).toEqual(["place llama-8b/1gpu/2"]);
+    expect(place!.reason).toBe(
+      "rollout: replacing llama-8b/1gpu/0 (its engine key derives from a rotated secret (llmgw ctl engine-keys rotate))",
+    );
+    w.report("ready", 11, (id) => id.endsWith("/2"));
+    expect(kinds(w.plan(12))).toEqual(["stop llama-8b/1gpu/0"]);
+    // llama-8b/1gpu/1 runs generation 1, not the 7 named: it stays.
+    expect(w.plan(13)).toEqual([]);
+  });
+
   it("leaves a replica whose spec is not known yet alone", () => {
     const w = rolled({ a: {} });
     for (const r of w.table.list()) delete r.spec;

@@ -1,10 +1,10 @@
 /**
- * A profile that changed (its source, engine_args, env, parallelism…)
- * replaces the replicas that run its older spec a few at a time, make before
- * break, as a Kubernetes Deployment rolls: `max_surge` replacements are
- * placed beyond the wanted count, and a replica that serves is drained only
- * once enough others serve that at most `max_unavailable` of the wanted are
- * missing. A replacement that fails therefore never costs a serving replica:
+ * A profile that changed (its source, engine_args, env, parallelism…), or
+ * an engine key secret that was rotated, replaces the replicas that run the
+ * older spec or key a few at a time, make before break, as a Kubernetes
+ * Deployment rolls: `max_surge` replacements are placed beyond the wanted
+ * count, and a replica that serves is drained only once enough others serve
+ * that at most `max_unavailable` of the wanted are missing. A replacement that fails therefore never costs a serving replica:
  * it goes into the model's backoff and the older ones keep serving.
  *
  * `paused` holds it where it stands: nothing is placed for it, drained or
@@ -35,6 +35,23 @@ export interface RolloutSplit {
 }
 
 /**
+ * Why a replica is to be replaced: its spec is not its profile's now
+ * (spec.ts), or its engine's key derives from a secret rotated away.
+ * Undefined when neither, or when its spec is not known yet.
+ */
+export function outdatedWhy(
+  r: ReplicaRecord,
+  prof: CatalogProfile,
+  retiredKeys?: ReadonlyMap<string, number>,
+): string | undefined {
+  const mismatch = specMismatch(r.spec, prof);
+  if (mismatch !== undefined) return mismatch;
+  if (retiredKeys?.get(r.id) === r.generation)
+    return "its engine key derives from a rotated secret (llmgw ctl engine-keys rotate)";
+  return undefined;
+}
+
+/**
  * Sorts a profile's staying replicas by whether, and when, the rollout
  * replaces them. While paused the turn is still taken (so a replacement
  * already placed is not counted as surplus), but nothing is restarted.
@@ -43,11 +60,12 @@ export function splitOutdated(
   replicas: readonly ReplicaRecord[],
   prof: CatalogProfile,
   ready: (r: ReplicaRecord) => boolean,
+  retiredKeys?: ReadonlyMap<string, number>,
 ): RolloutSplit {
   const split: RolloutSplit = { restart: [], leaving: [], staying: [] };
   const serving: Outdated[] = [];
   for (const replica of replicas) {
-    const why = specMismatch(replica.spec, prof);
+    const why = outdatedWhy(replica, prof, retiredKeys);
     if (why === undefined) split.staying.push(replica);
     else if (ready(replica)) serving.push({ replica, why });
     else if (prof.rollout.paused) split.staying.push(replica);

@@ -147,6 +147,11 @@ export interface PlanState {
    * it does not name keeps replicas.min. Absent: every profile keeps min.
    */
   desired?: ReadonlyMap<string, number>;
+  /**
+   * Replica id → the generation whose engine requires a key derived from a
+   * secret rotated away (engine-keys.ts): the rollout replaces it.
+   */
+  retiredKeys?: ReadonlyMap<string, number>;
 }
 
 export interface ShardRef {

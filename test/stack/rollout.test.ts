@@ -1,8 +1,9 @@
 import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientFor, createKey } from "../edge/helpers.ts";
 import { launchChromium, screenshot } from "../harness/browser.ts";
-import { processArgv } from "../harness/fleet.ts";
+import { engineKeyOf, processArgv, processRunning } from "../harness/fleet.ts";
 import { type LinkedStack, startLinkedStack } from "../harness/linked-stack.ts";
 import { waitUntil } from "../harness/process.ts";
 
@@ -13,10 +14,12 @@ import { waitUntil } from "../harness/process.ts";
  * replicas one at a time, make before break, while the openai client
  * streams through the edge without a failure. A change the engine cannot
  * start with costs no serving replica, and taking it back costs nothing.
+ * Rotating the engine key secret rolls the same way.
  */
 const ADMIN_TOKEN = "rollout-test-admin-token";
 const MODEL = "rolled";
 const ARGS = '["--sim-speed", "50"]';
+const NODE = "roll-1";
 
 describe("rollout of a changed profile (real processes)", () => {
   let stack: LinkedStack | undefined;
@@ -34,7 +37,7 @@ describe("rollout of a changed profile (real processes)", () => {
         replicas: { min: 2 }
         stop_grace: 10s
 `,
-      node: "roll-1",
+      node: NODE,
       agent: { gpus: "3xH100-80GB" },
       routed: MODEL,
     });
@@ -209,5 +212,49 @@ describe("rollout of a changed profile (real processes)", () => {
     expect(traffic.seen.failed).toEqual([]);
     expect(traffic.seen.ok).toBeGreaterThan(0);
     expect((await replicas()).map((r) => r.shards[0]!.pid).sort()).toEqual(pids);
+  });
+
+  it("rotating the engine key secret replaces every engine, make before break, under keys of the new secret", async () => {
+    const stateDir = join(stack!.cp.dir, "agents", NODE);
+    const before = await ready();
+    expect(before).toHaveLength(2);
+    const oldKeys = new Map(before.map((r) => [r.id, engineKeyOf(stateDir, r.id)]));
+    const traffic = await load(2);
+    let fewestReady = Number.POSITIVE_INFINITY;
+    try {
+      const rotated = await stack!.cp.ctl("engine-keys", "rotate");
+      expect(rotated.code).toBe(0);
+      expect(rotated.stdout).toContain(
+        `engine key secret rotated: new placements get keys from the new one; 2 replica(s) run with a key from the old one and are replaced one at a time (ctl replicas shows them outdated): ${[...oldKeys.keys()].sort().join(", ")}`,
+      );
+      await waitUntil(
+        "both engines replaced",
+        async () => {
+          const rs = await replicas();
+          fewestReady = Math.min(fewestReady, rs.filter((r) => r.state === "ready").length);
+          return rs.length === 2 && rs.every((r) => r.state === "ready" && !r.outdated && !oldKeys.has(r.id));
+        },
+        60_000,
+        100,
+      );
+    } finally {
+      await traffic.stop();
+    }
+    expect(traffic.seen.failed).toEqual([]);
+    expect(fewestReady).toBeGreaterThanOrEqual(2);
+    for (const r of before) expect(processRunning(r.shards[0]!.pid!)).toBe(false);
+    // The new engines require keys of the new secret: an old key opens neither.
+    const pool = (await stack!.edge.sync.getPoolStatus({ model: MODEL })).pools[0]!;
+    for (const e of pool.endpoints) {
+      const url = `${e.url.replace(/\/v1$/, "")}/v1/models`;
+      const key = engineKeyOf(stateDir, e.id);
+      expect(key).not.toBe("");
+      expect([...oldKeys.values()]).not.toContain(key);
+      expect((await fetch(url, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+      for (const old of oldKeys.values())
+        expect((await fetch(url, { headers: { authorization: `Bearer ${old}` } })).status).toBe(401);
+    }
+    // Nothing is outdated any more.
+    expect(await stack!.cp.metric(`llmgw_replicas_outdated{model="${MODEL}"}`)).toBe(0);
   });
 });
