@@ -255,7 +255,10 @@ describe("an engine through the agent: vLLM adapter, readiness, load, adoption, 
         {
           model: "e2e-chat",
           messages: [{ role: "user", content: "A long answer, please." }],
-          max_tokens: 400,
+          // 160 s of tokens, aborted as soon as it has been seen: on a loaded
+          // machine each ctl call below can take seconds, and 400 (16 s) once
+          // ran out before ctl showed it.
+          max_tokens: 4000,
           stream: true,
         },
         { signal: controller.signal },
