@@ -4,8 +4,9 @@
  * older spec or key a few at a time, make before break, as a Kubernetes
  * Deployment rolls: `max_surge` replacements are placed beyond the wanted
  * count, and a replica that serves is drained only once enough others serve
- * that at most `max_unavailable` of the wanted are missing. A replacement that fails therefore never costs a serving replica:
- * it goes into the model's backoff and the older ones keep serving.
+ * that at most `max_unavailable` of the wanted are missing. A replacement
+ * that fails therefore never costs a serving replica: it goes into the
+ * model's backoff and the older ones keep serving.
  *
  * `paused` holds it where it stands: nothing is placed for it, drained or
  * restarted until it is lifted, while other placements (a failure's, a
@@ -21,7 +22,7 @@ import type { ReplicaRecord } from "./types.ts";
 
 export interface Outdated {
   replica: ReplicaRecord;
-  /** What differs from the profile (spec.ts). */
+  /** What differs from the profile (spec.ts), or that its key is retired. */
   why: string;
 }
 
