@@ -164,6 +164,44 @@ describe("rollout of a changed profile", () => {
     expect(w.plan(13)).toEqual([]);
   });
 
+  it("rolls a multi-node replica as one gang: every rank of the replacement first, then every rank drained", () => {
+    const big = (extra: Record<string, unknown> = {}) => ({
+      name: "llama-70b",
+      profiles: [
+        {
+          name: "tp8pp2",
+          engine: "vllm",
+          source: "meta-llama/70b",
+          tensor_parallel: 8,
+          pipeline_parallel: 2,
+          nodes: 2,
+          fabric: "ib",
+          ...extra,
+        },
+      ],
+    });
+    const ib = { fabric: { ib: "pod-a" } };
+    const w = new World(catalogOf(big()), { a: ib, b: ib, c: ib, d: ib });
+    expect(kinds(w.plan(0))).toEqual(["place llama-70b/tp8pp2/0"]);
+    w.report("ready", 1);
+    w.catalog = catalogOf(big(CHANGED));
+    const [place] = w.plan(10) as Extract<Action, { kind: "place" }>[];
+    expect(kinds([place!])).toEqual(["place llama-70b/tp8pp2/1"]);
+    const old = w.table.get("llama-70b/tp8pp2/0")!.shards.map((s) => s.node);
+    expect(place!.assignment.shards.map((s) => s.node).filter((n) => old.includes(n))).toEqual([]);
+    // One rank ready is not the replica ready.
+    w.table.observe(
+      place!.assignment.shards[0]!.node,
+      { replicaId: "llama-70b/tp8pp2/1", rank: 0, generation: 1, state: "ready" },
+      11,
+    );
+    expect(w.plan(12)).toEqual([]);
+    w.report("ready", 13, (id) => id.endsWith("/1"));
+    const [drain] = w.plan(14) as Extract<Action, { kind: "stop" }>[];
+    expect(drain).toMatchObject({ kind: "stop", replicaId: "llama-70b/tp8pp2/0", mode: "drain" });
+    expect(drain!.shards.map((s) => s.rank).sort()).toEqual([0, 1]);
+  });
+
   it("leaves a replica whose spec is not known yet alone", () => {
     const w = rolled({ a: {} });
     for (const r of w.table.list()) delete r.spec;
