@@ -4,11 +4,13 @@ import { parseDuration } from "../../common/duration.ts";
 import type { EdgeSyncClient } from "../../common/edgesync-client.ts";
 import { ControlService, NodeSchema, NodeState } from "../../proto/gen/control/v1/control_pb.ts";
 import type { ClaimRefusals } from "../agentsvc/claim-refusals.ts";
+import type { CatalogProfile } from "../catalog.ts";
 import type { EdgeStatusPoller } from "../edge-status.ts";
 import type { EngineKeys } from "../engine-keys.ts";
 import type { IntentStore } from "../intent-store.ts";
 import type { LoadBoard, ShardAt } from "../load-board.ts";
 import { formatExplanations } from "../placement/explain.ts";
+import { rolloutLine } from "../reconcile/rollout.ts";
 import type { Reconciler } from "../reconciler.ts";
 import type { Registry } from "../registry.ts";
 import type { Scaler } from "../scaler.ts";
@@ -133,9 +135,22 @@ function fleetCalls(
       const scaling = m && deps.scaler?.view(m.name);
       if (m && scaling && scaling.max > scaling.min)
         out.lines = [...scalingLines(scaling, m.scaling, now()), ...out.lines];
+      if (m) out.lines = [...rolloutLines(m.profiles, reconciler), ...out.lines];
       return out;
     },
   };
+}
+
+/** A line per profile of the model with replicas a rollout still replaces. */
+function rolloutLines(profiles: readonly CatalogProfile[], reconciler: Reconciler): string[] {
+  const outdated = reconciler.outdated();
+  return profiles.flatMap((p) => {
+    const whys = reconciler.table
+      .list()
+      .filter((r) => r.model === p.model && r.profile === p.name)
+      .flatMap((r) => outdated.get(r.id) ?? []);
+    return rolloutLine(p, whys) ?? [];
+  });
 }
 
 /**

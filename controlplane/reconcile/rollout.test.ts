@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { catalogOf, kinds, World } from "../../test/fixtures/plan-world.ts";
+import { rolloutLine } from "./rollout.ts";
 import { replicaStatus } from "./table.ts";
 import type { Action } from "./types.ts";
 
@@ -221,5 +222,19 @@ describe("rollout of a changed profile", () => {
     expect(kinds(w.plan(11))).toEqual(["place llama-8b/1gpu/2"]);
     w.report("ready", 12, (id) => id.endsWith("/2"));
     expect(kinds(w.plan(13))).toEqual(["stop llama-8b/1gpu/1"]);
+  });
+});
+
+describe("the rollout's line in ctl explain", () => {
+  const prof = (rollout: Record<string, unknown> = {}) =>
+    catalogOf(profile({ rollout })).profile("llama-8b/1gpu")!;
+  it("says how many are left, what differs and how it proceeds; nothing when none is", () => {
+    expect(rolloutLine(prof(), [WHY, WHY])).toBe(
+      `rollout of llama-8b/1gpu: 2 replica(s) to replace (${WHY}); max_surge 1, max_unavailable 0`,
+    );
+    expect(rolloutLine(prof({ paused: true }), [WHY])).toBe(
+      `rollout of llama-8b/1gpu: 1 replica(s) to replace (${WHY}); paused (rollout.paused)`,
+    );
+    expect(rolloutLine(prof(), [])).toBeUndefined();
   });
 });

@@ -103,3 +103,15 @@ export function drainable(
   }
   return out;
 }
+
+/**
+ * The rollout's part of `llmgw ctl explain MODEL`, one line per profile with
+ * replicas still to replace: how many, what differs (the first one's), and
+ * how it proceeds. `whys` are the outdated replicas' reasons (outdatedWhy).
+ */
+export function rolloutLine(prof: CatalogProfile, whys: readonly string[]): string | undefined {
+  if (whys.length === 0) return undefined;
+  const { maxSurge, maxUnavailable, paused } = prof.rollout;
+  const how = paused ? "paused (rollout.paused)" : `max_surge ${maxSurge}, max_unavailable ${maxUnavailable}`;
+  return `rollout of ${prof.key}: ${whys.length} replica(s) to replace (${whys[0]}); ${how}`;
+}

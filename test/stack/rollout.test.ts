@@ -168,6 +168,9 @@ describe("rollout of a changed profile (real processes)", () => {
       expect(failing.state).toMatch(/^(backoff|pending|failed|starting)$/);
       const explain = (await stack!.cp.ctl("explain", MODEL)).stdout;
       expect(explain).toContain("runs an older spec (engine_args are");
+      expect(explain.split("\n")[0]).toBe(
+        'rollout of rolled/1gpu: 2 replica(s) to replace (engine_args are ["--sim-speed","50","--max-num-seqs","32"], profile wants ["--sim-speed=-1"]); max_surge 1, max_unavailable 0',
+      );
       // Both still serve, marked outdated, and the edge still has them.
       const now = await replicas();
       for (const s of serving) {
