@@ -1,30 +1,11 @@
 import { describe, expect, it } from "vitest";
 import type { ShardState } from "../../common/shard-state.ts";
 import { gpuNode } from "../../test/fixtures/placement.ts";
-import { catalogOf, kinds, spec8b, World } from "../../test/fixtures/plan-world.ts";
+import { BIG, catalogOf, kinds, SMALL, spec8b, World } from "../../test/fixtures/plan-world.ts";
 import { parseReplicaId, replicaId } from "./ids.ts";
 import { backoffAfter } from "./plan.ts";
 import { replicaStatus } from "./table.ts";
 import type { Action } from "./types.ts";
-
-const SMALL = {
-  name: "llama-8b",
-  profiles: [{ name: "1gpu", engine: "vllm", source: "meta-llama/8b", replicas: { min: 3 } }],
-};
-const BIG = {
-  name: "llama-70b",
-  profiles: [
-    {
-      name: "tp8pp2",
-      engine: "vllm",
-      source: "meta-llama/70b",
-      tensor_parallel: 8,
-      pipeline_parallel: 2,
-      nodes: 2,
-      fabric: "ib",
-    },
-  ],
-};
 
 const fourNodes = () => ({
   a: { fabric: { ib: "pod-a" } },

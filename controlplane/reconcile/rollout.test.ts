@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { catalogOf, kinds, World } from "../../test/fixtures/plan-world.ts";
+import { BIG, catalogOf, kinds, World } from "../../test/fixtures/plan-world.ts";
 import { rolloutLine } from "./rollout.ts";
 import { replicaStatus } from "./table.ts";
 import type { Action } from "./types.ts";
@@ -167,19 +167,8 @@ describe("rollout of a changed profile", () => {
 
   it("rolls a multi-node replica as one gang: every rank of the replacement first, then every rank drained", () => {
     const big = (extra: Record<string, unknown> = {}) => ({
-      name: "llama-70b",
-      profiles: [
-        {
-          name: "tp8pp2",
-          engine: "vllm",
-          source: "meta-llama/70b",
-          tensor_parallel: 8,
-          pipeline_parallel: 2,
-          nodes: 2,
-          fabric: "ib",
-          ...extra,
-        },
-      ],
+      ...BIG,
+      profiles: [{ ...BIG.profiles[0], ...extra }],
     });
     const ib = { fabric: { ib: "pod-a" } };
     const w = new World(catalogOf(big()), { a: ib, b: ib, c: ib, d: ib });
