@@ -16,7 +16,7 @@ import { placementNode } from "./placement/snapshot.ts";
 import type { Assignment, PlacementNode } from "./placement/types.ts";
 import { explainModel } from "./reconcile/explain.ts";
 import { plan, planSettings } from "./reconcile/plan.ts";
-import { outdatedWhy } from "./reconcile/rollout.ts";
+import { type Outdated, outdatedWhy } from "./reconcile/rollout.ts";
 import { ReplicaTable } from "./reconcile/table.ts";
 import type { Action, ObservedShard, PlanState } from "./reconcile/types.ts";
 import type { Registry } from "./registry.ts";
@@ -210,19 +210,17 @@ export class Reconciler {
   }
 
   /**
-   * Why each replica that a rollout replaces is to be replaced (its spec is
-   * not its profile's now, or its engine key is retired), by id; replicas on
-   * their way out and ones whose spec is not known yet are not in it.
+   * Each replica a rollout replaces, with why (its spec is not its
+   * profile's now, or its engine key is retired); replicas on their way out
+   * and ones whose spec is not known yet are not among them.
    */
-  outdated(): Map<string, string> {
+  outdated(): Outdated[] {
     const retiredKeys = this.retiredKeys();
-    const out = new Map<string, string>();
-    for (const r of this.table.list()) {
-      const p = this.catalog.profile(r.model, r.profile);
-      const why = p && !r.retire ? outdatedWhy(r, p, retiredKeys) : undefined;
-      if (why) out.set(r.id, why);
-    }
-    return out;
+    return this.table.list().flatMap((replica) => {
+      const p = this.catalog.profile(replica.model, replica.profile);
+      const why = p && !replica.retire ? outdatedWhy(replica, p, retiredKeys) : undefined;
+      return why ? [{ replica, why }] : [];
+    });
   }
 
   /** The replicas whose engines run with a retired key, by id: what a rotation will replace. */

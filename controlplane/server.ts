@@ -435,10 +435,13 @@ function controlPlaneMetrics(
     "llmgw_replicas_outdated",
     "Replicas running an older spec than their profile's, by model: a rollout under way, or waiting for room.",
     () => {
-      const outdated = [...reconciler.outdated().keys()].map((id) => reconciler.table.get(id)?.model);
+      const outdated = reconciler.outdated();
       return reconciler.currentCatalog.models
         .filter((m) => !m.routerOnly)
-        .map((m) => ({ labels: { model: m.name }, value: outdated.filter((x) => x === m.name).length }));
+        .map((m) => ({
+          labels: { model: m.name },
+          value: outdated.filter((o) => o.replica.model === m.name).length,
+        }));
     },
   );
   metrics.counter("llmgw_reconcile_passes_total", "Reconcile passes run.", () => reconciler.passes);

@@ -116,7 +116,7 @@ function fleetCalls(
     },
     listReplicas: () => {
       const t = now();
-      const outdated = reconciler.outdated();
+      const outdated = new Map(reconciler.outdated().map((o) => [o.replica.id, o.why]));
       return {
         replicas: reconciler.table
           .list()
@@ -145,10 +145,9 @@ function fleetCalls(
 function rolloutLines(profiles: readonly CatalogProfile[], reconciler: Reconciler): string[] {
   const outdated = reconciler.outdated();
   return profiles.flatMap((p) => {
-    const whys = reconciler.table
-      .list()
-      .filter((r) => r.model === p.model && r.profile === p.name)
-      .flatMap((r) => outdated.get(r.id) ?? []);
+    const whys = outdated
+      .filter((o) => o.replica.model === p.model && o.replica.profile === p.name)
+      .map((o) => o.why);
     return rolloutLine(p, whys) ?? [];
   });
 }
