@@ -36,7 +36,7 @@ import { PlacementSession, placeReplica } from "../placement/pipeline.ts";
 import type { Assignment, Explanation, PlacementNode } from "../placement/types.ts";
 import { replicaId } from "./ids.ts";
 import { drainable, type Outdated, outdatedWhy, splitOutdated } from "./rollout.ts";
-import { specMismatch, specOf } from "./spec.ts";
+import { sameWorld, specMismatch, specOf } from "./spec.ts";
 import type {
   Action,
   Failure,
@@ -227,10 +227,7 @@ class Pass {
   /** A replica an agent reported and nobody placed: kept, held for its missing ranks, or stopped. */
   private adopt(r: ReplicaRecord, prof: CatalogProfile): "live" | "pending" | "gone" {
     const mismatch = specMismatch(r.spec, prof);
-    // Another world size is another gang: its ranks cannot be counted
-    // against this profile's. Anything else that differs still serves the
-    // model, and the rollout replaces it make before break.
-    if (mismatch && r.spec?.nodes !== prof.nodes) {
+    if (!sameWorld(r.spec, prof)) {
       this.retire(r, `reported replica does not match ${prof.key}: ${mismatch}`);
       return "gone";
     }
@@ -277,9 +274,7 @@ class Pass {
     if (r.shards.some((s) => s.state === "ready")) return false;
     const returning = new Set(strays.map((s) => s.node));
     if (r.shards.some((s) => returning.has(s.node))) return false;
-    // A returning replica with an older spec still serves the model: it is
-    // taken back, and the rollout replaces it make before break.
-    if (strays.some((s) => s.spec && s.spec.nodes !== prof.nodes)) return false;
+    if (!strays.every((s) => sameWorld(s.spec, prof))) return false;
     this.actions.push({
       kind: "reinstate",
       replicaId: r.id,

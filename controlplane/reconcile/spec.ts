@@ -53,3 +53,13 @@ export function specMismatch(spec: ShardSpecSummary | undefined, p: CatalogProfi
   if (changed.length > 0) return `env differs in ${changed.join(", ")}`;
   return undefined;
 }
+
+/**
+ * Whether a replica running `spec` is a gang of the profile's size. One of
+ * another world size cannot have its ranks counted against this profile's,
+ * so it is neither adopted nor reinstated; anything else that differs still
+ * serves the model, and the rollout replaces it make before break.
+ */
+export function sameWorld(spec: ShardSpecSummary | undefined, p: CatalogProfile): boolean {
+  return spec === undefined || spec.nodes === p.nodes;
+}
