@@ -69,14 +69,7 @@ export function controlRoutes(deps: ControlServiceDeps) {
     ...intentCalls(deps, now, known),
     ...enrollmentCalls(deps),
     ...edgeCalls(deps),
-    rotateEngineKeys: () => {
-      if (!deps.engineKeys) {
-        throw new ConnectError("this control plane launches engines without keys", Code.FailedPrecondition);
-      }
-      deps.engineKeys.rotate(now());
-      deps.reconciler.trigger("engine key secret rotated");
-      return { replicas: deps.reconciler.retiredKeyReplicas() };
-    },
+    ...engineKeyCalls(deps, now),
   };
   return (router: ConnectRouter) => {
     router.service(ControlService, calls);
@@ -221,6 +214,20 @@ function enrollmentCalls(deps: ControlServiceDeps): Calls<"createJoinToken" | "r
         );
       }
       return deps.revocation.revoke(req.node);
+    },
+  };
+}
+
+/** The engine key secret's rotation; the rollout does the rest. */
+function engineKeyCalls(deps: ControlServiceDeps, now: () => number): Calls<"rotateEngineKeys"> {
+  return {
+    rotateEngineKeys: () => {
+      if (!deps.engineKeys) {
+        throw new ConnectError("this control plane launches engines without keys", Code.FailedPrecondition);
+      }
+      deps.engineKeys.rotate(now());
+      deps.reconciler.trigger("engine key secret rotated");
+      return { replicas: deps.reconciler.retiredKeyReplicas() };
     },
   };
 }
